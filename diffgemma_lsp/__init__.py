@@ -1,0 +1,3 @@
+"""diffgemma-lsp: local multi-line code completion from DiffusionGemma."""
+
+__version__ = "0.1.0"

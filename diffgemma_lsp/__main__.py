@@ -1,0 +1,41 @@
+"""``diffgemma-lsp``: the language server, on stdio.
+
+    diffgemma-lsp [--stdio] [--engine-socket PATH] [--model DIR] [--log-file FILE] [-v]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from diffgemma_lsp import __version__
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(prog="diffgemma-lsp", description="DiffusionGemma code completion over LSP.")
+    parser.add_argument("--stdio", action="store_true", help="talk LSP on stdin/stdout (the default)")
+    parser.add_argument("--engine-socket", type=Path, default=None,
+                        help="the engine to use; one is started there when none runs (default: per-user path)")
+    parser.add_argument("--model", default=None, help="checkpoint folder for an engine this server starts")
+    parser.add_argument("--log-file", type=Path, default=None)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    args = parser.parse_args(argv)
+
+    from diffgemma_lsp.log import setup_logging
+    from diffgemma_lsp.server import server
+
+    level = "debug" if args.verbose else os.environ.get("DIFFGEMMA_LOG_LEVEL", "info")
+    setup_logging(server, level, args.log_file)
+    if args.engine_socket is not None:
+        server.engine_socket = args.engine_socket.expanduser()
+    if args.model is not None:
+        server.cli_model = args.model
+        server.apply_settings(None)
+    server.start_io()
+
+
+if __name__ == "__main__":
+    main()

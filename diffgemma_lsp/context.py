@@ -1,0 +1,74 @@
+"""The text around the cursor, cut to a budget. Positions are converted by pygls (UTF-16 aware)."""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+from lsprotocol import types
+from pygls.workspace import TextDocument
+
+CHARS_PER_TOKEN = 4
+"""A generous estimate for code; the engine cuts to the exact token budget."""
+_WORD_BEFORE = re.compile(r"[A-Za-z0-9_]*\Z")
+
+
+class PositionError(ValueError):
+    """A position that does not exist in the document."""
+
+
+@attrs.frozen(kw_only=True)
+class InfillContext:
+    """What the model sees, and where the answer goes."""
+
+    prefix: str
+    suffix: str
+    position: types.Position
+    """The cursor, in the client's units."""
+    word_start: types.Position
+    """Start of the identifier the cursor is in (== position when there is none)."""
+    word: str
+    """The identifier characters between ``word_start`` and the cursor."""
+    version: int | None
+
+
+def _utf16_length(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def clamp_position(document: TextDocument, position: types.Position) -> types.Position:
+    """The position with its character clamped to the line (as LSP says), or ``PositionError``."""
+    lines = document.lines
+    if position.line < 0 or position.character < 0:
+        raise PositionError(f"position {position.line}:{position.character} is negative")
+    if position.line >= len(lines):
+        at_end = position.line == len(lines) and (not lines or lines[-1].endswith(("\n", "\r")))
+        if at_end or (not lines and position.line == 0):
+            return types.Position(line=position.line, character=0)
+        raise PositionError(
+            f"line {position.line} is past the end of {document.uri} ({len(lines)} lines)"
+        )
+    line_text = lines[position.line].rstrip("\r\n")
+    return types.Position(line=position.line, character=min(position.character, _utf16_length(line_text)))
+
+
+def build_context(
+    document: TextDocument, position: types.Position, context_tokens: int
+) -> InfillContext:
+    """Prefix and suffix around ``position`` within about ``context_tokens`` tokens (3/4 prefix, 1/4 suffix)."""
+    position = clamp_position(document, position)
+    source = document.source
+    offset = document.offset_at_position(position)
+    budget = max(context_tokens, 1) * CHARS_PER_TOKEN
+    suffix_budget = budget // 4
+    prefix = source[max(0, offset - (budget - suffix_budget)) : offset]
+    suffix = source[offset : offset + suffix_budget]
+    word = _WORD_BEFORE.search(prefix)
+    word_text = word.group(0) if word else ""
+    word_start = types.Position(
+        line=position.line, character=position.character - _utf16_length(word_text)
+    )
+    return InfillContext(
+        prefix=prefix, suffix=suffix, position=position, word_start=word_start, word=word_text,
+        version=document.version,
+    )

@@ -1,0 +1,239 @@
+"""The language server's connection to the engine: handshake, request ids, cancel, reconnect.
+
+One ``EngineClient`` per language server. It keeps a connection open, starting the engine when none runs,
+and reconnects (restarting the engine if need be) after the connection drops. Until the engine is ready,
+``infill`` raises ``EngineUnavailable`` at once, so completions answer empty instead of waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import itertools
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from engine import protocol
+
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 120.0
+"""How long to wait for a freshly started engine's socket to appear."""
+RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class EngineState(enum.Enum):
+    """Where the connection stands."""
+
+    DISCONNECTED = "disconnected"
+    CONNECTING = "connecting"
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class EngineUnavailable(Exception):
+    """No ready engine to ask; the caller answers empty."""
+
+
+class EngineRequestError(Exception):
+    """The engine refused one request."""
+
+    def __init__(self, error: protocol.Error) -> None:
+        super().__init__(f"{error.code.value}: {error.message}")
+        self.error = error
+
+
+StateListener = Callable[[EngineState, str], None]
+
+
+class EngineClient:
+    """Talks to one engine over its Unix socket."""
+
+    def __init__(
+        self,
+        socket_path: Path,
+        start_engine: Callable[[], Awaitable[None]] | None = None,
+        on_state: StateListener | None = None,
+        client_name: str = "diffgemma-lsp",
+    ) -> None:
+        self.socket_path = socket_path
+        self.start_engine = start_engine
+        self.on_state = on_state
+        self.client_name = client_name
+        self.state = EngineState.DISCONNECTED
+        self.hello: protocol.HelloOk | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[str, asyncio.Future[protocol.Result]] = {}
+        self._ids = itertools.count(1)
+        self._supervisor: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect in the background and stay connected until ``close``."""
+        if self._supervisor is None or self._supervisor.done():
+            self._supervisor = asyncio.ensure_future(self._supervise())
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Wait until the engine is ready; False on timeout."""
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Disconnect and stop reconnecting (the engine keeps running for other clients)."""
+        self._closed = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        if self._writer is not None:
+            self._writer.close()
+        self._fail_pending("the language server is shutting down")
+
+    def _set_state(self, state: EngineState, detail: str = "") -> None:
+        if state is self.state and not detail:
+            return
+        self.state = state
+        if state is EngineState.READY:
+            self._ready.set()
+        else:
+            self._ready.clear()
+        if self.on_state is not None:
+            self.on_state(state, detail)
+
+    async def _supervise(self) -> None:
+        attempt = 0
+        while not self._closed:
+            self._set_state(EngineState.CONNECTING)
+            try:
+                reader = await self._connect()
+            except (OSError, EOFError, TimeoutError, EngineRequestError, protocol.ProtocolError) as exc:
+                delay = RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]
+                attempt += 1
+                self._set_state(EngineState.FAILED, f"cannot reach the engine: {exc}")
+                await asyncio.sleep(delay)
+                continue
+            attempt = 0
+            await self._read_loop(reader)
+            self._writer = None
+            self._fail_pending("the engine connection closed")
+            if not self._closed:
+                self._set_state(EngineState.DISCONNECTED, "the engine connection closed; reconnecting")
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_unix_connection(str(self.socket_path), limit=protocol.MAX_FRAME_BYTES)
+
+    async def _connect(self) -> asyncio.StreamReader:
+        """Open the socket (starting the engine if nothing listens) and shake hands."""
+        try:
+            reader, writer = await self._open()
+        except (FileNotFoundError, ConnectionRefusedError):
+            if self.start_engine is None:
+                raise
+            logger.info("no engine on %s: starting one", self.socket_path)
+            await self.start_engine()
+            reader, writer = await self._wait_for_socket()
+        writer.write(protocol.encode(protocol.Hello(
+            protocol=protocol.PROTOCOL_VERSION, client=self.client_name, pid=os.getpid())))
+        await writer.drain()
+        reply = await asyncio.wait_for(protocol.read_message(reader), CONNECT_TIMEOUT_S)
+        if isinstance(reply, protocol.Error):
+            writer.close()
+            raise EngineRequestError(reply)
+        if not isinstance(reply, protocol.HelloOk):
+            writer.close()
+            raise OSError(f"unexpected handshake reply {reply.TYPE!r}")
+        self.hello = reply
+        self._writer = writer
+        logger.info("connected to engine on %s (model %s, ready %s)", self.socket_path, reply.model_id, reply.ready)
+        self._set_state(EngineState.READY if reply.ready else EngineState.LOADING)
+        return reader
+
+    async def _wait_for_socket(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONNECT_TIMEOUT_S
+        while True:
+            try:
+                return await self._open()
+            except (FileNotFoundError, ConnectionRefusedError):
+                if loop.time() > deadline:
+                    raise TimeoutError(f"the engine did not open {self.socket_path}") from None
+                await asyncio.sleep(0.1)
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            try:
+                message = await protocol.read_message(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            except protocol.ProtocolError as exc:
+                logger.warning("bad frame from the engine: %s", exc)
+                if exc.fatal:
+                    return
+                continue
+            if isinstance(message, protocol.Ready):
+                logger.info("engine ready: %s on %s (loaded in %.0f ms)", message.model_id, message.device,
+                            message.load_ms)
+                self._set_state(EngineState.READY)
+            elif isinstance(message, protocol.Result | protocol.Error):
+                self._deliver(message)
+
+    def _deliver(self, message: protocol.Result | protocol.Error) -> None:
+        if message.id is None:
+            logger.warning("engine: %s", message.message if isinstance(message, protocol.Error) else message)
+            if isinstance(message, protocol.Error) and message.code is protocol.ErrorCode.MODEL_ERROR:
+                self._set_state(EngineState.FAILED, message.message)
+            return
+        future = self._pending.pop(message.id, None)
+        if future is None or future.done():
+            return
+        if isinstance(message, protocol.Error):
+            future.set_exception(EngineRequestError(message))
+        else:
+            future.set_result(message)
+
+    def _fail_pending(self, reason: str) -> None:
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(EngineUnavailable(reason))
+
+    # -- requests ----------------------------------------------------------------------------------------
+
+    def new_id(self) -> str:
+        """A request id unique on this connection."""
+        return str(next(self._ids))
+
+    async def infill(self, request: protocol.Infill) -> protocol.Result:
+        """Send ``request`` and wait for its result. Cancelling the caller cancels the engine's work."""
+        writer = self._writer
+        if self.state is not EngineState.READY or writer is None:
+            self.start()
+            raise EngineUnavailable(f"the engine is {self.state.value}")
+        future: asyncio.Future[protocol.Result] = asyncio.get_running_loop().create_future()
+        self._pending[request.id] = future
+        try:
+            writer.write(protocol.encode(request))
+            await writer.drain()
+            return await future
+        except asyncio.CancelledError:
+            self._pending.pop(request.id, None)
+            self._send_nowait(protocol.Cancel(id=request.id))
+            raise
+        except ConnectionError as exc:
+            self._pending.pop(request.id, None)
+            raise EngineUnavailable(f"the engine connection failed: {exc}") from exc
+
+    def _send_nowait(self, message: protocol.Message) -> None:
+        if self._writer is not None and not self._writer.is_closing():
+            with contextlib.suppress(ConnectionError):
+                self._writer.write(protocol.encode(message))

@@ -1,0 +1,56 @@
+"""Turn a completion text into LSP items: a completion-menu item and an inline (ghost text) item."""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+from diffgemma_lsp.context import InfillContext
+
+LABEL_MAX = 60
+DETAIL = "diffgemma"
+
+
+def escape_snippet(text: str) -> str:
+    """Escape ``\\``, ``$`` and ``}`` so a snippet inserts ``text`` literally."""
+    return text.replace("\\", "\\\\").replace("$", "\\$").replace("}", "\\}")
+
+
+def label_for(text: str) -> str:
+    """A short one-line label: the first non-empty line of ``text``."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first if len(first) <= LABEL_MAX else first[: LABEL_MAX - 1] + "…"
+
+
+def completion_item(context: InfillContext, text: str, snippets: bool) -> types.CompletionItem:
+    """One menu item that replaces the word before the cursor by that word plus the completion.
+
+    Multi-line text goes as a snippet where the client supports snippets: Neovim inserts only the first word
+    or line of a multi-line plain-text edit.
+    """
+    new_text = context.word + text
+    multi_line = "\n" in text
+    as_snippet = snippets and multi_line
+    edit = types.TextEdit(
+        range=types.Range(start=context.word_start, end=context.position),
+        new_text=escape_snippet(new_text) if as_snippet else new_text,
+    )
+    label = label_for(new_text) or label_for(text) or "…"
+    return types.CompletionItem(
+        label=label,
+        kind=types.CompletionItemKind.Snippet if multi_line else types.CompletionItemKind.Text,
+        detail=DETAIL,
+        documentation=types.MarkupContent(kind=types.MarkupKind.Markdown, value=f"```\n{new_text}\n```"),
+        filter_text=new_text.split("\n", 1)[0] or context.word,
+        insert_text_format=types.InsertTextFormat.Snippet if as_snippet else types.InsertTextFormat.PlainText,
+        text_edit=edit,
+        sort_text="0",
+        preselect=True,
+    )
+
+
+def inline_item(context: InfillContext, text: str) -> types.InlineCompletionItem:
+    """Ghost text inserted at the cursor (an empty range on the cursor's line, as LSP 3.18 requires)."""
+    return types.InlineCompletionItem(
+        insert_text=text,
+        range=types.Range(start=context.position, end=context.position),
+    )

@@ -1,0 +1,241 @@
+"""The language server: document sync, completion, inline completion, settings. Never imports torch."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from pathlib import Path
+
+import attrs
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+
+from diffgemma_lsp import __version__
+from diffgemma_lsp.context import InfillContext, PositionError, build_context
+from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable
+from diffgemma_lsp.launcher import spawn_engine
+from diffgemma_lsp.results import completion_item, inline_item
+from diffgemma_lsp.settings import Settings, parse_settings
+from engine import protocol
+
+logger = logging.getLogger(__name__)
+
+
+class DiffgemmaServer(LanguageServer):
+    """Holds the settings, the engine connection and the latest request per document."""
+
+    def __init__(self, engine_socket: Path | None = None, model: str | None = None) -> None:
+        super().__init__("diffgemma-lsp", __version__)
+        self.engine_socket = engine_socket or protocol.default_socket_path()
+        self.settings = Settings(model=model)
+        self.cli_model = model
+        self.engine: EngineClient | None = None
+        self.latest: dict[str, asyncio.Future[protocol.Result]] = {}
+        """Per document uri, the engine call in flight; a newer request cancels it."""
+        self.last_latency_ms: float | None = None
+        self._progress_token: str | None = None
+        self._outage_reported = False
+
+    # -- settings ----------------------------------------------------------------------------------------
+
+    def apply_settings(self, raw: object) -> None:
+        """Take new settings; report bad keys once and use their defaults."""
+        settings, problems = parse_settings(raw)
+        if settings.model is None and self.cli_model is not None:
+            settings = attrs.evolve(settings, model=self.cli_model)
+        self.settings = settings
+        if problems:
+            message = "diffgemma: " + "; ".join(problems)
+            logger.warning("%s", message)
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
+
+    # -- engine ------------------------------------------------------------------------------------------
+
+    def start_engine_client(self) -> None:
+        """Connect to the engine (starting one when none runs)."""
+        if self.engine is not None:
+            return
+
+        async def start_engine() -> None:
+            spawn_engine(self.engine_socket, self.settings.model, self.settings.device)
+
+        self.engine = EngineClient(self.engine_socket, start_engine, self.on_engine_state)
+        self.engine.start()
+
+    def on_engine_state(self, state: EngineState, detail: str) -> None:
+        """Show loading progress; report an outage once, and its end."""
+        logger.info("engine %s%s", state.value, f": {detail}" if detail else "")
+        if state in (EngineState.CONNECTING, EngineState.LOADING):
+            self._begin_progress("Loading the completion model" if state is EngineState.LOADING
+                                 else "Connecting to the completion engine")
+        elif state is EngineState.READY:
+            self._end_progress("Completion model ready")
+            if self._outage_reported:
+                self.window_log_message(types.LogMessageParams(type=types.MessageType.Info,
+                                                               message="diffgemma: engine is back"))
+            self._outage_reported = False
+        elif state is EngineState.FAILED and not self._outage_reported:
+            self._outage_reported = True
+            self._end_progress(detail)
+            self.window_show_message(types.ShowMessageParams(
+                type=types.MessageType.Warning,
+                message=f"diffgemma: {detail}. Completions are off until it is back.",
+            ))
+
+    def _supports_progress(self) -> bool:
+        window = self.client_capabilities.window if self.client_capabilities else None
+        return bool(window and window.work_done_progress)
+
+    def _begin_progress(self, title: str) -> None:
+        if self._progress_token is not None or not self._supports_progress():
+            return
+        token = self._progress_token = f"diffgemma-{uuid.uuid4().hex[:8]}"
+
+        async def begin() -> None:
+            try:
+                await self.work_done_progress.create_async(token)
+            except Exception:  # noqa: BLE001 - a client may refuse progress; completions go on
+                logger.debug("client refused work done progress", exc_info=True)
+                return
+            self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, cancellable=False))
+
+        asyncio.ensure_future(begin())
+
+    def _end_progress(self, message: str) -> None:
+        token, self._progress_token = self._progress_token, None
+        if token is not None:
+            self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
+
+    # -- completion core ---------------------------------------------------------------------------------
+
+    def context_at(self, uri: str, position: types.Position) -> InfillContext:
+        """The infill context, or an InvalidParams error that says what is wrong with the position."""
+        document = self.workspace.get_text_document(uri)
+        try:
+            return build_context(document, position, self.settings.context_tokens)
+        except PositionError as exc:
+            raise JsonRpcInvalidParams(str(exc)) from None
+
+    async def complete(self, uri: str, position: types.Position, automatic: bool) -> tuple[InfillContext, str] | None:
+        """The completion text at ``position``, or None (engine down, superseded, stale or empty)."""
+        settings = self.settings
+        if not settings.enable:
+            return None
+        context = self.context_at(uri, position)
+        previous = self.latest.pop(uri, None)
+        if previous is not None:
+            previous.cancel()
+        if automatic and settings.debounce_ms:
+            marker: asyncio.Future[protocol.Result] = asyncio.get_running_loop().create_future()
+            self.latest[uri] = marker
+            await asyncio.sleep(settings.debounce_ms / 1000)
+            if self.latest.get(uri) is not marker:
+                return None  # a newer request for this document came in while we waited
+        if self.engine is None:
+            self.start_engine_client()
+        assert self.engine is not None
+        request = protocol.Infill(
+            id=self.engine.new_id(),
+            uri=uri,
+            prefix=context.prefix,
+            suffix=context.suffix,
+            language_id=self.workspace.get_text_document(uri).language_id or "",
+            doc_version=context.version or 0,
+            canvas_length=settings.canvas_length,
+            max_steps=settings.steps,
+            deadline_ms=settings.deadline_ms,
+        )
+        started = time.perf_counter()
+        call = asyncio.ensure_future(self.engine.infill(request))
+        self.latest[uri] = call
+        try:
+            result = await call
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the client cancelled this request
+            return None  # superseded by a newer request for the same document
+        except EngineUnavailable as exc:
+            logger.debug("no completion: %s", exc)
+            return None
+        except EngineRequestError as exc:
+            logger.warning("engine refused request %s: %s", request.id, exc)
+            return None
+        finally:
+            if self.latest.get(uri) is call:
+                del self.latest[uri]
+        self.last_latency_ms = (time.perf_counter() - started) * 1000
+        logger.info(
+            "request %s: %s in %.0f ms (queue %.0f, encode %.0f, denoise %.0f ms, %d steps, %d tokens)",
+            request.id, result.stop.value, self.last_latency_ms, result.timings.queue_ms, result.timings.encode_ms,
+            result.timings.denoise_ms, result.timings.steps, result.timings.new_tokens,
+        )
+        if self.workspace.get_text_document(uri).version != context.version:
+            return None  # the document changed while the model worked: the result is stale
+        if result.stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED) or not result.text:
+            return None
+        return context, result.text
+
+
+server = DiffgemmaServer()
+
+
+def _snippet_support(ls: DiffgemmaServer) -> bool:
+    caps = ls.client_capabilities.text_document if ls.client_capabilities else None
+    item = caps.completion.completion_item if caps and caps.completion else None
+    return bool(item and item.snippet_support)
+
+
+@server.feature(types.INITIALIZE)
+def initialize(ls: DiffgemmaServer, params: types.InitializeParams) -> None:
+    """Read the settings from ``initializationOptions``."""
+    ls.apply_settings(params.initialization_options)
+
+
+@server.feature(types.INITIALIZED)
+def initialized(ls: DiffgemmaServer, params: types.InitializedParams) -> None:
+    """Connect to the engine, starting it when none runs."""
+    ls.start_engine_client()
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+def did_change_configuration(ls: DiffgemmaServer, params: types.DidChangeConfigurationParams) -> None:
+    """Take the new settings."""
+    ls.apply_settings(params.settings)
+
+
+@server.feature(
+    types.TEXT_DOCUMENT_COMPLETION,
+    types.CompletionOptions(resolve_provider=False, trigger_characters=[".", "(", " ", "\n"]),
+)
+async def completion(ls: DiffgemmaServer, params: types.CompletionParams) -> types.CompletionList | None:
+    """One item carrying the whole multi-line completion as a text edit."""
+    invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+    found = await ls.complete(params.text_document.uri, params.position, automatic=not invoked)
+    if found is None:
+        return types.CompletionList(is_incomplete=True, items=[])
+    context, text = found
+    return types.CompletionList(is_incomplete=True, items=[completion_item(context, text, _snippet_support(ls))])
+
+
+@server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+async def inline_completion(
+    ls: DiffgemmaServer, params: types.InlineCompletionParams
+) -> types.InlineCompletionList | None:
+    """Ghost text at the cursor."""
+    automatic = params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
+    found = await ls.complete(params.text_document.uri, params.position, automatic=automatic)
+    if found is None:
+        return types.InlineCompletionList(items=[])
+    context, text = found
+    return types.InlineCompletionList(items=[inline_item(context, text)])
+
+
+@server.feature(types.SHUTDOWN)
+async def shutdown(ls: DiffgemmaServer, params: None) -> None:
+    """Disconnect from the engine; it keeps serving other windows and exits when idle."""
+    if ls.engine is not None:
+        await ls.engine.close()

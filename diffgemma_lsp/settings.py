@@ -1,0 +1,93 @@
+"""User settings, from ``initializationOptions`` and ``workspace/didChangeConfiguration``.
+
+Keys are camelCase on the wire (``canvasLength``). A setting with a bad value is reported and replaced by
+its default; the other settings keep their values. Every key is documented in README.md (a test keeps the
+two in sync).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+SECTION = "diffgemma"
+"""Settings may arrive nested under this key (``{"diffgemma": {...}}``) or flat."""
+
+
+def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be 0 or more, got {value}")
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    """What a user can configure."""
+
+    enable: bool = True
+    """Answer completion requests at all."""
+    model: str | None = None
+    """Checkpoint folder for an engine this server starts (default: the shipped model)."""
+    device: str = "auto"
+    """Device for an engine this server starts: auto, cpu, cuda, cuda:N."""
+    canvas_length: int = attrs.field(default=0, validator=_positive)
+    """Tokens in the canvas (the longest completion); 0: the model's own."""
+    steps: int = attrs.field(default=0, validator=_positive)
+    """Most denoising steps per completion; 0: the model's own."""
+    context_tokens: int = attrs.field(default=1024, validator=_positive)
+    """Prompt budget in tokens for the text around the cursor."""
+    debounce_ms: int = attrs.field(default=75, validator=_positive)
+    """Wait this long after an automatic request before asking the model; a newer request replaces it."""
+    deadline_ms: int = attrs.field(default=2000, validator=_positive)
+    """The engine stops denoising after this long and returns its best canvas; 0: no deadline."""
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+WIRE_KEYS: dict[str, str] = {_camel(field.name): field.name for field in attrs.fields(Settings)}
+"""camelCase key -> attribute name."""
+
+
+def _check_type(value: Any, kind: type) -> Any:
+    if kind is bool and not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"expected an integer, got {value!r}")
+    if kind is str and not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def parse_settings(raw: object) -> tuple[Settings, list[str]]:
+    """Settings from a client payload (missing keys take defaults); returns them with one message per bad key."""
+    base = Settings()
+    if raw is None:
+        return base, []
+    if isinstance(raw, Mapping) and isinstance(raw.get(SECTION), Mapping):
+        raw = raw[SECTION]
+    if not isinstance(raw, Mapping):
+        return base, [f"settings must be an object, got {type(raw).__name__}"]
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    types = {field.name: field.type for field in attrs.fields(Settings)}
+    for key, value in raw.items():
+        name = WIRE_KEYS.get(key)
+        if name is None:
+            problems.append(f"unknown setting {key!r} (known: {', '.join(sorted(WIRE_KEYS))})")
+            continue
+        kind = types[name]
+        try:
+            if kind == "str | None":
+                values[name] = None if value is None else _check_type(value, str)
+            else:
+                values[name] = _check_type(value, {"bool": bool, "int": int, "str": str}[str(kind)])
+            attrs.evolve(base, **{name: values[name]})  # runs the field's validator
+        except (TypeError, ValueError) as exc:
+            values.pop(name, None)
+            problems.append(f"setting {key!r}: {exc}; using the default {getattr(Settings(), name)!r}")
+    return attrs.evolve(base, **values), problems
+

@@ -1,0 +1,132 @@
+"""``diffgemma-engine``: the resident model process.
+
+    diffgemma-engine serve  [--model DIR] [--socket PATH] [--device auto|cpu|cuda] [--dtype auto|...]
+    diffgemma-engine infill [--model DIR] [--prefix FILE] [--suffix FILE]   (prefix from stdin by default)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+from engine import protocol
+
+
+def setup_logging(level: str, log_file: Path | None) -> None:
+    """Logs go to stderr and, if given, a file; never to stdout."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file))
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+    for noisy in ("transformers", "httpx", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """Options shared by ``serve`` and ``infill``."""
+    parser.add_argument("--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+
+
+async def serve(args: argparse.Namespace) -> int:
+    """Listen on the socket, load the model on the model thread, serve until stopped."""
+    from engine.jobs import JobQueue
+    from engine.server import AlreadyRunningError, EngineServer
+    from engine.worker import ModelWorker
+
+    loop = asyncio.get_running_loop()
+    queue = JobQueue(max_pending=args.max_pending)
+    server = EngineServer(queue, idle_exit_s=args.idle_exit)
+    try:
+        await server.start(args.socket)
+    except AlreadyRunningError as exc:
+        logging.getLogger("engine").info("%s", exc)
+        return 0 if args.exist_ok else 3
+    worker = ModelWorker(
+        queue, args.model, args.device, args.dtype,
+        on_loaded=lambda loaded: loop.call_soon_threadsafe(server.model_loaded, loaded),
+        on_failed=lambda error: loop.call_soon_threadsafe(server.model_failed, error),
+        threads=args.threads,
+    )
+    worker.start()
+    await server.serve_until_stopped()
+    queue.close()
+    return 1 if server.load_error else 0
+
+
+def infill(args: argparse.Namespace) -> int:
+    """Print one completion for a prefix and suffix."""
+    from engine.errors import EngineError
+    from engine.infill import run_infill
+    from engine.model import load_model
+
+    prefix = args.prefix.read_text() if args.prefix else sys.stdin.read()
+    suffix = args.suffix.read_text() if args.suffix else ""
+    try:
+        loaded = load_model(args.model, args.device, args.dtype)
+        request = protocol.Infill(
+            id="cli", uri="", prefix=prefix, suffix=suffix,
+            canvas_length=args.canvas_length, max_steps=args.steps, seed=args.seed,
+        )
+        text, stop, timings = run_infill(loaded, request)
+    except EngineError as exc:
+        print(f"diffgemma-engine: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    if not text.endswith("\n"):
+        sys.stdout.write("\n")
+    logging.getLogger("engine").info(
+        "stop=%s steps=%d new_tokens=%d encode=%.1fms denoise=%.1fms",
+        stop.value, timings.steps, timings.new_tokens, timings.encode_ms, timings.denoise_ms,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(prog="diffgemma-engine", description="The DiffusionGemma completion engine.")
+    parser.add_argument("--log-level", default=os.environ.get("DIFFGEMMA_LOG_LEVEL", "info"))
+    parser.add_argument("--log-file", type=Path, default=None)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve_parser = commands.add_parser("serve", help="serve infill requests on a Unix socket")
+    add_model_args(serve_parser)
+    serve_parser.add_argument("--socket", type=Path, default=None, help="default: the per-user runtime path")
+    serve_parser.add_argument("--max-pending", type=int, default=64, help="queued requests before 'busy'")
+    serve_parser.add_argument("--idle-exit", type=float, default=0.0,
+                              help="exit after this many seconds without clients (0: never)")
+    serve_parser.add_argument("--exist-ok", action="store_true",
+                              help="exit 0 (not 3) when another engine already serves the socket")
+
+    infill_parser = commands.add_parser("infill", help="print one completion and exit")
+    add_model_args(infill_parser)
+    infill_parser.add_argument("--prefix", type=Path, default=None, help="file with the text before the cursor "
+                               "(default: stdin)")
+    infill_parser.add_argument("--suffix", type=Path, default=None, help="file with the text after the cursor")
+    infill_parser.add_argument("--canvas-length", type=int, default=0)
+    infill_parser.add_argument("--steps", type=int, default=0)
+    infill_parser.add_argument("--seed", type=int, default=0)
+
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level, args.log_file)
+    if args.command == "serve":
+        if args.socket is None:
+            args.socket = protocol.default_socket_path()
+        sys.exit(asyncio.run(serve(args)))
+    sys.exit(infill(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""One infill canvas: encoder prefill, then the denoising loop, written out so it can stop between steps.
+
+It computes what ``DiffusionGemmaForBlockDiffusion.generate`` computes for a single canvas (same random
+stream, same tokens for the same seed and settings; ``tests/engine/test_parity.py`` holds it to that), with
+three differences an engine needs:
+
+* ``should_stop`` is asked before every step, so a cancel or a deadline ends the work within one step;
+* the entropy of each step is computed once and shared by the sampler and the stopping rule;
+* any canvas length, per call, without touching the shared ``model.config``.
+
+The loop, for a batch of B rows and a canvas of C tokens::
+
+    1. encode the prompt into a DynamicCache                       (B, P) -> cache
+    2. canvas <- uniform random tokens                             (B, C)
+    3. for step = N .. 1:
+       a. logits <- decoder(canvas, cache, self-conditioning)      (B, C, V)
+       b. logits /= t_min + (t_max - t_min) * step / N             temperature schedule
+       c. sample <- multinomial(softmax(logits)); best <- argmax(logits)
+       d. accept the lowest-entropy positions whose summed entropy stays within the bound: they take
+          ``sample``; every other position is renoised with a fresh random token
+       e. a row is done when ``best`` equals the previous step's and the mean entropy is under the threshold
+    4. the completion is ``best`` of the last step, up to the first end-of-sequence token
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+StopCheck = Callable[[], str | None]
+"""Returns a reason to stop (e.g. "cancelled") or None to go on."""
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """The denoising schedule; defaults are the released generation config's."""
+
+    max_steps: int = 48
+    t_min: float = 0.4
+    t_max: float = 0.8
+    entropy_bound: float = 0.1
+    stability_threshold: int = 1
+    confidence_threshold: float = 0.005
+
+
+@dataclass
+class CanvasOutput:
+    """What one canvas produced."""
+
+    tokens: torch.Tensor  # (B, C) argmax canvas of the last step
+    steps: int
+    stopped_by: str | None  # the reason from ``should_stop``, None if the loop ran to its end
+    encode_ms: float
+    denoise_ms: float
+    finished: torch.Tensor = field(repr=False)  # (B,) rows that met the stable-and-confident rule
+
+
+def _now_ms() -> float:
+    return time.perf_counter() * 1000.0
+
+
+def encode_prompt(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache) -> int:
+    """Run the causal encoder over ``input_ids`` (B, P), appending to ``cache``. Returns the new cache length."""
+    past = cache.get_seq_length()
+    batch, length = input_ids.shape
+    total = past + length
+    position_ids = torch.arange(past, total, dtype=torch.int32, device=input_ids.device).unsqueeze(0)
+    attention_mask = torch.ones((batch, total), dtype=torch.bool, device=input_ids.device)
+    encoder = model.model.encoder
+    masks = encoder.create_masks_for_generate(
+        config=model.config,
+        inputs_embeds=torch.empty((batch, length, 0), dtype=model.dtype, device=input_ids.device),
+        attention_mask=attention_mask,
+        cache=cache,
+        position_ids=position_ids,
+    )
+    encoder(input_ids=input_ids, attention_mask=masks, cache=cache, position_ids=position_ids)
+    return total
+
+
+def accept_mask(entropy: torch.Tensor, bound: float) -> torch.Tensor:
+    """Positions whose lower-entropy peers sum to at most ``bound`` (the lowest one always qualifies)."""
+    sorted_entropy, order = torch.sort(entropy, dim=-1)
+    keep_sorted = torch.cumsum(sorted_entropy, dim=-1) - sorted_entropy <= bound
+    return torch.scatter(torch.zeros_like(keep_sorted), dim=-1, index=order, src=keep_sorted)
+
+
+@torch.inference_mode()
+def denoise_canvas(
+    model: torch.nn.Module,
+    cache: DynamicCache,
+    batch_size: int,
+    canvas_length: int,
+    settings: SamplerSettings,
+    generator: torch.Generator | None = None,
+    should_stop: StopCheck | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> tuple[torch.Tensor, int, str | None, torch.Tensor]:
+    """Denoise one canvas against an encoded ``cache``; returns (argmax canvas, steps, stop reason, finished)."""
+    device = model.device
+    vocab_size = model.config.text_config.vocab_size
+    cache_length = cache.get_seq_length()
+    shape = (batch_size, canvas_length)
+    position_ids = torch.arange(
+        cache_length, cache_length + canvas_length, dtype=torch.int32, device=device
+    ).unsqueeze(0)
+    decoder_mask = torch.ones((batch_size, cache_length + canvas_length), dtype=torch.bool, device=device)
+    canvas = torch.randint(0, vocab_size, shape, device=device, generator=generator)
+    mask_mapping = model.model.decoder.create_diffusion_decoder_attention_mask(
+        config=model.config, inputs_embeds=canvas.unsqueeze(-1), cache=cache, decoder_attention_mask=decoder_mask
+    )
+    embed_dtype = model.model.decoder.embed_tokens.weight.dtype
+    best = canvas
+    self_conditioning = None
+    finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
+    history = torch.full((settings.stability_threshold, *shape), -1, dtype=torch.long, device=device)
+    steps = 0
+    for step in range(settings.max_steps, 0, -1):
+        if should_stop is not None and (reason := should_stop()) is not None:
+            return best, steps, reason, finished
+        steps += 1
+        logits = model(
+            decoder_input_ids=canvas,
+            self_conditioning_logits=self_conditioning,
+            decoder_attention_mask=mask_mapping,
+            cache=cache,
+            decoder_position_ids=position_ids,
+        ).logits
+        # The same arithmetic as transformers' LinearTemperatureScheduleLogitsProcessor (an int32 step tensor).
+        step_tensor = torch.tensor(step, dtype=torch.int32, device=device)
+        temperature = settings.t_min + (settings.t_max - settings.t_min) * (step_tensor / settings.max_steps)
+        logits = logits / temperature  # (B, C, V)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        sample = torch.multinomial(probs.view(-1, vocab_size), 1, generator=generator).view(shape)
+        new_best = torch.argmax(logits, dim=-1)
+        entropy = torch.distributions.Categorical(logits=logits).entropy()  # (B, C), once per step
+        accepted = accept_mask(entropy, settings.entropy_bound)
+        kept = torch.where(accepted, sample, canvas)
+        noise = torch.randint(0, vocab_size, shape, device=device, generator=generator)
+        new_canvas = torch.where(accepted, kept, noise)
+        if finished.any():  # rows that are done keep their canvas and logits
+            new_best = torch.where(finished[:, None], best, new_best)
+            new_canvas = torch.where(finished[:, None], canvas, new_canvas)
+            logits = torch.where(finished[:, None, None], self_conditioning, logits)
+            entropy = torch.distributions.Categorical(logits=logits).entropy()
+        if settings.stability_threshold == 0:
+            stable = torch.ones(batch_size, dtype=torch.bool, device=device)
+        else:
+            stable = (history == new_best[None]).all(dim=-1).all(dim=0)
+            history = torch.roll(history, shifts=-1, dims=0)
+            history[-1] = new_best
+        finished |= stable & (entropy.mean(dim=-1) < settings.confidence_threshold)
+        best, canvas, self_conditioning = new_best, new_canvas, logits.to(embed_dtype)
+        if on_step is not None:
+            on_step(steps)
+        if bool(finished.all()):
+            break
+    return best, steps, None, finished
+
+
+def run_canvas(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    canvas_length: int,
+    settings: SamplerSettings,
+    generator: torch.Generator | None = None,
+    should_stop: StopCheck | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> CanvasOutput:
+    """Encode ``prompt_ids`` (B, P) into a fresh cache, then denoise one canvas of ``canvas_length``."""
+    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    start = _now_ms()
+    with torch.inference_mode():
+        encode_prompt(model, prompt_ids, cache)
+    encoded = _now_ms()
+    tokens, steps, reason, finished = denoise_canvas(
+        model, cache, prompt_ids.shape[0], canvas_length, settings, generator, should_stop, on_step
+    )
+    return CanvasOutput(
+        tokens=tokens,
+        steps=steps,
+        stopped_by=reason,
+        encode_ms=encoded - start,
+        denoise_ms=_now_ms() - encoded,
+        finished=finished,
+    )
+
+
+def cut_at_eos(tokens: list[int], eos_ids: set[int], pad_id: int | None) -> tuple[list[int], bool]:
+    """The tokens before the first end-of-sequence, and whether one was found; pads are dropped."""
+    out: list[int] = []
+    for token in tokens:
+        if token in eos_ids:
+            return out, True
+        if token != pad_id:
+            out.append(token)
+    return out, False

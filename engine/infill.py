@@ -1,0 +1,79 @@
+"""Serve one ``Infill`` request: prompt layout, one canvas, and the text between the cursor and the suffix."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from engine import protocol
+from engine.denoise import StopCheck, cut_at_eos, run_canvas
+from engine.errors import BadRequestError
+from engine.model import LoadedModel
+from engine.prompt import Layout, PromptParts, build_fim_prompt, chat_user_text, trim_chars
+
+MAX_CANVAS_LENGTH = 512
+MAX_STEPS = 256
+CHARS_PER_TOKEN = 4
+
+
+def prompt_ids(loaded: LoadedModel, request: protocol.Infill) -> list[int]:
+    """The encoder input for ``request`` in the checkpoint's layout, within ``max_prompt_tokens``."""
+    parts = PromptParts(
+        prefix=request.prefix,
+        suffix=request.suffix,
+        extra=[(chunk.filename, chunk.text) for chunk in request.extra],
+    )
+    # Never tokenize more text than could fit: a few characters per token at most.
+    parts = trim_chars(parts, loaded.max_prompt_tokens * CHARS_PER_TOKEN * 2)
+    if loaded.layout is Layout.FIM:
+        assert loaded.special is not None
+        return build_fim_prompt(parts, loaded.encode, loaded.special, loaded.max_prompt_tokens).ids
+    messages = [{"role": "user", "content": chat_user_text(parts)}]
+    ids = loaded.tokenizer.apply_chat_template(  # type: ignore[attr-defined]
+        messages, add_generation_prompt=True, tokenize=True
+    )
+    ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    return ids[-loaded.max_prompt_tokens :]
+
+
+def check_request(loaded: LoadedModel, request: protocol.Infill) -> tuple[int, int]:
+    """The (canvas length, max steps) to use, or ``BadRequestError`` naming the bad value."""
+    canvas = request.canvas_length or loaded.canvas_length
+    steps = request.max_steps or loaded.sampler.max_steps
+    if not 1 <= canvas <= MAX_CANVAS_LENGTH:
+        raise BadRequestError(f"canvas_length must be between 1 and {MAX_CANVAS_LENGTH}, got {canvas}")
+    if not 1 <= steps <= MAX_STEPS:
+        raise BadRequestError(f"max_steps must be between 1 and {MAX_STEPS}, got {steps}")
+    if request.deadline_ms < 0:
+        raise BadRequestError(f"deadline_ms must be 0 (none) or positive, got {request.deadline_ms}")
+    return canvas, steps
+
+
+def run_infill(
+    loaded: LoadedModel, request: protocol.Infill, should_stop: StopCheck | None = None
+) -> tuple[str, protocol.StopReason, protocol.Timings]:
+    """Denoise the middle for ``request``; returns (text, why it stopped, timings without queue time)."""
+    canvas_length, steps = check_request(loaded, request)
+    ids = prompt_ids(loaded, request)
+    generator = None
+    if request.seed is not None:
+        generator = torch.Generator(device=loaded.device).manual_seed(request.seed)
+    settings = dataclasses.replace(loaded.sampler, max_steps=steps)
+    prompt = torch.tensor([ids], dtype=torch.long, device=loaded.device)
+    out = run_canvas(loaded.model, prompt, canvas_length, settings, generator, should_stop)
+    tokens, found_eos = cut_at_eos(out.tokens[0].tolist(), loaded.eos_ids, loaded.pad_id)
+    if out.stopped_by is not None:
+        stop = protocol.StopReason(out.stopped_by)
+    else:
+        stop = protocol.StopReason.EOS if found_eos else protocol.StopReason.LENGTH
+    text = loaded.decode(tokens) if stop not in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED) else ""
+    timings = protocol.Timings(
+        encode_ms=round(out.encode_ms, 3),
+        denoise_ms=round(out.denoise_ms, 3),
+        steps=out.steps,
+        prompt_tokens=len(ids),
+        new_tokens=len(tokens),
+        cached_tokens=0,
+    )
+    return text, stop, timings

@@ -1,0 +1,124 @@
+"""Load a DiffusionGemma checkpoint from a local folder, with its tokenizer and denoising settings."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.denoise import SamplerSettings
+from engine.errors import ModelLoadError
+from engine.prompt import Layout, SpecialIds, special_ids_from
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
+DEFAULT_MAX_PROMPT_TOKENS = 1024
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to serve, and what the engine needs to know about it."""
+
+    model: torch.nn.Module
+    tokenizer: object  # a transformers PreTrainedTokenizerBase
+    model_id: str
+    device: torch.device
+    layout: Layout
+    special: SpecialIds | None
+    eos_ids: set[int]
+    pad_id: int | None
+    canvas_length: int
+    sampler: SamplerSettings
+    max_prompt_tokens: int
+    load_ms: float
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens."""
+        return self.tokenizer.encode(text, add_special_tokens=False)  # type: ignore[attr-defined]
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of ``ids``, special tokens dropped."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]
+
+
+def pick_device(name: str | None) -> torch.device:
+    """``auto`` (or None) means CUDA when present, else CPU."""
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def pick_dtype(name: str | None, device: torch.device) -> torch.dtype:
+    """``auto`` means bfloat16 on GPU and float32 on CPU."""
+    if name in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    except KeyError:
+        raise ModelLoadError(f"unknown dtype {name!r}: use auto, float32, bfloat16 or float16") from None
+
+
+def load_model(
+    model_dir: Path | None,
+    device: str | None = None,
+    dtype: str | None = None,
+    max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+) -> LoadedModel:
+    """Load ``model_dir`` (the shipped default model when None); nothing is fetched from a hub."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+
+    folder = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(f"no DiffusionGemma checkpoint in {folder}: config.json is missing")
+    start = time.perf_counter()
+    torch_device = pick_device(device)
+    torch_dtype = pick_dtype(dtype, torch_device)
+    try:
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch_dtype, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load the checkpoint in {folder}: {exc}") from exc
+    model = model.to(torch_device).eval()
+    special = special_ids_from(tokenizer.get_vocab().get)
+    generation = model.generation_config
+    eos = generation.eos_token_id if generation.eos_token_id is not None else tokenizer.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+    defaults = SamplerSettings()
+    sampler = SamplerSettings(
+        max_steps=generation.max_denoising_steps or defaults.max_steps,
+        t_min=generation.t_min if generation.t_min is not None else defaults.t_min,
+        t_max=generation.t_max if generation.t_max is not None else defaults.t_max,
+        entropy_bound=getattr(generation.sampler_config, "entropy_bound", defaults.entropy_bound),
+        stability_threshold=(
+            generation.stability_threshold if generation.stability_threshold is not None
+            else defaults.stability_threshold
+        ),
+        confidence_threshold=generation.confidence_threshold or defaults.confidence_threshold,
+    )
+    loaded = LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        model_id=str(folder.resolve()) if model_dir is not None else "default",
+        device=torch_device,
+        layout=Layout.FIM if special is not None else Layout.CHAT,
+        special=special,
+        eos_ids=eos_ids,
+        pad_id=generation.pad_token_id if generation.pad_token_id is not None else tokenizer.pad_token_id,
+        canvas_length=model.config.canvas_length,
+        sampler=sampler,
+        max_prompt_tokens=max_prompt_tokens,
+        load_ms=(time.perf_counter() - start) * 1000.0,
+    )
+    logger.info(
+        "loaded %s on %s (%s, layout %s, canvas %d, %d steps) in %.0f ms",
+        loaded.model_id, torch_device, torch_dtype, loaded.layout.value, loaded.canvas_length,
+        sampler.max_steps, loaded.load_ms,
+    )
+    return loaded
+

@@ -1,0 +1,287 @@
+"""The wire protocol between the language server and the engine.
+
+This is the one module both processes share. It imports only the standard library, attrs and cattrs,
+so that the language server never loads torch.
+
+Transport: a Unix domain socket in a per-user runtime directory. Framing: a 4-byte big-endian length,
+then that many bytes of UTF-8 JSON. Every message is a JSON object with a ``type`` tag.
+
+Conversation::
+
+    client                                   engine
+    Hello{protocol, client, pid}      ->
+                                      <-     HelloOk{protocol, model_id, ready, ...}   (or Error + close)
+                                      <-     Ready{...}            (once, if HelloOk.ready was false)
+    Infill{id, uri, prefix, suffix}   ->
+    Cancel{id}                        ->     (idempotent)
+                                      <-     Result{id, text, stop, timings}  or  Error{id, code, message}
+
+Every Infill gets exactly one Result or Error. A newer Infill on the same connection for the same ``uri``
+supersedes the older one, which then ends with ``stop = "superseded"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import os
+import struct
+from pathlib import Path
+from typing import ClassVar
+
+import attrs
+import cattrs
+from cattrs.preconf.json import make_converter
+from cattrs.strategies import configure_tagged_union
+
+PROTOCOL_VERSION = 1
+HEADER = struct.Struct(">I")
+MAX_FRAME_BYTES = 8 * 1024 * 1024
+"""Frames larger than this are refused with ``ErrorCode.TOO_LARGE``."""
+DISCARD_LIMIT_BYTES = 64 * 1024 * 1024
+"""An oversized frame up to this size is read and thrown away so the connection stays usable."""
+
+
+class ErrorCode(enum.Enum):
+    """Why a request or a frame was refused."""
+
+    BAD_REQUEST = "bad_request"
+    TOO_LARGE = "too_large"
+    UNKNOWN_TYPE = "unknown_type"
+    VERSION_MISMATCH = "version_mismatch"
+    NOT_READY = "not_ready"
+    BUSY = "busy"
+    PERMISSION_DENIED = "permission_denied"
+    MODEL_ERROR = "model_error"
+    INTERNAL = "internal"
+
+
+class StopReason(enum.Enum):
+    """Why a canvas stopped."""
+
+    EOS = "eos"
+    """The model wrote end-of-sequence: the completion is whole."""
+    LENGTH = "length"
+    """The canvas filled without an end-of-sequence."""
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+    DEADLINE = "deadline"
+    """The deadline ran out; ``text`` is the best canvas so far."""
+
+
+@attrs.frozen(kw_only=True)
+class Chunk:
+    """A piece of another file, given to the model as extra context."""
+
+    filename: str
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class Timings:
+    """Where a request's time went, measured by the engine."""
+
+    queue_ms: float = 0.0
+    """From arrival to the start of work."""
+    encode_ms: float = 0.0
+    """Prompt prefill into the cache."""
+    denoise_ms: float = 0.0
+    """All denoising steps, sampler included."""
+    steps: int = 0
+    """Denoising steps run."""
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    """Tokens in the completion, end-of-sequence excluded."""
+    cached_tokens: int = 0
+    """Prompt tokens whose encoding was reused from an earlier request."""
+
+
+@attrs.frozen(kw_only=True)
+class Hello:
+    """First message from a client."""
+
+    TYPE: ClassVar[str] = "hello"
+    protocol: int
+    client: str = ""
+    pid: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class HelloOk:
+    """The engine accepts the client."""
+
+    TYPE: ClassVar[str] = "hello_ok"
+    protocol: int
+    model_id: str
+    ready: bool
+    """False while the model is still loading; a ``Ready`` follows."""
+    device: str = ""
+    canvas_length: int = 0
+    max_prompt_tokens: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Ready:
+    """The model finished loading (sent to clients that connected before)."""
+
+    TYPE: ClassVar[str] = "ready"
+    model_id: str
+    device: str = ""
+    load_ms: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class Infill:
+    """Fill the middle between ``prefix`` and ``suffix``."""
+
+    TYPE: ClassVar[str] = "infill"
+    id: str
+    uri: str
+    prefix: str
+    suffix: str = ""
+    language_id: str = ""
+    extra: list[Chunk] = attrs.field(factory=list)
+    doc_version: int = 0
+    canvas_length: int = 0
+    """0: the model's default."""
+    max_steps: int = 0
+    """0: the model's default."""
+    deadline_ms: int = 0
+    """0: no deadline. Otherwise the engine stops denoising this long after arrival."""
+    seed: int | None = None
+    """Fixes the sampler's random stream, for reproducible results."""
+
+
+@attrs.frozen(kw_only=True)
+class Cancel:
+    """Stop request ``id`` at the next denoising step. Unknown or finished ids are ignored."""
+
+    TYPE: ClassVar[str] = "cancel"
+    id: str
+
+
+@attrs.frozen(kw_only=True)
+class Result:
+    """The completion for request ``id``."""
+
+    TYPE: ClassVar[str] = "result"
+    id: str
+    text: str
+    stop: StopReason
+    timings: Timings = attrs.field(factory=Timings)
+
+
+@attrs.frozen(kw_only=True)
+class Error:
+    """A refused request (``id`` set) or a refused frame (``id`` None)."""
+
+    TYPE: ClassVar[str] = "error"
+    code: ErrorCode
+    message: str
+    id: str | None = None
+
+
+Message = Hello | HelloOk | Ready | Infill | Cancel | Result | Error
+MESSAGE_TYPES: dict[str, type] = {cls.TYPE: cls for cls in (Hello, HelloOk, Ready, Infill, Cancel, Result, Error)}
+
+converter = make_converter(forbid_extra_keys=False)
+
+
+def _strict(kind: type, *more: type):  # noqa: ANN202 - a cattrs hook factory
+    """A structure hook that refuses values of the wrong JSON type instead of coercing them."""
+    allowed = (kind, *more)
+
+    def hook(value: object, _: type) -> object:
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, allowed):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+        return value
+
+    return hook
+
+
+converter.register_structure_hook(str, _strict(str))
+converter.register_structure_hook(int, _strict(int))
+converter.register_structure_hook(float, lambda v, _: float(_strict(float, int)(v, float)))
+converter.register_structure_hook(bool, _strict(bool))
+configure_tagged_union(Message, converter, tag_name="type", tag_generator=lambda cls: cls.TYPE)
+
+
+class ProtocolError(Exception):
+    """A frame that cannot be understood. ``code`` says how to answer it."""
+
+    def __init__(
+        self, code: ErrorCode, message: str, request_id: str | None = None, *, fatal: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.request_id = request_id
+        self.fatal = fatal
+        """True when the stream lost its frame alignment: answer, then close the connection."""
+
+    def to_error(self) -> Error:
+        """The wire answer to this fault."""
+        return Error(code=self.code, message=str(self), id=self.request_id)
+
+
+def encode(message: Message) -> bytes:
+    """One frame: length header plus the JSON body."""
+    body = json.dumps(converter.unstructure(message, Message), ensure_ascii=False).encode("utf-8")
+    if len(body) > MAX_FRAME_BYTES:
+        raise ProtocolError(ErrorCode.TOO_LARGE, f"message of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
+    return HEADER.pack(len(body)) + body
+
+
+def decode(body: bytes) -> Message:
+    """Parse one frame body into a message, or raise ``ProtocolError`` saying what is wrong."""
+    try:
+        raw = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"frame is not valid UTF-8: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"frame is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"frame must be a JSON object, got {type(raw).__name__}")
+    request_id = raw.get("id") if isinstance(raw.get("id"), str) else None
+    tag = raw.get("type")
+    if tag not in MESSAGE_TYPES:
+        known = ", ".join(sorted(MESSAGE_TYPES))
+        raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {tag!r} (known: {known})", request_id)
+    try:
+        return converter.structure(raw, MESSAGE_TYPES[tag])
+    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else exc
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"invalid {tag!r} message: {detail}", request_id) from None
+
+
+async def read_message(reader: asyncio.StreamReader) -> Message:
+    """Read one frame. Raises ``asyncio.IncompleteReadError`` at end of stream, ``ProtocolError`` on bad frames.
+
+    A too-large frame is skipped (up to ``DISCARD_LIMIT_BYTES``) before ``ProtocolError`` is raised, so that
+    the stream stays aligned on frame boundaries; beyond that limit the error is ``fatal``.
+    """
+    (length,) = HEADER.unpack(await reader.readexactly(HEADER.size))
+    if length > MAX_FRAME_BYTES:
+        if length <= DISCARD_LIMIT_BYTES:
+            remaining = length
+            while remaining:
+                remaining -= len(await reader.readexactly(min(remaining, 1 << 20)))
+        raise ProtocolError(
+            ErrorCode.TOO_LARGE,
+            f"frame of {length} bytes exceeds the limit of {MAX_FRAME_BYTES} bytes",
+            fatal=length > DISCARD_LIMIT_BYTES,
+        )
+    return decode(await reader.readexactly(length))
+
+
+def runtime_dir() -> Path:
+    """The per-user directory that holds the engine's socket (created 0700 by the engine)."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base and Path(base).is_dir():
+        return Path(base) / "diffgemma"
+    return Path("/tmp") / f"diffgemma-{os.getuid()}"
+
+
+def default_socket_path() -> Path:
+    """Where the engine listens unless told otherwise: one engine per user."""
+    return runtime_dir() / "engine.sock"

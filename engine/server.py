@@ -1,0 +1,279 @@
+"""The engine's socket side: a Unix socket server on asyncio, one session per connected client.
+
+Security: the socket's directory is created 0700, the socket is 0600, and a peer whose uid differs from
+the engine's is refused (``SO_PEERCRED``). Nothing from a request is executed or written to disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import itertools
+import logging
+import os
+import signal
+import socket
+import stat
+import struct
+import time
+from pathlib import Path
+
+from engine import protocol
+from engine.errors import EngineError
+from engine.jobs import Job, JobQueue
+from engine.model import LoadedModel
+
+logger = logging.getLogger(__name__)
+
+
+class AlreadyRunningError(RuntimeError):
+    """Another engine is listening on the socket."""
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid
+
+
+def prepare_socket_dir(path: Path) -> None:
+    """Create the socket's directory 0700; make the default runtime directory private if it is not."""
+    directory = path.parent
+    if not directory.exists():
+        directory.mkdir(mode=0o700, parents=True)
+        os.chmod(directory, 0o700)
+        return
+    info = directory.stat()
+    if info.st_uid != os.getuid():
+        raise PermissionError(f"socket directory {directory} belongs to uid {info.st_uid}, not to this user")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        if directory == protocol.runtime_dir():
+            os.chmod(directory, 0o700)
+        else:
+            logger.warning("socket directory %s is not private (mode %o)", directory, stat.S_IMODE(info.st_mode))
+
+
+def is_listening(path: Path) -> bool:
+    """Whether something accepts connections on the Unix socket ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+class EngineServer:
+    """Accepts clients, hands their infill jobs to the model thread, and writes back the replies."""
+
+    def __init__(self, queue: JobQueue, idle_exit_s: float = 0.0) -> None:
+        self.queue = queue
+        self.idle_exit_s = idle_exit_s
+        self.loaded: LoadedModel | None = None
+        self.load_error: str | None = None
+        self._connection_ids = itertools.count(1)
+        self._writers: dict[int, tuple[asyncio.StreamWriter, asyncio.Lock]] = {}
+        self._waiting_ready: set[int] = set()
+        self._server: asyncio.Server | None = None
+        self._lock_file: int | None = None
+        self._stopped = asyncio.Event()
+        self._last_activity = time.monotonic()
+        self.socket_path: Path | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    async def start(self, path: Path) -> None:
+        """Bind the socket (0600 in a 0700 directory); ``AlreadyRunningError`` if an engine holds it."""
+        prepare_socket_dir(path)
+        lock_path = path.with_name(path.name + ".lock")
+        self._lock_file = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_file)
+            self._lock_file = None
+            raise AlreadyRunningError(f"another engine is starting or running on {path}") from None
+        if path.exists() or path.is_symlink():
+            if is_listening(path):
+                raise AlreadyRunningError(f"another engine is listening on {path}")
+            path.unlink()
+        old_umask = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(self._handle, path=str(path))
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, 0o600)
+        self.socket_path = path
+        logger.info("listening on %s", path)
+
+    async def serve_until_stopped(self) -> None:
+        """Serve until ``stop`` (a signal, a model load failure, or the idle timeout)."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, self.stop)
+        watchdog = asyncio.create_task(self._idle_watchdog()) if self.idle_exit_s > 0 else None
+        await self._stopped.wait()
+        if watchdog is not None:
+            watchdog.cancel()
+        await self.close()
+
+    def stop(self) -> None:
+        """Ask ``serve_until_stopped`` to return."""
+        self._stopped.set()
+
+    async def close(self) -> None:
+        """Stop listening, close every connection and remove the socket."""
+        if self._server is not None:
+            self._server.close()
+        for writer, _ in list(self._writers.values()):
+            writer.close()
+        if self.socket_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
+        if self._lock_file is not None:
+            os.close(self._lock_file)
+            self._lock_file = None
+
+    async def _idle_watchdog(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.idle_exit_s))
+            if not self._writers and time.monotonic() - self._last_activity > self.idle_exit_s:
+                logger.info("no client for %.0f s: exiting", self.idle_exit_s)
+                self.stop()
+                return
+
+    # -- model thread callbacks (called on the loop via call_soon_threadsafe) ----------------------------------
+
+    def model_loaded(self, loaded: LoadedModel) -> None:
+        """Tell the clients that connected during loading."""
+        self.loaded = loaded
+        ready = protocol.Ready(model_id=loaded.model_id, device=str(loaded.device), load_ms=round(loaded.load_ms, 1))
+        for connection in list(self._waiting_ready):
+            asyncio.ensure_future(self._send(connection, ready))
+        self._waiting_ready.clear()
+
+    def model_failed(self, error: BaseException) -> None:
+        """Report the load failure to every client, then stop."""
+        self.load_error = f"model failed to load: {error}"
+        message = protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=self.load_error)
+        sends = [self._send(connection, message) for connection in list(self._writers)]
+
+        async def report_then_stop() -> None:
+            await asyncio.gather(*sends, return_exceptions=True)
+            self.stop()
+
+        asyncio.ensure_future(report_then_stop())
+
+    # -- connections -------------------------------------------------------------------------------------
+
+    async def _send(self, connection: int, message: protocol.Message) -> None:
+        entry = self._writers.get(connection)
+        if entry is None:
+            return
+        writer, lock = entry
+        async with lock:
+            with contextlib.suppress(ConnectionError):
+                writer.write(protocol.encode(message))
+                await writer.drain()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = next(self._connection_ids)
+        self._last_activity = time.monotonic()
+        sock = writer.get_extra_info("socket")
+        uid = peer_uid(sock)
+        self._writers[connection] = (writer, asyncio.Lock())
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            if uid != os.getuid():
+                logger.warning("refused a connection from uid %d", uid)
+                await self._send(connection, protocol.Error(
+                    code=protocol.ErrorCode.PERMISSION_DENIED,
+                    message=f"this engine serves uid {os.getuid()} only",
+                ))
+                return
+            if not await self._handshake(connection, reader):
+                return
+            while True:
+                try:
+                    message = await protocol.read_message(reader)
+                except protocol.ProtocolError as exc:
+                    logger.warning("connection %d: %s", connection, exc)
+                    await self._send(connection, exc.to_error())
+                    if exc.fatal:
+                        return
+                    continue
+                self._dispatch(connection, message, tasks)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.queue.cancel_connection(connection)
+            self._waiting_ready.discard(connection)
+            self._writers.pop(connection, None)
+            self._last_activity = time.monotonic()
+            writer.close()
+
+    async def _handshake(self, connection: int, reader: asyncio.StreamReader) -> bool:
+        try:
+            hello = await protocol.read_message(reader)
+        except protocol.ProtocolError as exc:
+            await self._send(connection, exc.to_error())
+            return False
+        if not isinstance(hello, protocol.Hello):
+            await self._send(connection, protocol.Error(
+                code=protocol.ErrorCode.BAD_REQUEST, message=f"expected 'hello' first, got {hello.TYPE!r}"))
+            return False
+        if hello.protocol != protocol.PROTOCOL_VERSION:
+            await self._send(connection, protocol.Error(
+                code=protocol.ErrorCode.VERSION_MISMATCH,
+                message=f"engine speaks protocol {protocol.PROTOCOL_VERSION}, client {hello.protocol}",
+            ))
+            return False
+        if self.load_error is not None:
+            await self._send(connection, protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=self.load_error))
+            return False
+        loaded = self.loaded
+        await self._send(connection, protocol.HelloOk(
+            protocol=protocol.PROTOCOL_VERSION,
+            model_id=loaded.model_id if loaded else "",
+            ready=loaded is not None,
+            device=str(loaded.device) if loaded else "",
+            canvas_length=loaded.canvas_length if loaded else 0,
+            max_prompt_tokens=loaded.max_prompt_tokens if loaded else 0,
+        ))
+        if loaded is None:
+            self._waiting_ready.add(connection)
+        logger.info("client %d connected: %s pid %d", connection, hello.client, hello.pid)
+        return True
+
+    def _dispatch(self, connection: int, message: protocol.Message, tasks: set[asyncio.Task[None]]) -> None:
+        self._last_activity = time.monotonic()
+        if isinstance(message, protocol.Cancel):
+            self.queue.cancel_request(connection, message.id)
+        elif isinstance(message, protocol.Infill):
+            task = asyncio.ensure_future(self._infill(connection, message))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        else:
+            asyncio.ensure_future(self._send(connection, protocol.Error(
+                code=protocol.ErrorCode.BAD_REQUEST,
+                message=f"a client may not send {message.TYPE!r}",
+                id=getattr(message, "id", None),
+            )))
+
+    async def _infill(self, connection: int, request: protocol.Infill) -> None:
+        loop = asyncio.get_running_loop()
+        if self.loaded is None:
+            reply: protocol.Result | protocol.Error = protocol.Error(
+                code=protocol.ErrorCode.NOT_READY, message="the model is still loading", id=request.id)
+        else:
+            job = Job(request=request, key=(connection, request.uri), loop=loop, future=loop.create_future())
+            try:
+                self.queue.submit(job)
+            except EngineError as exc:
+                job.resolve(exc.to_wire(request.id))
+            reply = await job.future
+        await self._send(connection, reply)

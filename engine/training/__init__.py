@@ -1,0 +1,1 @@
+"""Building the shipped default model: corpus, tokenizer, tiny configs and the training loop."""

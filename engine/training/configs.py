@@ -1,0 +1,85 @@
+"""Small DiffusionGemma configurations built with the real transformers classes.
+
+Used for the shipped default model and for test fixtures. Every size keeps the release's structure
+(sliding and full attention layers, the dense MLP beside a mixture of experts, tied encoder and decoder)
+at a scale a laptop CPU runs in milliseconds per denoising step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import (
+    DiffusionGemmaConfig,
+    DiffusionGemmaForBlockDiffusion,
+    DiffusionGemmaTextConfig,
+    Gemma4VisionConfig,
+)
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
+
+from engine import vocab
+
+SIZES: dict[str, dict[str, int]] = {
+    # name: hidden, layers, heads, kv heads, head dim, dense MLP, experts, top-k, expert MLP
+    "test": dict(hidden=64, layers=2, heads=2, kv_heads=1, head_dim=32, mlp=128, experts=2, top_k=1, moe=64),
+    "mini": dict(hidden=128, layers=4, heads=2, kv_heads=1, head_dim=64, mlp=256, experts=4, top_k=2, moe=128),
+    "tiny": dict(hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, mlp=512, experts=4, top_k=2, moe=256),
+}
+
+
+def build_config(size: str, vocab_size: int, canvas_length: int = 32, sliding_window: int = 512) -> DiffusionGemmaConfig:
+    """A DiffusionGemma config of one of ``SIZES``; the last layer is full attention, the rest sliding."""
+    s = SIZES[size]
+    text = DiffusionGemmaTextConfig(
+        vocab_size=vocab_size,
+        hidden_size=s["hidden"],
+        intermediate_size=s["mlp"],
+        num_hidden_layers=s["layers"],
+        layer_types=["sliding_attention"] * (s["layers"] - 1) + ["full_attention"],
+        num_attention_heads=s["heads"],
+        num_key_value_heads=s["kv_heads"],
+        head_dim=s["head_dim"],
+        global_head_dim=s["head_dim"],
+        num_global_key_value_heads=1,
+        sliding_window=sliding_window,
+        num_experts=s["experts"],
+        top_k_experts=s["top_k"],
+        moe_intermediate_size=s["moe"],
+        use_bidirectional_attention="vision",
+        max_position_embeddings=4096,
+        pad_token_id=vocab.SPECIAL_IDS[vocab.PAD],
+        eos_token_id=vocab.SPECIAL_IDS[vocab.EOS],
+        bos_token_id=vocab.SPECIAL_IDS[vocab.BOS],
+    )
+    # DiffusionGemma always builds a vision tower; vision_config=None would mean a 168M-parameter one.
+    vision = Gemma4VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                num_key_value_heads=2, head_dim=16, position_embedding_size=64)
+    return DiffusionGemmaConfig(
+        text_config=text,
+        vision_config=vision,
+        canvas_length=canvas_length,
+        image_token_id=vocab.SPECIAL_IDS[vocab.IMAGE],
+        boi_token_id=vocab.SPECIAL_IDS[vocab.BOI],
+        eoi_token_id=vocab.SPECIAL_IDS[vocab.EOI],
+    )
+
+
+def set_generation_defaults(model: DiffusionGemmaForBlockDiffusion, steps: int = 16) -> None:
+    """A model built from a config has an empty generation config; give it the release's settings."""
+    g = model.generation_config
+    g.eos_token_id = [vocab.SPECIAL_IDS[vocab.EOS]]
+    g.pad_token_id = vocab.SPECIAL_IDS[vocab.PAD]
+    g.max_new_tokens = model.config.canvas_length
+    g.max_denoising_steps = steps
+    g.t_min, g.t_max = 0.4, 0.8
+    g.stability_threshold, g.confidence_threshold = 1, 0.005
+    g.sampler_config = EntropyBoundSamplerConfig(entropy_bound=0.1)
+
+
+def save_checkpoint(model: DiffusionGemmaForBlockDiffusion, tokenizer_dir: Path, out_dir: Path) -> None:
+    """Write config, weights, generation config and the tokenizer into one folder ``from_pretrained`` loads."""
+    from transformers import AutoTokenizer
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(out_dir)

@@ -1,0 +1,99 @@
+"""The model thread: the only thread that touches torch. Loads the model, then serves jobs one by one."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import torch
+
+from engine import protocol
+from engine.errors import EngineError
+from engine.infill import run_infill
+from engine.jobs import Job, JobQueue
+from engine.model import LoadedModel, load_model
+
+logger = logging.getLogger(__name__)
+
+
+class ModelWorker(threading.Thread):
+    """Owns the model. ``on_loaded`` / ``on_failed`` are called from this thread once loading ends."""
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        model_dir: Path | None,
+        device: str | None,
+        dtype: str | None,
+        on_loaded: Callable[[LoadedModel], None],
+        on_failed: Callable[[BaseException], None],
+        threads: int | None = None,
+    ) -> None:
+        super().__init__(name="diffgemma-model", daemon=True)
+        self.queue = queue
+        self.model_dir = model_dir
+        self.device = device
+        self.dtype = dtype
+        self.on_loaded = on_loaded
+        self.on_failed = on_failed
+        self.threads = threads
+        self.loaded: LoadedModel | None = None
+
+    def run(self) -> None:
+        """Load, warm up, then serve until the queue is closed."""
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            self.loaded = load_model(self.model_dir, self.device, self.dtype)
+            self._warm_up(self.loaded)
+        except BaseException as exc:  # noqa: BLE001 - reported to every client, then the engine exits
+            logger.exception("model load failed")
+            self.on_failed(exc)
+            return
+        self.on_loaded(self.loaded)
+        while (job := self.queue.take()) is not None:
+            self._serve(self.loaded, job)
+
+    def _warm_up(self, loaded: LoadedModel) -> None:
+        """One short canvas so the first user request does not pay for lazy initialisation."""
+        request = protocol.Infill(id="warm-up", uri="", prefix="def f():\n", max_steps=2)
+        run_infill(loaded, request)
+
+    def _serve(self, loaded: LoadedModel, job: Job) -> None:
+        job.started = time.monotonic()
+        request = job.request
+        if job.cancel_reason is not None:
+            job.resolve_threadsafe(self._result(job, "", job.cancel_reason, protocol.Timings()))
+            return
+        try:
+            text, stop, timings = run_infill(loaded, request, job.should_stop)
+        except EngineError as exc:
+            logger.warning("request %s refused: %s", request.id, exc)
+            job.resolve_threadsafe(exc.to_wire(request.id))
+            return
+        except torch.OutOfMemoryError as exc:
+            logger.error("request %s: out of memory: %s", request.id, exc)
+            job.resolve_threadsafe(
+                protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=f"out of memory: {exc}", id=request.id)
+            )
+            return
+        except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the engine
+            logger.exception("request %s failed", request.id)
+            job.resolve_threadsafe(
+                protocol.Error(code=protocol.ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}", id=request.id)
+            )
+            return
+        logger.info(
+            "request %s: %s, %d steps, %d tokens, encode %.1f ms, denoise %.1f ms",
+            request.id, stop.value, timings.steps, timings.new_tokens, timings.encode_ms, timings.denoise_ms,
+        )
+        job.resolve_threadsafe(self._result(job, text, stop, timings))
+
+    @staticmethod
+    def _result(job: Job, text: str, stop: protocol.StopReason, timings: protocol.Timings) -> protocol.Result:
+        timings = attrs.evolve(timings, queue_ms=round(job.queue_ms(), 3))
+        return protocol.Result(id=job.request.id, text=text, stop=stop, timings=timings)

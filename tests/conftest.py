@@ -1,0 +1,72 @@
+"""Shared fixtures: small real DiffusionGemma checkpoints and real engine processes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_CACHE = ROOT / ".cache" / "test-models"
+
+
+def _cached_checkpoint(name: str, build) -> Path:  # noqa: ANN001
+    """Build a checkpoint once per version of the code that builds it (kept under .cache/)."""
+    import transformers
+
+    from engine.model import DEFAULT_MODEL_DIR
+
+    digest = hashlib.sha1()
+    for path in (ROOT / "tests/support/models.py", ROOT / "engine/training/configs.py",
+                 DEFAULT_MODEL_DIR / "tokenizer.json"):
+        digest.update(path.read_bytes())
+    digest.update(transformers.__version__.encode())
+    target = MODEL_CACHE / f"{name}-{digest.hexdigest()[:12]}"
+    if not (target / "model.safetensors").is_file():
+        scratch = Path(tempfile.mkdtemp(dir=MODEL_CACHE.parent if MODEL_CACHE.parent.exists() else None))
+        build(scratch / name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(target, ignore_errors=True)
+        (scratch / name).rename(target)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+@pytest.fixture(scope="session")
+def random_model_dir() -> Path:
+    """A random-weight DiffusionGemma (its canvases never settle, so every step runs)."""
+    from tests.support.models import build_random
+
+    return _cached_checkpoint("random", build_random)
+
+
+@pytest.fixture(scope="session")
+def memorized_model_dir() -> Path:
+    """A DiffusionGemma trained to answer ``MEMORIZED_MIDDLE`` to ``MEMORIZED_PREFIX``."""
+    from tests.support.models import build_memorized
+
+    return _cached_checkpoint("memorized", build_memorized)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A private temp dir with a short path (Unix socket paths are limited to ~107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="dg-", dir="/tmp"))
+    os.chmod(path, 0o700)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def isolated_env(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """XDG directories inside the test's temp dir, so nothing touches the user's own."""
+    for name in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):
+        path = short_tmp / name.lower()
+        path.mkdir(mode=0o700)
+        monkeypatch.setenv(name, str(path))
+    return short_tmp

@@ -1,0 +1,92 @@
+"""Start a real ``diffgemma-engine serve`` process and talk to it over its socket."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from engine import protocol
+
+ENGINE_START_TIMEOUT_S = 120
+
+
+class EngineProcess:
+    """A running engine on ``socket_path``; stop it with ``stop``."""
+
+    def __init__(self, model_dir: Path, socket_path: Path, log_path: Path, extra: list[str] | None = None) -> None:
+        self.socket_path = socket_path
+        self.log_path = log_path
+        command = [sys.executable, "-m", "engine", "--log-level", "debug", "--log-file", str(log_path), "serve",
+                   "--model", str(model_dir), "--socket", str(socket_path), *(extra or [])]
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
+        while not socket_path.exists():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"engine exited with {self.process.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"engine did not open its socket:\n{self.log()}")
+            time.sleep(0.05)
+
+    def log(self) -> str:
+        """The engine's log so far."""
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+class RawClient:
+    """A bare protocol client for tests: frames in, frames out."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def connect(cls, socket_path: Path, hello: bool = True, wait_ready: bool = True) -> RawClient:
+        """Open a connection, shake hands and (by default) wait until the model is loaded."""
+        reader, writer = await asyncio.open_unix_connection(str(socket_path), limit=protocol.MAX_FRAME_BYTES)
+        client = cls(reader, writer)
+        if hello:
+            await client.send(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="test", pid=os.getpid()))
+            reply = await client.receive()
+            assert isinstance(reply, protocol.HelloOk), reply
+            if wait_ready and not reply.ready:
+                ready = await client.receive(timeout=ENGINE_START_TIMEOUT_S)
+                assert isinstance(ready, protocol.Ready), ready
+        return client
+
+    async def send(self, message: protocol.Message) -> None:
+        """Write one message."""
+        self.writer.write(protocol.encode(message))
+        await self.writer.drain()
+
+    async def send_raw(self, data: bytes) -> None:
+        """Write bytes as they are (for malformed frames)."""
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def receive(self, timeout: float = 60) -> protocol.Message:
+        """Read one message."""
+        return await asyncio.wait_for(protocol.read_message(self.reader), timeout)
+
+    async def close(self) -> None:
+        """Close the connection."""
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except ConnectionError:
+            pass
