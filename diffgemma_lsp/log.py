@@ -26,7 +26,7 @@ class WindowLogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         """Send one record, if the client is listening."""
-        if record.name.startswith("pygls") or self.server.protocol.transport is None:
+        if record.name.startswith("pygls") or self.server.protocol.writer is None:
             return
         try:
             self.server.window_log_message(types.LogMessageParams(

@@ -112,7 +112,9 @@ class DiffgemmaServer(LanguageServer):
     # -- completion core ---------------------------------------------------------------------------------
 
     def context_at(self, uri: str, position: types.Position) -> InfillContext:
-        """The infill context, or an InvalidParams error that says what is wrong with the position."""
+        """The infill context, or an InvalidParams error that says what is wrong with the request."""
+        if uri not in self.workspace.text_documents:
+            raise JsonRpcInvalidParams(f"{uri} is not open: send textDocument/didOpen first")
         document = self.workspace.get_text_document(uri)
         try:
             return build_context(document, position, self.settings.context_tokens)

@@ -1,0 +1,147 @@
+"""The real language server, which starts the real engine, on a small real DiffusionGemma checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import LanguageClient
+
+from tests.support.lsp import complete, complete_when_ready, open_document, server_command, start_client
+from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+
+pytestmark = pytest.mark.e2e
+URI = "file:///work/example.py"
+SOURCE = MEMORIZED_PREFIX + MEMORIZED_SUFFIX
+CURSOR = (1, 0)  # the start of the line after "def add(a, b):"
+
+
+@pytest.fixture
+async def lsp(isolated_env: Path, memorized_model_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
+    socket_path = isolated_env / "run" / "engine.sock"
+    client = await start_client(server_command(socket_path, memorized_model_dir),
+                                init_options={"diffgemma": {"debounceMs": 0}})
+    yield client, socket_path
+    await client.shutdown_session()
+    _kill_engine(socket_path, signal.SIGTERM)
+
+
+def _engine_pid(socket_path: Path) -> int | None:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in cmdline and str(socket_path).encode() in cmdline:
+            return int(pid)
+    return None
+
+
+def _kill_engine(socket_path: Path, signum: int) -> int | None:
+    pid = _engine_pid(socket_path)
+    if pid is not None:
+        os.kill(pid, signum)
+    return pid
+
+
+async def test_completion_is_the_engines_multi_line_middle(lsp: tuple[LanguageClient, Path]) -> None:
+    client, socket_path = lsp
+    open_document(client, URI, SOURCE)
+    result = await complete_when_ready(client, URI, *CURSOR)
+    assert len(result.items) == 1
+    item = result.items[0]
+    assert isinstance(item.text_edit, types.TextEdit)
+    assert item.text_edit.new_text == MEMORIZED_MIDDLE  # VS Code's capabilities: no snippet escaping needed here
+    assert "\n" in item.text_edit.new_text
+    assert item.text_edit.range.start == types.Position(line=1, character=0)
+    assert _engine_pid(socket_path) is not None  # the server started the engine itself
+
+
+async def test_inline_completion_gives_ghost_text(lsp: tuple[LanguageClient, Path]) -> None:
+    client, _ = lsp
+    open_document(client, URI, SOURCE)
+    await complete_when_ready(client, URI, *CURSOR)
+    result = await client.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI),
+        position=types.Position(line=CURSOR[0], character=CURSOR[1]),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+    ))
+    assert isinstance(result, types.InlineCompletionList)
+    assert [item.insert_text for item in result.items] == [MEMORIZED_MIDDLE]
+    assert result.items[0].range.start == result.items[0].range.end == types.Position(line=1, character=0)
+
+
+async def test_position_past_the_end_is_a_clear_error_and_the_server_keeps_serving(
+    lsp: tuple[LanguageClient, Path],
+) -> None:
+    client, _ = lsp
+    open_document(client, URI, SOURCE)
+    await complete_when_ready(client, URI, *CURSOR)
+    with pytest.raises(JsonRpcException, match="past the end"):
+        await complete(client, URI, 40, 0)
+    assert (await complete(client, URI, *CURSOR)).items[0].text_edit.new_text == MEMORIZED_MIDDLE
+
+
+async def test_huge_document_and_unknown_uri(lsp: tuple[LanguageClient, Path]) -> None:
+    client, _ = lsp
+    open_document(client, URI, SOURCE)
+    await complete_when_ready(client, URI, *CURSOR)
+    huge_uri = "file:///work/huge.py"
+    huge = "x = 1\n" * 900_000  # about 5 MB
+    open_document(client, huge_uri, huge + SOURCE)
+    # The context is cut to the budget: the model answers for the window around the cursor.
+    assert isinstance(await complete(client, huge_uri, huge.count("\n") + 1, 0), types.CompletionList)
+    assert isinstance(await complete(client, huge_uri, 450_000, 3), types.CompletionList)
+    with pytest.raises(JsonRpcException, match="not open"):
+        await complete(client, "file:///nowhere/never-opened.py", 0, 0)
+    assert (await complete(client, URI, *CURSOR)).items[0].text_edit.new_text == MEMORIZED_MIDDLE
+
+
+async def test_stale_result_is_dropped(lsp: tuple[LanguageClient, Path]) -> None:
+    """An edit that lands while the model works makes the result stale: nothing is shown."""
+    client, _ = lsp
+    open_document(client, URI, SOURCE)
+    await complete_when_ready(client, URI, *CURSOR)
+    pending = asyncio.ensure_future(complete(client, URI, *CURSOR))
+    await asyncio.sleep(0)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text="# changed\n" + SOURCE)],
+    ))
+    assert len((await pending).items) == 0
+
+
+async def test_engine_killed_then_the_next_completion_works(lsp: tuple[LanguageClient, Path]) -> None:
+    client, socket_path = lsp
+    open_document(client, URI, SOURCE)
+    await complete_when_ready(client, URI, *CURSOR)
+    old_pid = _kill_engine(socket_path, signal.SIGKILL)
+    assert old_pid is not None
+    # Meanwhile: empty answers, never an error.
+    assert isinstance(await complete(client, URI, *CURSOR), types.CompletionList)
+    result = await complete_when_ready(client, URI, *CURSOR)
+    assert result.items[0].text_edit.new_text == MEMORIZED_MIDDLE
+    assert _engine_pid(socket_path) not in (None, old_pid)
+
+
+async def test_invalid_settings_are_reported_once_and_defaults_used(
+    isolated_env: Path, memorized_model_dir: Path,
+) -> None:
+    socket_path = isolated_env / "run" / "engine.sock"
+    client = await start_client(server_command(socket_path, memorized_model_dir),
+                                init_options={"canvasLength": "long", "debounceMs": 0, "colour": "blue"})
+    try:
+        open_document(client, URI, SOURCE)
+        result = await complete_when_ready(client, URI, *CURSOR)
+        assert result.items[0].text_edit.new_text == MEMORIZED_MIDDLE
+        warnings = [m.message for m in client.messages if "canvasLength" in m.message]
+        assert len(warnings) == 1 and "colour" in warnings[0]
+    finally:
+        await client.shutdown_session()
+        _kill_engine(socket_path, signal.SIGTERM)

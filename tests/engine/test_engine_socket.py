@@ -1,0 +1,229 @@
+"""A real ``diffgemma-engine serve`` process on a real socket: replies, cancel, supersede, bad input, security."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from engine import protocol
+from tests.support.engine import EngineProcess, RawClient
+from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+
+
+@pytest.fixture
+def memorized_engine(memorized_model_dir: Path, short_tmp: Path) -> Iterator[EngineProcess]:
+    engine = EngineProcess(memorized_model_dir, short_tmp / "run" / "engine.sock", short_tmp / "engine.log")
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture
+def random_engine(random_model_dir: Path, short_tmp: Path) -> Iterator[EngineProcess]:
+    engine = EngineProcess(random_model_dir, short_tmp / "run" / "engine.sock", short_tmp / "engine.log")
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture
+async def client(memorized_engine: EngineProcess) -> AsyncIterator[RawClient]:
+    connection = await RawClient.connect(memorized_engine.socket_path)
+    yield connection
+    await connection.close()
+
+
+def _infill(request_id: str, uri: str = "file:///a.py", **overrides: object) -> protocol.Infill:
+    fields: dict[str, object] = dict(id=request_id, uri=uri, prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, seed=0)
+    fields.update(overrides)
+    return protocol.Infill(**fields)  # type: ignore[arg-type]
+
+
+async def test_infill_returns_the_multi_line_middle_with_timings(client: RawClient) -> None:
+    await client.send(_infill("1"))
+    result = await client.receive()
+    assert isinstance(result, protocol.Result)
+    assert result.id == "1"
+    assert result.text == MEMORIZED_MIDDLE
+    assert "\n" in result.text
+    assert result.stop is protocol.StopReason.EOS
+    assert 1 <= result.timings.steps < 16
+    assert result.timings.new_tokens > 0
+    assert result.timings.prompt_tokens > 0
+    assert result.timings.denoise_ms > 0
+
+
+async def test_socket_is_private(memorized_engine: EngineProcess, client: RawClient) -> None:
+    socket_mode = stat.S_IMODE(memorized_engine.socket_path.stat().st_mode)
+    dir_mode = stat.S_IMODE(memorized_engine.socket_path.parent.stat().st_mode)
+    assert socket_mode == 0o600
+    assert dir_mode == 0o700
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
+def test_peer_with_another_uid_is_refused(memorized_engine: EngineProcess) -> None:
+    """A child that drops to uid 65534 reaches the socket (permissions opened for the test) and is refused."""
+    path = memorized_engine.socket_path
+    opened = [path.parent.parent, path.parent]
+    for directory in opened:
+        os.chmod(directory, 0o711)
+    os.chmod(path, 0o666)
+    script = f"""
+import os, socket, struct, json
+os.setgid(65534); os.setuid(65534)
+s = socket.socket(socket.AF_UNIX); s.connect({str(path)!r})
+body = json.dumps({{"type": "hello", "protocol": {protocol.PROTOCOL_VERSION}}}).encode()
+s.sendall(struct.pack(">I", len(body)) + body)
+n = struct.unpack(">I", s.recv(4))[0]; data = b""
+while len(data) < n: data += s.recv(n - len(data))
+print(data.decode())
+try:
+    rest = s.recv(1)
+except ConnectionResetError:
+    rest = b""
+print("closed" if rest == b"" else "open")
+"""
+    try:
+        out = subprocess.run(["/usr/bin/env", "python3", "-I", "-c", script], capture_output=True, text=True,
+                             timeout=30, cwd="/")
+    finally:
+        for directory in opened:
+            os.chmod(directory, 0o700)
+        os.chmod(path, 0o600)
+    assert out.returncode == 0, out.stderr
+    reply, state = out.stdout.strip().splitlines()
+    assert json.loads(reply)["code"] == "permission_denied"
+    assert state == "closed"
+
+
+async def test_cancel_mid_denoise_stops_within_a_step(random_engine: EngineProcess) -> None:
+    client = await RawClient.connect(random_engine.socket_path)
+    await client.send(_infill("slow", max_steps=200))
+    await asyncio.sleep(0.5)  # let a few steps run
+    await client.send(protocol.Cancel(id="slow"))
+    result = await client.receive()
+    assert isinstance(result, protocol.Result)
+    assert result.stop is protocol.StopReason.CANCELLED
+    assert 0 < result.timings.steps < 200
+    await client.close()
+
+
+async def test_newer_request_for_the_same_document_supersedes(random_engine: EngineProcess) -> None:
+    client = await RawClient.connect(random_engine.socket_path)
+    await client.send(_infill("old", max_steps=200))
+    await asyncio.sleep(0.3)
+    await client.send(_infill("new", max_steps=2))
+    await client.send(_infill("other-doc", uri="file:///b.py", max_steps=2))
+    replies = {(reply := await client.receive()).id: reply for _ in range(3)}
+    assert replies["old"].stop is protocol.StopReason.SUPERSEDED
+    assert replies["old"].timings.steps < 200
+    assert replies["new"].stop in (protocol.StopReason.LENGTH, protocol.StopReason.EOS)
+    assert replies["other-doc"].stop in (protocol.StopReason.LENGTH, protocol.StopReason.EOS)
+    await client.close()
+
+
+async def test_deadline_returns_the_best_canvas_so_far(random_engine: EngineProcess) -> None:
+    client = await RawClient.connect(random_engine.socket_path)
+    await client.send(_infill("d", max_steps=200, deadline_ms=300))
+    result = await client.receive()
+    assert result.stop is protocol.StopReason.DEADLINE
+    assert 0 < result.timings.steps < 200
+    assert result.text
+    await client.close()
+
+
+BAD_FRAMES = {
+    "not json": b"{nope",
+    "invalid utf-8": b'{"type": "infill", "id": "\xff\xfe"}',
+    "not an object": b"[1, 2, 3]",
+    "unknown type": b'{"type": "explode", "id": "x"}',
+    "missing field": b'{"type": "infill", "id": "x"}',
+    "wrong type": b'{"type": "infill", "id": "x", "uri": 5, "prefix": "a"}',
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_FRAMES))
+async def test_bad_frame_gets_a_clear_error_and_the_connection_keeps_serving(client: RawClient, name: str) -> None:
+    body = BAD_FRAMES[name]
+    await client.send_raw(protocol.HEADER.pack(len(body)) + body)
+    error = await client.receive()
+    assert isinstance(error, protocol.Error)
+    assert error.code in (protocol.ErrorCode.BAD_REQUEST, protocol.ErrorCode.UNKNOWN_TYPE)
+    assert error.message
+    await client.send(_infill("after"))
+    result = await client.receive()
+    assert isinstance(result, protocol.Result) and result.text == MEMORIZED_MIDDLE
+
+
+async def test_oversized_frame_is_refused_and_skipped(client: RawClient) -> None:
+    size = protocol.MAX_FRAME_BYTES + 1
+    await client.send_raw(protocol.HEADER.pack(size) + b"x" * size)
+    error = await client.receive()
+    assert isinstance(error, protocol.Error) and error.code is protocol.ErrorCode.TOO_LARGE
+    await client.send(_infill("after"))
+    assert (await client.receive()).text == MEMORIZED_MIDDLE
+
+
+async def test_bad_values_are_refused_per_request(client: RawClient) -> None:
+    await client.send(_infill("big-canvas", canvas_length=100_000))
+    error = await client.receive()
+    assert isinstance(error, protocol.Error) and error.id == "big-canvas"
+    assert error.code is protocol.ErrorCode.BAD_REQUEST and "canvas_length" in error.message
+
+
+async def test_handshake_rules(memorized_engine: EngineProcess) -> None:
+    wrong_version = await RawClient.connect(memorized_engine.socket_path, hello=False)
+    await wrong_version.send(protocol.Hello(protocol=999))
+    error = await wrong_version.receive()
+    assert isinstance(error, protocol.Error) and error.code is protocol.ErrorCode.VERSION_MISMATCH
+    await wrong_version.close()
+
+    no_hello = await RawClient.connect(memorized_engine.socket_path, hello=False)
+    await no_hello.send(_infill("too-early"))
+    error = await no_hello.receive()
+    assert isinstance(error, protocol.Error) and "hello" in error.message
+    await no_hello.close()
+
+    # The engine is still serving.
+    fine = await RawClient.connect(memorized_engine.socket_path)
+    await fine.send(_infill("ok"))
+    assert (await fine.receive()).text == MEMORIZED_MIDDLE
+    await fine.close()
+
+
+async def test_many_requests_each_get_exactly_one_reply(random_engine: EngineProcess) -> None:
+    client = await RawClient.connect(random_engine.socket_path)
+    ids = [f"r{i}" for i in range(20)]
+    for index, request_id in enumerate(ids):
+        await client.send(_infill(request_id, uri=f"file:///{index % 4}.py", max_steps=3))
+        if index % 5 == 0:
+            await client.send(protocol.Cancel(id=request_id))
+    replies = [await client.receive() for _ in ids]
+    assert sorted(reply.id for reply in replies) == sorted(ids)
+    with pytest.raises(asyncio.TimeoutError):
+        await client.receive(timeout=0.5)
+    await client.close()
+
+
+def test_second_engine_on_the_same_socket_exits(memorized_engine: EngineProcess, memorized_model_dir: Path) -> None:
+    command = [sys.executable, "-m", "engine", "serve", "--model", str(memorized_model_dir),
+               "--socket", str(memorized_engine.socket_path)]
+    assert subprocess.run(command, capture_output=True, timeout=60).returncode == 3
+    assert subprocess.run([*command, "--exist-ok"], capture_output=True, timeout=60).returncode == 0
+    assert memorized_engine.process.poll() is None
+
+
+def test_infill_cli_prints_the_middle(memorized_model_dir: Path, short_tmp: Path) -> None:
+    (short_tmp / "suffix.txt").write_text(MEMORIZED_SUFFIX)
+    out = subprocess.run(
+        [sys.executable, "-m", "engine", "infill", "--model", str(memorized_model_dir),
+         "--suffix", str(short_tmp / "suffix.txt")],
+        input=MEMORIZED_PREFIX, capture_output=True, text=True, timeout=120, check=True,
+    )
+    assert out.stdout == MEMORIZED_MIDDLE + "\n"
