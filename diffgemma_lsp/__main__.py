@@ -1,6 +1,6 @@
 """``diffgemma-lsp``: the language server, on stdio.
 
-    diffgemma-lsp [--stdio] [--engine-socket PATH] [--model DIR] [--log-file FILE] [-v]
+diffgemma-lsp [--stdio] [--engine-socket PATH] [--model DIR] [--log-file FILE] [-v]
 """
 
 from __future__ import annotations
@@ -14,10 +14,16 @@ from diffgemma_lsp import __version__
 
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(prog="diffgemma-lsp", description="DiffusionGemma code completion over LSP.")
+    parser = argparse.ArgumentParser(
+        prog="diffgemma-lsp", description="DiffusionGemma code completion over LSP."
+    )
     parser.add_argument("--stdio", action="store_true", help="talk LSP on stdin/stdout (the default)")
-    parser.add_argument("--engine-socket", type=Path, default=None,
-                        help="the engine to use; one is started there when none runs (default: per-user path)")
+    parser.add_argument(
+        "--engine-socket",
+        type=Path,
+        default=None,
+        help="the engine to use; one is started there when none runs (default: per-user path)",
+    )
     parser.add_argument("--model", default=None, help="checkpoint folder for an engine this server starts")
     parser.add_argument("--log-file", type=Path, default=None)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")

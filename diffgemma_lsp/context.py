@@ -45,16 +45,12 @@ def clamp_position(document: TextDocument, position: types.Position) -> types.Po
         at_end = position.line == len(lines) and (not lines or lines[-1].endswith(("\n", "\r")))
         if at_end or (not lines and position.line == 0):
             return types.Position(line=position.line, character=0)
-        raise PositionError(
-            f"line {position.line} is past the end of {document.uri} ({len(lines)} lines)"
-        )
+        raise PositionError(f"line {position.line} is past the end of {document.uri} ({len(lines)} lines)")
     line_text = lines[position.line].rstrip("\r\n")
     return types.Position(line=position.line, character=min(position.character, _utf16_length(line_text)))
 
 
-def build_context(
-    document: TextDocument, position: types.Position, context_tokens: int
-) -> InfillContext:
+def build_context(document: TextDocument, position: types.Position, context_tokens: int) -> InfillContext:
     """Prefix and suffix around ``position`` within about ``context_tokens`` tokens (3/4 prefix, 1/4 suffix)."""
     position = clamp_position(document, position)
     source = document.source
@@ -65,10 +61,12 @@ def build_context(
     suffix = source[offset : offset + suffix_budget]
     word = _WORD_BEFORE.search(prefix)
     word_text = word.group(0) if word else ""
-    word_start = types.Position(
-        line=position.line, character=position.character - _utf16_length(word_text)
-    )
+    word_start = types.Position(line=position.line, character=position.character - _utf16_length(word_text))
     return InfillContext(
-        prefix=prefix, suffix=suffix, position=position, word_start=word_start, word=word_text,
+        prefix=prefix,
+        suffix=suffix,
+        position=position,
+        word_start=word_start,
+        word=word_text,
         version=document.version,
     )

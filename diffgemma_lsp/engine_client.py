@@ -142,8 +142,11 @@ class EngineClient:
             logger.info("no engine on %s: starting one", self.socket_path)
             await self.start_engine()
             reader, writer = await self._wait_for_socket()
-        writer.write(protocol.encode(protocol.Hello(
-            protocol=protocol.PROTOCOL_VERSION, client=self.client_name, pid=os.getpid())))
+        writer.write(
+            protocol.encode(
+                protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client=self.client_name, pid=os.getpid())
+            )
+        )
         await writer.drain()
         reply = await asyncio.wait_for(protocol.read_message(reader), CONNECT_TIMEOUT_S)
         if isinstance(reply, protocol.Error):
@@ -154,7 +157,9 @@ class EngineClient:
             raise OSError(f"unexpected handshake reply {reply.TYPE!r}")
         self.hello = reply
         self._writer = writer
-        logger.info("connected to engine on %s (model %s, ready %s)", self.socket_path, reply.model_id, reply.ready)
+        logger.info(
+            "connected to engine on %s (model %s, ready %s)", self.socket_path, reply.model_id, reply.ready
+        )
         self._set_state(EngineState.READY if reply.ready else EngineState.LOADING)
         return reader
 
@@ -181,8 +186,12 @@ class EngineClient:
                     return
                 continue
             if isinstance(message, protocol.Ready):
-                logger.info("engine ready: %s on %s (loaded in %.0f ms)", message.model_id, message.device,
-                            message.load_ms)
+                logger.info(
+                    "engine ready: %s on %s (loaded in %.0f ms)",
+                    message.model_id,
+                    message.device,
+                    message.load_ms,
+                )
                 self._set_state(EngineState.READY)
             elif isinstance(message, protocol.Result | protocol.Error):
                 self._deliver(message)

@@ -23,9 +23,19 @@ def engine_log_path() -> Path:
 def engine_command(socket_path: Path, model: str | None, device: str) -> list[str]:
     """The command line of an engine for ``socket_path``."""
     command = [
-        sys.executable, "-m", "engine", "--log-file", str(engine_log_path()),
-        "serve", "--socket", str(socket_path), "--device", device,
-        "--idle-exit", str(IDLE_EXIT_S), "--exist-ok",
+        sys.executable,
+        "-m",
+        "engine",
+        "--log-file",
+        str(engine_log_path()),
+        "serve",
+        "--socket",
+        str(socket_path),
+        "--device",
+        device,
+        "--idle-exit",
+        str(IDLE_EXIT_S),
+        "--exist-ok",
     ]
     if model:
         command += ["--model", str(Path(model).expanduser())]

@@ -29,8 +29,11 @@ class WindowLogHandler(logging.Handler):
         if record.name.startswith("pygls") or self.server.protocol.writer is None:
             return
         try:
-            self.server.window_log_message(types.LogMessageParams(
-                type=LEVELS.get(record.levelno, types.MessageType.Log), message=self.format(record)))
+            self.server.window_log_message(
+                types.LogMessageParams(
+                    type=LEVELS.get(record.levelno, types.MessageType.Log), message=self.format(record)
+                )
+            )
         except Exception:  # noqa: BLE001 - logging must never break the server
             self.handleError(record)
 
@@ -42,6 +45,7 @@ def setup_logging(server: LanguageServer, level: str, log_file: Path | None) -> 
         log_file.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_file))
     for handler in handlers:
-        handler.setFormatter(logging.Formatter("%(name)s: %(message)s" if isinstance(
-            handler, WindowLogHandler) else FORMAT))
+        handler.setFormatter(
+            logging.Formatter("%(name)s: %(message)s" if isinstance(handler, WindowLogHandler) else FORMAT)
+        )
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=handlers, force=True)

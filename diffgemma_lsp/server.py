@@ -69,21 +69,27 @@ class DiffgemmaServer(LanguageServer):
         """Show loading progress; report an outage once, and its end."""
         logger.info("engine %s%s", state.value, f": {detail}" if detail else "")
         if state in (EngineState.CONNECTING, EngineState.LOADING):
-            self._begin_progress("Loading the completion model" if state is EngineState.LOADING
-                                 else "Connecting to the completion engine")
+            self._begin_progress(
+                "Loading the completion model"
+                if state is EngineState.LOADING
+                else "Connecting to the completion engine"
+            )
         elif state is EngineState.READY:
             self._end_progress("Completion model ready")
             if self._outage_reported:
-                self.window_log_message(types.LogMessageParams(type=types.MessageType.Info,
-                                                               message="diffgemma: engine is back"))
+                self.window_log_message(
+                    types.LogMessageParams(type=types.MessageType.Info, message="diffgemma: engine is back")
+                )
             self._outage_reported = False
         elif state is EngineState.FAILED and not self._outage_reported:
             self._outage_reported = True
             self._end_progress(detail)
-            self.window_show_message(types.ShowMessageParams(
-                type=types.MessageType.Warning,
-                message=f"diffgemma: {detail}. Completions are off until it is back.",
-            ))
+            self.window_show_message(
+                types.ShowMessageParams(
+                    type=types.MessageType.Warning,
+                    message=f"diffgemma: {detail}. Completions are off until it is back.",
+                )
+            )
 
     def _supports_progress(self) -> bool:
         window = self.client_capabilities.window if self.client_capabilities else None
@@ -121,7 +127,9 @@ class DiffgemmaServer(LanguageServer):
         except PositionError as exc:
             raise JsonRpcInvalidParams(str(exc)) from None
 
-    async def complete(self, uri: str, position: types.Position, automatic: bool) -> tuple[InfillContext, str] | None:
+    async def complete(
+        self, uri: str, position: types.Position, automatic: bool
+    ) -> tuple[InfillContext, str] | None:
         """The completion text at ``position``, or None (engine down, superseded, stale or empty)."""
         settings = self.settings
         if not settings.enable:
@@ -172,8 +180,14 @@ class DiffgemmaServer(LanguageServer):
         self.last_latency_ms = (time.perf_counter() - started) * 1000
         logger.info(
             "request %s: %s in %.0f ms (queue %.0f, encode %.0f, denoise %.0f ms, %d steps, %d tokens)",
-            request.id, result.stop.value, self.last_latency_ms, result.timings.queue_ms, result.timings.encode_ms,
-            result.timings.denoise_ms, result.timings.steps, result.timings.new_tokens,
+            request.id,
+            result.stop.value,
+            self.last_latency_ms,
+            result.timings.queue_ms,
+            result.timings.encode_ms,
+            result.timings.denoise_ms,
+            result.timings.steps,
+            result.timings.new_tokens,
         )
         if self.workspace.get_text_document(uri).version != context.version:
             return None  # the document changed while the model worked: the result is stale
@@ -215,12 +229,16 @@ def did_change_configuration(ls: DiffgemmaServer, params: types.DidChangeConfigu
 )
 async def completion(ls: DiffgemmaServer, params: types.CompletionParams) -> types.CompletionList | None:
     """One item carrying the whole multi-line completion as a text edit."""
-    invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+    invoked = (
+        params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+    )
     found = await ls.complete(params.text_document.uri, params.position, automatic=not invoked)
     if found is None:
         return types.CompletionList(is_incomplete=True, items=[])
     context, text = found
-    return types.CompletionList(is_incomplete=True, items=[completion_item(context, text, _snippet_support(ls))])
+    return types.CompletionList(
+        is_incomplete=True, items=[completion_item(context, text, _snippet_support(ls))]
+    )
 
 
 @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())

@@ -90,4 +90,3 @@ def parse_settings(raw: object) -> tuple[Settings, list[str]]:
             values.pop(name, None)
             problems.append(f"setting {key!r}: {exc}; using the default {getattr(Settings(), name)!r}")
     return attrs.evolve(base, **values), problems
-

@@ -1,7 +1,7 @@
 """``diffgemma-engine``: the resident model process.
 
-    diffgemma-engine serve  [--model DIR] [--socket PATH] [--device auto|cpu|cuda] [--dtype auto|...]
-    diffgemma-engine infill [--model DIR] [--prefix FILE] [--suffix FILE]   (prefix from stdin by default)
+diffgemma-engine serve  [--model DIR] [--socket PATH] [--device auto|cpu|cuda] [--dtype auto|...]
+diffgemma-engine infill [--model DIR] [--prefix FILE] [--suffix FILE]   (prefix from stdin by default)
 """
 
 from __future__ import annotations
@@ -34,10 +34,14 @@ def setup_logging(level: str, log_file: Path | None) -> None:
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``serve`` and ``infill``."""
-    parser.add_argument("--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)")
+    parser.add_argument(
+        "--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)"
+    )
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -55,7 +59,10 @@ async def serve(args: argparse.Namespace) -> int:
         logging.getLogger("engine").info("%s", exc)
         return 0 if args.exist_ok else 3
     worker = ModelWorker(
-        queue, args.model, args.device, args.dtype,
+        queue,
+        args.model,
+        args.device,
+        args.dtype,
         on_loaded=lambda loaded: loop.call_soon_threadsafe(server.model_loaded, loaded),
         on_failed=lambda error: loop.call_soon_threadsafe(server.model_failed, error),
         threads=args.threads,
@@ -77,8 +84,13 @@ def infill(args: argparse.Namespace) -> int:
     try:
         loaded = load_model(args.model, args.device, args.dtype)
         request = protocol.Infill(
-            id="cli", uri="", prefix=prefix, suffix=suffix,
-            canvas_length=args.canvas_length, max_steps=args.steps, seed=args.seed,
+            id="cli",
+            uri="",
+            prefix=prefix,
+            suffix=suffix,
+            canvas_length=args.canvas_length,
+            max_steps=args.steps,
+            seed=args.seed,
         )
         text, stop, timings = run_infill(loaded, request)
     except EngineError as exc:
@@ -89,14 +101,20 @@ def infill(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     logging.getLogger("engine").info(
         "stop=%s steps=%d new_tokens=%d encode=%.1fms denoise=%.1fms",
-        stop.value, timings.steps, timings.new_tokens, timings.encode_ms, timings.denoise_ms,
+        stop.value,
+        timings.steps,
+        timings.new_tokens,
+        timings.encode_ms,
+        timings.denoise_ms,
     )
     return 0
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(prog="diffgemma-engine", description="The DiffusionGemma completion engine.")
+    parser = argparse.ArgumentParser(
+        prog="diffgemma-engine", description="The DiffusionGemma completion engine."
+    )
     parser.add_argument("--log-level", default=os.environ.get("DIFFGEMMA_LOG_LEVEL", "info"))
     parser.add_argument("--log-file", type=Path, default=None)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -105,16 +123,21 @@ def main(argv: list[str] | None = None) -> None:
     add_model_args(serve_parser)
     serve_parser.add_argument("--socket", type=Path, default=None, help="default: the per-user runtime path")
     serve_parser.add_argument("--max-pending", type=int, default=64, help="queued requests before 'busy'")
-    serve_parser.add_argument("--idle-exit", type=float, default=0.0,
-                              help="exit after this many seconds without clients (0: never)")
-    serve_parser.add_argument("--exist-ok", action="store_true",
-                              help="exit 0 (not 3) when another engine already serves the socket")
+    serve_parser.add_argument(
+        "--idle-exit", type=float, default=0.0, help="exit after this many seconds without clients (0: never)"
+    )
+    serve_parser.add_argument(
+        "--exist-ok", action="store_true", help="exit 0 (not 3) when another engine already serves the socket"
+    )
 
     infill_parser = commands.add_parser("infill", help="print one completion and exit")
     add_model_args(infill_parser)
-    infill_parser.add_argument("--prefix", type=Path, default=None, help="file with the text before the cursor "
-                               "(default: stdin)")
-    infill_parser.add_argument("--suffix", type=Path, default=None, help="file with the text after the cursor")
+    infill_parser.add_argument(
+        "--prefix", type=Path, default=None, help="file with the text before the cursor (default: stdin)"
+    )
+    infill_parser.add_argument(
+        "--suffix", type=Path, default=None, help="file with the text after the cursor"
+    )
     infill_parser.add_argument("--canvas-length", type=int, default=0)
     infill_parser.add_argument("--steps", type=int, default=0)
     infill_parser.add_argument("--seed", type=int, default=0)

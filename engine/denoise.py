@@ -111,7 +111,10 @@ def denoise_canvas(
     decoder_mask = torch.ones((batch_size, cache_length + canvas_length), dtype=torch.bool, device=device)
     canvas = torch.randint(0, vocab_size, shape, device=device, generator=generator)
     mask_mapping = model.model.decoder.create_diffusion_decoder_attention_mask(
-        config=model.config, inputs_embeds=canvas.unsqueeze(-1), cache=cache, decoder_attention_mask=decoder_mask
+        config=model.config,
+        inputs_embeds=canvas.unsqueeze(-1),
+        cache=cache,
+        decoder_attention_mask=decoder_mask,
     )
     embed_dtype = model.model.decoder.embed_tokens.weight.dtype
     best = canvas

@@ -72,6 +72,9 @@ def load_model(
     """Load ``model_dir`` (the shipped default model when None); nothing is fetched from a hub."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     folder = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
     if not (folder / "config.json").is_file():
@@ -80,7 +83,9 @@ def load_model(
     torch_device = pick_device(device)
     torch_dtype = pick_dtype(dtype, torch_device)
     try:
-        model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch_dtype, local_files_only=True)
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(
+            folder, dtype=torch_dtype, local_files_only=True
+        )
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load the checkpoint in {folder}: {exc}") from exc
@@ -96,7 +101,8 @@ def load_model(
         t_max=generation.t_max if generation.t_max is not None else defaults.t_max,
         entropy_bound=getattr(generation.sampler_config, "entropy_bound", defaults.entropy_bound),
         stability_threshold=(
-            generation.stability_threshold if generation.stability_threshold is not None
+            generation.stability_threshold
+            if generation.stability_threshold is not None
             else defaults.stability_threshold
         ),
         confidence_threshold=generation.confidence_threshold or defaults.confidence_threshold,
@@ -117,8 +123,12 @@ def load_model(
     )
     logger.info(
         "loaded %s on %s (%s, layout %s, canvas %d, %d steps) in %.0f ms",
-        loaded.model_id, torch_device, torch_dtype, loaded.layout.value, loaded.canvas_length,
-        sampler.max_steps, loaded.load_ms,
+        loaded.model_id,
+        torch_device,
+        torch_dtype,
+        loaded.layout.value,
+        loaded.canvas_length,
+        sampler.max_steps,
+        loaded.load_ms,
     )
     return loaded
-

@@ -71,8 +71,14 @@ class SpecialIds:
 
 def special_ids_from(token_to_id: Callable[[str], int | None]) -> SpecialIds | None:
     """The FIM sentinels of a tokenizer, or None if it has none (use the chat layout then)."""
-    ids = {name: token_to_id(token) for name, token in
-           (("fim_prefix", vocab.FIM_PREFIX), ("fim_suffix", vocab.FIM_SUFFIX), ("fim_middle", vocab.FIM_MIDDLE))}
+    ids = {
+        name: token_to_id(token)
+        for name, token in (
+            ("fim_prefix", vocab.FIM_PREFIX),
+            ("fim_suffix", vocab.FIM_SUFFIX),
+            ("fim_middle", vocab.FIM_MIDDLE),
+        )
+    }
     if any(value is None for value in ids.values()):
         return None
     return SpecialIds(bos=token_to_id(vocab.BOS), file_sep=token_to_id(vocab.FILE_SEP), **ids)
@@ -94,7 +100,9 @@ def build_fim_prompt(parts: PromptParts, encode: Encode, special: SpecialIds, ma
     truncated = False
     if len(suffix_ids) + len(prefix_ids) > suffix_budget + prefix_budget:
         # Give the part that fits its share's spare room to the other one.
-        suffix_keep = min(len(suffix_ids), max(suffix_budget, suffix_budget + prefix_budget - len(prefix_ids)))
+        suffix_keep = min(
+            len(suffix_ids), max(suffix_budget, suffix_budget + prefix_budget - len(prefix_ids))
+        )
         prefix_keep = min(len(prefix_ids), suffix_budget + prefix_budget - suffix_keep)
         truncated = suffix_keep < len(suffix_ids) or prefix_keep < len(prefix_ids)
         suffix_ids = suffix_ids[:suffix_keep]
@@ -109,7 +117,15 @@ def build_fim_prompt(parts: PromptParts, encode: Encode, special: SpecialIds, ma
                 break
             extra_ids += chunk
             room -= len(chunk)
-    ids = [*head, *extra_ids, special.fim_suffix, *suffix_ids, special.fim_prefix, *prefix_ids, special.fim_middle]
+    ids = [
+        *head,
+        *extra_ids,
+        special.fim_suffix,
+        *suffix_ids,
+        special.fim_prefix,
+        *prefix_ids,
+        special.fim_middle,
+    ]
     return Prompt(ids=ids, prefix_tokens=len(prefix_ids), suffix_tokens=len(suffix_ids), truncated=truncated)
 
 
@@ -123,5 +139,8 @@ def chat_user_text(parts: PromptParts) -> str:
 def trim_chars(parts: PromptParts, max_chars: int) -> PromptParts:
     """Cut prefix and suffix to a character budget around the cursor (for layouts built from text)."""
     suffix_budget, prefix_budget = split_budget(max_chars)
-    return attrs.evolve(parts, prefix=parts.prefix[-prefix_budget:] if prefix_budget else "",
-                        suffix=parts.suffix[:suffix_budget])
+    return attrs.evolve(
+        parts,
+        prefix=parts.prefix[-prefix_budget:] if prefix_budget else "",
+        suffix=parts.suffix[:suffix_budget],
+    )

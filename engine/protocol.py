@@ -183,7 +183,9 @@ class Error:
 
 
 Message = Hello | HelloOk | Ready | Infill | Cancel | Result | Error
-MESSAGE_TYPES: dict[str, type] = {cls.TYPE: cls for cls in (Hello, HelloOk, Ready, Infill, Cancel, Result, Error)}
+MESSAGE_TYPES: dict[str, type] = {
+    cls.TYPE: cls for cls in (Hello, HelloOk, Ready, Infill, Cancel, Result, Error)
+}
 
 converter = make_converter(forbid_extra_keys=False)
 
@@ -246,11 +248,15 @@ def decode(body: bytes) -> Message:
     tag = raw.get("type")
     if tag not in MESSAGE_TYPES:
         known = ", ".join(sorted(MESSAGE_TYPES))
-        raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {tag!r} (known: {known})", request_id)
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_TYPE, f"unknown message type {tag!r} (known: {known})", request_id
+        )
     try:
         return converter.structure(raw, MESSAGE_TYPES[tag])
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
-        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else exc
+        detail = (
+            "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else exc
+        )
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"invalid {tag!r} message: {detail}", request_id) from None
 
 

@@ -52,7 +52,9 @@ def prepare_socket_dir(path: Path) -> None:
         if directory == protocol.runtime_dir():
             os.chmod(directory, 0o700)
         else:
-            logger.warning("socket directory %s is not private (mode %o)", directory, stat.S_IMODE(info.st_mode))
+            logger.warning(
+                "socket directory %s is not private (mode %o)", directory, stat.S_IMODE(info.st_mode)
+            )
 
 
 def is_listening(path: Path) -> bool:
@@ -85,8 +87,8 @@ class EngineServer:
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
-    async def start(self, path: Path) -> None:
-        """Bind the socket (0600 in a 0700 directory); ``AlreadyRunningError`` if an engine holds it."""
+    def _claim_socket(self, path: Path) -> None:
+        """Take the socket's lock and clear a stale socket file; ``AlreadyRunningError`` if an engine holds it."""
         prepare_socket_dir(path)
         lock_path = path.with_name(path.name + ".lock")
         self._lock_file = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -100,6 +102,10 @@ class EngineServer:
             if is_listening(path):
                 raise AlreadyRunningError(f"another engine is listening on {path}")
             path.unlink()
+
+    async def start(self, path: Path) -> None:
+        """Bind the socket (0600 in a 0700 directory); ``AlreadyRunningError`` if an engine holds it."""
+        self._claim_socket(path)
         old_umask = os.umask(0o177)
         try:
             self._server = await asyncio.start_unix_server(self._handle, path=str(path))
@@ -151,7 +157,9 @@ class EngineServer:
     def model_loaded(self, loaded: LoadedModel) -> None:
         """Tell the clients that connected during loading."""
         self.loaded = loaded
-        ready = protocol.Ready(model_id=loaded.model_id, device=str(loaded.device), load_ms=round(loaded.load_ms, 1))
+        ready = protocol.Ready(
+            model_id=loaded.model_id, device=str(loaded.device), load_ms=round(loaded.load_ms, 1)
+        )
         for connection in list(self._waiting_ready):
             asyncio.ensure_future(self._send(connection, ready))
         self._waiting_ready.clear()
@@ -190,10 +198,13 @@ class EngineServer:
         try:
             if uid != os.getuid():
                 logger.warning("refused a connection from uid %d", uid)
-                await self._send(connection, protocol.Error(
-                    code=protocol.ErrorCode.PERMISSION_DENIED,
-                    message=f"this engine serves uid {os.getuid()} only",
-                ))
+                await self._send(
+                    connection,
+                    protocol.Error(
+                        code=protocol.ErrorCode.PERMISSION_DENIED,
+                        message=f"this engine serves uid {os.getuid()} only",
+                    ),
+                )
                 return
             if not await self._handshake(connection, reader):
                 return
@@ -223,27 +234,39 @@ class EngineServer:
             await self._send(connection, exc.to_error())
             return False
         if not isinstance(hello, protocol.Hello):
-            await self._send(connection, protocol.Error(
-                code=protocol.ErrorCode.BAD_REQUEST, message=f"expected 'hello' first, got {hello.TYPE!r}"))
+            await self._send(
+                connection,
+                protocol.Error(
+                    code=protocol.ErrorCode.BAD_REQUEST, message=f"expected 'hello' first, got {hello.TYPE!r}"
+                ),
+            )
             return False
         if hello.protocol != protocol.PROTOCOL_VERSION:
-            await self._send(connection, protocol.Error(
-                code=protocol.ErrorCode.VERSION_MISMATCH,
-                message=f"engine speaks protocol {protocol.PROTOCOL_VERSION}, client {hello.protocol}",
-            ))
+            await self._send(
+                connection,
+                protocol.Error(
+                    code=protocol.ErrorCode.VERSION_MISMATCH,
+                    message=f"engine speaks protocol {protocol.PROTOCOL_VERSION}, client {hello.protocol}",
+                ),
+            )
             return False
         if self.load_error is not None:
-            await self._send(connection, protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=self.load_error))
+            await self._send(
+                connection, protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=self.load_error)
+            )
             return False
         loaded = self.loaded
-        await self._send(connection, protocol.HelloOk(
-            protocol=protocol.PROTOCOL_VERSION,
-            model_id=loaded.model_id if loaded else "",
-            ready=loaded is not None,
-            device=str(loaded.device) if loaded else "",
-            canvas_length=loaded.canvas_length if loaded else 0,
-            max_prompt_tokens=loaded.max_prompt_tokens if loaded else 0,
-        ))
+        await self._send(
+            connection,
+            protocol.HelloOk(
+                protocol=protocol.PROTOCOL_VERSION,
+                model_id=loaded.model_id if loaded else "",
+                ready=loaded is not None,
+                device=str(loaded.device) if loaded else "",
+                canvas_length=loaded.canvas_length if loaded else 0,
+                max_prompt_tokens=loaded.max_prompt_tokens if loaded else 0,
+            ),
+        )
         if loaded is None:
             self._waiting_ready.add(connection)
         logger.info("client %d connected: %s pid %d", connection, hello.client, hello.pid)
@@ -258,17 +281,23 @@ class EngineServer:
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         else:
-            asyncio.ensure_future(self._send(connection, protocol.Error(
-                code=protocol.ErrorCode.BAD_REQUEST,
-                message=f"a client may not send {message.TYPE!r}",
-                id=getattr(message, "id", None),
-            )))
+            asyncio.ensure_future(
+                self._send(
+                    connection,
+                    protocol.Error(
+                        code=protocol.ErrorCode.BAD_REQUEST,
+                        message=f"a client may not send {message.TYPE!r}",
+                        id=getattr(message, "id", None),
+                    ),
+                )
+            )
 
     async def _infill(self, connection: int, request: protocol.Infill) -> None:
         loop = asyncio.get_running_loop()
         if self.loaded is None:
             reply: protocol.Result | protocol.Error = protocol.Error(
-                code=protocol.ErrorCode.NOT_READY, message="the model is still loading", id=request.id)
+                code=protocol.ErrorCode.NOT_READY, message="the model is still loading", id=request.id
+            )
         else:
             job = Job(request=request, key=(connection, request.uri), loop=loop, future=loop.create_future())
             try:

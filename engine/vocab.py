@@ -19,5 +19,17 @@ IMAGE = "<image>"
 BOI = "<boi>"
 EOI = "<eoi>"
 
-SPECIAL_TOKENS: tuple[str, ...] = (PAD, EOS, BOS, UNK, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE, FILE_SEP, IMAGE, BOI, EOI)
+SPECIAL_TOKENS: tuple[str, ...] = (
+    PAD,
+    EOS,
+    BOS,
+    UNK,
+    FIM_PREFIX,
+    FIM_SUFFIX,
+    FIM_MIDDLE,
+    FILE_SEP,
+    IMAGE,
+    BOI,
+    EOI,
+)
 SPECIAL_IDS: dict[str, int] = {token: index for index, token in enumerate(SPECIAL_TOKENS)}

@@ -78,18 +78,27 @@ class ModelWorker(threading.Thread):
         except torch.OutOfMemoryError as exc:
             logger.error("request %s: out of memory: %s", request.id, exc)
             job.resolve_threadsafe(
-                protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=f"out of memory: {exc}", id=request.id)
+                protocol.Error(
+                    code=protocol.ErrorCode.MODEL_ERROR, message=f"out of memory: {exc}", id=request.id
+                )
             )
             return
         except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the engine
             logger.exception("request %s failed", request.id)
             job.resolve_threadsafe(
-                protocol.Error(code=protocol.ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}", id=request.id)
+                protocol.Error(
+                    code=protocol.ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}", id=request.id
+                )
             )
             return
         logger.info(
             "request %s: %s, %d steps, %d tokens, encode %.1f ms, denoise %.1f ms",
-            request.id, stop.value, timings.steps, timings.new_tokens, timings.encode_ms, timings.denoise_ms,
+            request.id,
+            stop.value,
+            timings.steps,
+            timings.new_tokens,
+            timings.encode_ms,
+            timings.denoise_ms,
         )
         job.resolve_threadsafe(self._result(job, text, stop, timings))
 

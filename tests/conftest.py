@@ -22,8 +22,11 @@ def _cached_checkpoint(name: str, build) -> Path:  # noqa: ANN001
     from engine.model import DEFAULT_MODEL_DIR
 
     digest = hashlib.sha1()
-    for path in (ROOT / "tests/support/models.py", ROOT / "engine/training/configs.py",
-                 DEFAULT_MODEL_DIR / "tokenizer.json"):
+    for path in (
+        ROOT / "tests/support/models.py",
+        ROOT / "engine/training/configs.py",
+        DEFAULT_MODEL_DIR / "tokenizer.json",
+    ):
         digest.update(path.read_bytes())
     digest.update(transformers.__version__.encode())
     target = MODEL_CACHE / f"{name}-{digest.hexdigest()[:12]}"

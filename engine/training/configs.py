@@ -22,12 +22,18 @@ from engine import vocab
 SIZES: dict[str, dict[str, int]] = {
     # name: hidden, layers, heads, kv heads, head dim, dense MLP, experts, top-k, expert MLP
     "test": dict(hidden=64, layers=2, heads=2, kv_heads=1, head_dim=32, mlp=128, experts=2, top_k=1, moe=64),
-    "mini": dict(hidden=128, layers=4, heads=2, kv_heads=1, head_dim=64, mlp=256, experts=4, top_k=2, moe=128),
-    "tiny": dict(hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, mlp=512, experts=4, top_k=2, moe=256),
+    "mini": dict(
+        hidden=128, layers=4, heads=2, kv_heads=1, head_dim=64, mlp=256, experts=4, top_k=2, moe=128
+    ),
+    "tiny": dict(
+        hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, mlp=512, experts=4, top_k=2, moe=256
+    ),
 }
 
 
-def build_config(size: str, vocab_size: int, canvas_length: int = 32, sliding_window: int = 512) -> DiffusionGemmaConfig:
+def build_config(
+    size: str, vocab_size: int, canvas_length: int = 32, sliding_window: int = 512
+) -> DiffusionGemmaConfig:
     """A DiffusionGemma config of one of ``SIZES``; the last layer is full attention, the rest sliding."""
     s = SIZES[size]
     text = DiffusionGemmaTextConfig(
@@ -52,8 +58,15 @@ def build_config(size: str, vocab_size: int, canvas_length: int = 32, sliding_wi
         bos_token_id=vocab.SPECIAL_IDS[vocab.BOS],
     )
     # DiffusionGemma always builds a vision tower; vision_config=None would mean a 168M-parameter one.
-    vision = Gemma4VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                num_key_value_heads=2, head_dim=16, position_embedding_size=64)
+    vision = Gemma4VisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        position_embedding_size=64,
+    )
     return DiffusionGemmaConfig(
         text_config=text,
         vision_config=vision,

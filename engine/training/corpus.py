@@ -12,8 +12,17 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-EXTENSIONS = {".py": "python", ".c": "c", ".h": "c", ".js": "javascript", ".ts": "typescript",
-              ".go": "go", ".rs": "rust", ".lua": "lua", ".sh": "shell"}
+EXTENSIONS = {
+    ".py": "python",
+    ".c": "c",
+    ".h": "c",
+    ".js": "javascript",
+    ".ts": "typescript",
+    ".go": "go",
+    ".rs": "rust",
+    ".lua": "lua",
+    ".sh": "shell",
+}
 MAX_FILE_BYTES = 200_000
 FORBIDDEN_PARTS = ("shared/data", "humaneval")
 
@@ -21,7 +30,12 @@ FORBIDDEN_PARTS = ("shared/data", "humaneval")
 def default_roots() -> list[Path]:
     """Where source code lives on this machine."""
     paths = sysconfig.get_paths()
-    roots = [Path(paths["stdlib"]), Path(paths["purelib"]), Path("/usr/include"), Path("/usr/lib/node_modules")]
+    roots = [
+        Path(paths["stdlib"]),
+        Path(paths["purelib"]),
+        Path("/usr/include"),
+        Path("/usr/lib/node_modules"),
+    ]
     rustup = Path.home() / ".rustup"
     if rustup.is_dir():
         roots.append(rustup)

@@ -25,8 +25,9 @@ CURSOR = (1, 0)  # the start of the line after "def add(a, b):"
 @pytest.fixture
 async def lsp(isolated_env: Path, memorized_model_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
     socket_path = isolated_env / "run" / "engine.sock"
-    client = await start_client(server_command(socket_path, memorized_model_dir),
-                                init_options={"diffgemma": {"debounceMs": 0}})
+    client = await start_client(
+        server_command(socket_path, memorized_model_dir), init_options={"diffgemma": {"debounceMs": 0}}
+    )
     yield client, socket_path
     await client.shutdown_session()
     _kill_engine(socket_path, signal.SIGTERM)
@@ -57,7 +58,9 @@ async def test_completion_is_the_engines_multi_line_middle(lsp: tuple[LanguageCl
     assert len(result.items) == 1
     item = result.items[0]
     assert isinstance(item.text_edit, types.TextEdit)
-    assert item.text_edit.new_text == MEMORIZED_MIDDLE  # VS Code's capabilities: no snippet escaping needed here
+    assert (
+        item.text_edit.new_text == MEMORIZED_MIDDLE
+    )  # VS Code's capabilities: no snippet escaping needed here
     assert "\n" in item.text_edit.new_text
     assert item.text_edit.range.start == types.Position(line=1, character=0)
     assert _engine_pid(socket_path) is not None  # the server started the engine itself
@@ -67,11 +70,13 @@ async def test_inline_completion_gives_ghost_text(lsp: tuple[LanguageClient, Pat
     client, _ = lsp
     open_document(client, URI, SOURCE)
     await complete_when_ready(client, URI, *CURSOR)
-    result = await client.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=URI),
-        position=types.Position(line=CURSOR[0], character=CURSOR[1]),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
-    ))
+    result = await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=URI),
+            position=types.Position(line=CURSOR[0], character=CURSOR[1]),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+    )
     assert isinstance(result, types.InlineCompletionList)
     assert [item.insert_text for item in result.items] == [MEMORIZED_MIDDLE]
     assert result.items[0].range.start == result.items[0].range.end == types.Position(line=1, character=0)
@@ -110,10 +115,12 @@ async def test_stale_result_is_dropped(lsp: tuple[LanguageClient, Path]) -> None
     await complete_when_ready(client, URI, *CURSOR)
     pending = asyncio.ensure_future(complete(client, URI, *CURSOR))
     await asyncio.sleep(0)
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=2),
-        content_changes=[types.TextDocumentContentChangeWholeDocument(text="# changed\n" + SOURCE)],
-    ))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text="# changed\n" + SOURCE)],
+        )
+    )
     assert len((await pending).items) == 0
 
 
@@ -131,11 +138,14 @@ async def test_engine_killed_then_the_next_completion_works(lsp: tuple[LanguageC
 
 
 async def test_invalid_settings_are_reported_once_and_defaults_used(
-    isolated_env: Path, memorized_model_dir: Path,
+    isolated_env: Path,
+    memorized_model_dir: Path,
 ) -> None:
     socket_path = isolated_env / "run" / "engine.sock"
-    client = await start_client(server_command(socket_path, memorized_model_dir),
-                                init_options={"canvasLength": "long", "debounceMs": 0, "colour": "blue"})
+    client = await start_client(
+        server_command(socket_path, memorized_model_dir),
+        init_options={"canvasLength": "long", "debounceMs": 0, "colour": "blue"},
+    )
     try:
         open_document(client, URI, SOURCE)
         result = await complete_when_ready(client, URI, *CURSOR)

@@ -17,7 +17,11 @@ def test_stop_check_ends_the_loop_within_one_step(random_model_dir: Path) -> Non
     cancel_after = 3
 
     out = run_canvas(
-        model, prompt, 32, SamplerSettings(max_steps=48), generator=torch.Generator().manual_seed(0),
+        model,
+        prompt,
+        32,
+        SamplerSettings(max_steps=48),
+        generator=torch.Generator().manual_seed(0),
         should_stop=lambda: "cancelled" if len(steps_seen) >= cancel_after else None,
         on_step=steps_seen.append,
     )

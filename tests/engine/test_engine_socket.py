@@ -40,7 +40,9 @@ async def client(memorized_engine: EngineProcess) -> AsyncIterator[RawClient]:
 
 
 def _infill(request_id: str, uri: str = "file:///a.py", **overrides: object) -> protocol.Infill:
-    fields: dict[str, object] = dict(id=request_id, uri=uri, prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, seed=0)
+    fields: dict[str, object] = dict(
+        id=request_id, uri=uri, prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, seed=0
+    )
     fields.update(overrides)
     return protocol.Infill(**fields)  # type: ignore[arg-type]
 
@@ -90,8 +92,13 @@ except ConnectionResetError:
 print("closed" if rest == b"" else "open")
 """
     try:
-        out = subprocess.run(["/usr/bin/env", "python3", "-I", "-c", script], capture_output=True, text=True,
-                             timeout=30, cwd="/")
+        out = subprocess.run(
+            ["/usr/bin/env", "python3", "-I", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd="/",
+        )
     finally:
         for directory in opened:
             os.chmod(directory, 0o700)
@@ -149,7 +156,9 @@ BAD_FRAMES = {
 
 
 @pytest.mark.parametrize("name", list(BAD_FRAMES))
-async def test_bad_frame_gets_a_clear_error_and_the_connection_keeps_serving(client: RawClient, name: str) -> None:
+async def test_bad_frame_gets_a_clear_error_and_the_connection_keeps_serving(
+    client: RawClient, name: str
+) -> None:
     body = BAD_FRAMES[name]
     await client.send_raw(protocol.HEADER.pack(len(body)) + body)
     error = await client.receive()
@@ -211,9 +220,19 @@ async def test_many_requests_each_get_exactly_one_reply(random_engine: EnginePro
     await client.close()
 
 
-def test_second_engine_on_the_same_socket_exits(memorized_engine: EngineProcess, memorized_model_dir: Path) -> None:
-    command = [sys.executable, "-m", "engine", "serve", "--model", str(memorized_model_dir),
-               "--socket", str(memorized_engine.socket_path)]
+def test_second_engine_on_the_same_socket_exits(
+    memorized_engine: EngineProcess, memorized_model_dir: Path
+) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "engine",
+        "serve",
+        "--model",
+        str(memorized_model_dir),
+        "--socket",
+        str(memorized_engine.socket_path),
+    ]
     assert subprocess.run(command, capture_output=True, timeout=60).returncode == 3
     assert subprocess.run([*command, "--exist-ok"], capture_output=True, timeout=60).returncode == 0
     assert memorized_engine.process.poll() is None
@@ -222,8 +241,20 @@ def test_second_engine_on_the_same_socket_exits(memorized_engine: EngineProcess,
 def test_infill_cli_prints_the_middle(memorized_model_dir: Path, short_tmp: Path) -> None:
     (short_tmp / "suffix.txt").write_text(MEMORIZED_SUFFIX)
     out = subprocess.run(
-        [sys.executable, "-m", "engine", "infill", "--model", str(memorized_model_dir),
-         "--suffix", str(short_tmp / "suffix.txt")],
-        input=MEMORIZED_PREFIX, capture_output=True, text=True, timeout=120, check=True,
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "infill",
+            "--model",
+            str(memorized_model_dir),
+            "--suffix",
+            str(short_tmp / "suffix.txt"),
+        ],
+        input=MEMORIZED_PREFIX,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     assert out.stdout == MEMORIZED_MIDDLE + "\n"

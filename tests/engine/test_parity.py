@@ -24,9 +24,14 @@ def _prompt(model_dir: Path) -> tuple[DiffusionGemmaForBlockDiffusion, AutoToken
 
 def _settings(model: DiffusionGemmaForBlockDiffusion) -> SamplerSettings:
     g = model.generation_config
-    return SamplerSettings(max_steps=g.max_denoising_steps, t_min=g.t_min, t_max=g.t_max,
-                           entropy_bound=g.sampler_config.entropy_bound,
-                           stability_threshold=g.stability_threshold, confidence_threshold=g.confidence_threshold)
+    return SamplerSettings(
+        max_steps=g.max_denoising_steps,
+        t_min=g.t_min,
+        t_max=g.t_max,
+        entropy_bound=g.sampler_config.entropy_bound,
+        stability_threshold=g.stability_threshold,
+        confidence_threshold=g.confidence_threshold,
+    )
 
 
 @pytest.mark.parametrize("fixture", ["random_model_dir", "memorized_model_dir"])
@@ -38,7 +43,9 @@ def test_same_tokens_as_generate(fixture: str, seed: int, request: pytest.Fixtur
     pad = model.generation_config.pad_token_id
 
     torch.manual_seed(seed)
-    reference = model.generate(input_ids=prompt, max_new_tokens=canvas).sequences[0, prompt.shape[1]:].tolist()
+    reference = (
+        model.generate(input_ids=prompt, max_new_tokens=canvas).sequences[0, prompt.shape[1] :].tolist()
+    )
     ours = run_canvas(model, prompt, canvas, _settings(model), generator=torch.Generator().manual_seed(seed))
 
     assert cut_at_eos(ours.tokens[0].tolist(), eos, pad) == cut_at_eos(reference, eos, pad)
@@ -49,7 +56,9 @@ def test_memorized_model_settles_early_with_the_expected_middle(memorized_model_
     """A trained canvas stops on the stable-and-confident rule, well before the step limit."""
     model, tokenizer, prompt = _prompt(memorized_model_dir)
     settings = _settings(model)
-    out = run_canvas(model, prompt, model.config.canvas_length, settings, generator=torch.Generator().manual_seed(0))
+    out = run_canvas(
+        model, prompt, model.config.canvas_length, settings, generator=torch.Generator().manual_seed(0)
+    )
     tokens, found_eos = cut_at_eos(out.tokens[0].tolist(), set(model.generation_config.eos_token_id), 0)
     assert found_eos
     assert tokenizer.decode(tokens) == MEMORIZED_MIDDLE

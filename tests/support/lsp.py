@@ -27,42 +27,56 @@ def capabilities(preset: str = "visual-studio-code", inline: bool = True) -> typ
     caps.window = caps.window or types.WindowClientCapabilities()
     caps.window.work_done_progress = True
     if inline:
-        caps.text_document.inline_completion = types.InlineCompletionClientCapabilities(dynamic_registration=False)
+        caps.text_document.inline_completion = types.InlineCompletionClientCapabilities(
+            dynamic_registration=False
+        )
     return caps
 
 
-async def start_client(command: list[str], init_options: object = None, preset: str = "visual-studio-code",
-                       root: Path | None = None) -> LanguageClient:
+async def start_client(
+    command: list[str],
+    init_options: object = None,
+    preset: str = "visual-studio-code",
+    root: Path | None = None,
+) -> LanguageClient:
     """Start the server and finish the initialize handshake."""
     client = await ClientServerConfig(server_command=command, server_env=dict(os.environ)).start()
     assert isinstance(client, LanguageClient)
-    await client.initialize_session(types.InitializeParams(
-        capabilities=capabilities(preset),
-        root_uri=root.as_uri() if root else None,
-        initialization_options=init_options,
-    ))
+    await client.initialize_session(
+        types.InitializeParams(
+            capabilities=capabilities(preset),
+            root_uri=root.as_uri() if root else None,
+            initialization_options=init_options,
+        )
+    )
     return client
 
 
 def open_document(client: LanguageClient, uri: str, text: str, version: int = 1) -> None:
     """``textDocument/didOpen`` for a Python file."""
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=version, text=text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=version, text=text)
+        )
+    )
 
 
 async def complete(client: LanguageClient, uri: str, line: int, character: int) -> types.CompletionList:
     """An explicitly invoked ``textDocument/completion``."""
-    result = await client.text_document_completion_async(types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri),
-        position=types.Position(line=line, character=character),
-        context=types.CompletionContext(trigger_kind=types.CompletionTriggerKind.Invoked),
-    ))
+    result = await client.text_document_completion_async(
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=character),
+            context=types.CompletionContext(trigger_kind=types.CompletionTriggerKind.Invoked),
+        )
+    )
     assert isinstance(result, types.CompletionList)
     return result
 
 
-async def complete_when_ready(client: LanguageClient, uri: str, line: int, character: int,
-                              timeout: float = READY_TIMEOUT_S) -> types.CompletionList:
+async def complete_when_ready(
+    client: LanguageClient, uri: str, line: int, character: int, timeout: float = READY_TIMEOUT_S
+) -> types.CompletionList:
     """Ask until the engine (started by the server) has loaded and answers with an item."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:

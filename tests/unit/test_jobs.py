@@ -1,0 +1,76 @@
+"""Job queue: latest wins per document, bounded size, cancel by id, one reply per job."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from engine import protocol
+from engine.errors import BusyError
+from engine.jobs import Job, JobQueue
+
+
+def _job(
+    loop: asyncio.AbstractEventLoop,
+    request_id: str,
+    uri: str = "u",
+    connection: int = 1,
+    deadline_ms: int = 0,
+) -> Job:
+    request = protocol.Infill(id=request_id, uri=uri, prefix="", deadline_ms=deadline_ms)
+    return Job(request=request, key=(connection, uri), loop=loop, future=loop.create_future())
+
+
+async def test_newer_job_for_the_same_document_supersedes() -> None:
+    loop = asyncio.get_running_loop()
+    queue = JobQueue()
+    old, other, new = _job(loop, "1"), _job(loop, "2", uri="v"), _job(loop, "3")
+    for job in (old, other, new):
+        queue.submit(job)
+    assert old.should_stop() == "superseded"
+    assert other.should_stop() is None and new.should_stop() is None
+    assert [queue.take(), queue.take(), queue.take()] == [old, other, new]
+
+
+async def test_same_document_on_another_connection_is_independent() -> None:
+    loop = asyncio.get_running_loop()
+    queue = JobQueue()
+    first, second = _job(loop, "1", connection=1), _job(loop, "1", connection=2)
+    queue.submit(first)
+    queue.submit(second)
+    assert first.cancel_reason is None
+
+
+async def test_queue_is_bounded() -> None:
+    loop = asyncio.get_running_loop()
+    queue = JobQueue(max_pending=2)
+    queue.submit(_job(loop, "1", uri="a"))
+    queue.submit(_job(loop, "2", uri="b"))
+    with pytest.raises(BusyError, match="limit 2"):
+        queue.submit(_job(loop, "3", uri="c"))
+
+
+async def test_cancel_by_id_and_by_connection() -> None:
+    loop = asyncio.get_running_loop()
+    queue = JobQueue()
+    a, b, c = _job(loop, "a", uri="1"), _job(loop, "b", uri="2"), _job(loop, "c", uri="3", connection=9)
+    for job in (a, b, c):
+        queue.submit(job)
+    assert queue.cancel_request(1, "a") and not queue.cancel_request(1, "zzz")
+    assert a.should_stop() == "cancelled"
+    queue.cancel_connection(1)
+    assert b.should_stop() == "cancelled" and c.should_stop() is None
+
+
+async def test_deadline_stops_the_job() -> None:
+    job = _job(asyncio.get_running_loop(), "1", deadline_ms=1)
+    await asyncio.sleep(0.01)
+    assert job.should_stop() == "deadline"
+
+
+async def test_a_job_resolves_once() -> None:
+    job = _job(asyncio.get_running_loop(), "1")
+    job.resolve(protocol.Result(id="1", text="a", stop=protocol.StopReason.EOS))
+    job.resolve(protocol.Result(id="1", text="b", stop=protocol.StopReason.EOS))
+    assert (await job.future).text == "a"

@@ -1,0 +1,54 @@
+"""Completion text to LSP items."""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+from diffgemma_lsp.context import InfillContext
+from diffgemma_lsp.results import completion_item, escape_snippet, inline_item, label_for
+
+CONTEXT = InfillContext(
+    prefix="def hel",
+    suffix="",
+    position=types.Position(line=3, character=7),
+    word_start=types.Position(line=3, character=4),
+    word="hel",
+    version=1,
+)
+
+
+def test_escape_snippet_makes_text_literal() -> None:
+    assert escape_snippet("${1:x} \\ $y }") == "\\${1:x\\} \\\\ \\$y \\}"
+
+
+def test_multi_line_item_is_a_snippet_when_the_client_supports_it() -> None:
+    item = completion_item(CONTEXT, 'lo(name):\n    return f"${name}"', snippets=True)
+    assert item.insert_text_format is types.InsertTextFormat.Snippet
+    assert isinstance(item.text_edit, types.TextEdit)
+    assert item.text_edit.new_text == 'hello(name):\n    return f"\\${name\\}"'
+    assert item.text_edit.range == types.Range(start=CONTEXT.word_start, end=CONTEXT.position)
+    assert item.label == "hello(name):"
+    assert item.filter_text == "hello(name):"
+
+
+def test_plain_text_without_snippet_support() -> None:
+    item = completion_item(CONTEXT, "lo():\n    pass", snippets=False)
+    assert item.insert_text_format is types.InsertTextFormat.PlainText
+    assert item.text_edit.new_text == "hello():\n    pass"
+
+
+def test_single_line_item_stays_plain_text() -> None:
+    item = completion_item(CONTEXT, "lo()", snippets=True)
+    assert item.insert_text_format is types.InsertTextFormat.PlainText
+    assert item.text_edit.new_text == "hello()"
+
+
+def test_inline_item_is_inserted_at_the_cursor() -> None:
+    item = inline_item(CONTEXT, "lo():\n    pass")
+    assert item.insert_text == "lo():\n    pass"
+    assert item.range == types.Range(start=CONTEXT.position, end=CONTEXT.position)
+
+
+def test_label_is_the_first_non_empty_line_shortened() -> None:
+    assert label_for("\n\n  x = 1\ny") == "x = 1"
+    assert len(label_for("z" * 500)) == 60
