@@ -1,0 +1,14 @@
+-- diffgemma-lsp: multi-line code completion from a local DiffusionGemma model.
+-- A Neovim 0.11+ LSP config: put this file at <runtimepath>/lsp/diffgemma.lua, then `vim.lsp.enable("diffgemma")`.
+-- Settings (camelCase) go in init_options: enable, model, device, canvasLength, steps, contextTokens,
+-- debounceMs, deadlineMs.
+return {
+  cmd = { "diffgemma-lsp", "--stdio" },
+  filetypes = {
+    "c", "cpp", "cs", "cuda", "go", "haskell", "java", "javascript", "javascriptreact", "julia", "kotlin",
+    "lua", "ocaml", "php", "python", "r", "ruby", "rust", "scala", "sh", "bash", "zsh", "sql", "swift",
+    "typescript", "typescriptreact", "vim", "zig",
+  },
+  root_markers = { ".git" },
+  init_options = {},
+}
