@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from diffgemma_lsp import __version__
@@ -14,6 +15,11 @@ from diffgemma_lsp import __version__
 
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["doctor"]:
+        from diffgemma_lsp import doctor
+
+        sys.exit(doctor.main(argv[1:]))
     parser = argparse.ArgumentParser(
         prog="diffgemma-lsp", description="DiffusionGemma code completion over LSP."
     )

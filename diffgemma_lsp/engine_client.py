@@ -218,6 +218,10 @@ class EngineClient:
 
     # -- requests ----------------------------------------------------------------------------------------
 
+    def pending_count(self) -> int:
+        """Requests sent to the engine and not yet answered."""
+        return len(self._pending)
+
     def new_id(self) -> str:
         """A request id unique on this connection."""
         return str(next(self._ids))

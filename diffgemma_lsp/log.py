@@ -49,3 +49,5 @@ def setup_logging(server: LanguageServer, level: str, log_file: Path | None) -> 
             logging.Formatter("%(name)s: %(message)s" if isinstance(handler, WindowLogHandler) else FORMAT)
         )
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=handlers, force=True)
+    # pygls logs every message body at INFO, document text included: keep that out unless debugging.
+    logging.getLogger("pygls").setLevel(logging.DEBUG if level.lower() == "debug" else logging.WARNING)

@@ -254,6 +254,23 @@ async def inline_completion(
     return types.InlineCompletionList(items=[inline_item(context, text)])
 
 
+STATUS_COMMAND = "diffgemma.status"
+
+
+@server.command(STATUS_COMMAND)
+def status(ls: DiffgemmaServer, *args: object) -> dict[str, object]:
+    """The engine's state and this server's in-flight work (for status bars and tests)."""
+    engine = ls.engine
+    return {
+        "engine": engine.state.value if engine else "not started",
+        "model": engine.hello.model_id if engine and engine.hello else "",
+        "pending": engine.pending_count() if engine else 0,
+        "inflight": len(ls.latest),
+        "tasks": len(asyncio.all_tasks()),
+        "lastLatencyMs": round(ls.last_latency_ms, 1) if ls.last_latency_ms is not None else None,
+    }
+
+
 @server.feature(types.SHUTDOWN)
 async def shutdown(ls: DiffgemmaServer, params: None) -> None:
     """Disconnect from the engine; it keeps serving other windows and exits when idle."""

@@ -14,6 +14,8 @@ Conversation::
                                       <-     Ready{...}            (once, if HelloOk.ready was false)
     Infill{id, uri, prefix, suffix}   ->
     Cancel{id}                        ->     (idempotent)
+    GetStats{id}                      ->
+                                      <-     Stats{id, model_id, ready, recent latencies, ...}
                                       <-     Result{id, text, stop, timings}  or  Error{id, code, message}
 
 Every Infill gets exactly one Result or Error. A newer Infill on the same connection for the same ``uri``
@@ -162,6 +164,36 @@ class Cancel:
 
 
 @attrs.frozen(kw_only=True)
+class GetStats:
+    """Ask for the engine's health and recent figures (``diffgemma-lsp doctor``)."""
+
+    TYPE: ClassVar[str] = "get_stats"
+    id: str
+
+
+@attrs.frozen(kw_only=True)
+class Stats:
+    """The engine's health and recent figures."""
+
+    TYPE: ClassVar[str] = "stats"
+    id: str
+    model_id: str
+    device: str
+    ready: bool
+    uptime_s: float
+    connections: int
+    queued: int
+    replies: dict[str, int] = attrs.field(factory=dict)
+    """Replies sent, by stop reason or error code."""
+    recent_ms_p50: float = 0.0
+    recent_ms_p95: float = 0.0
+    """Engine time (queue + encode + denoise) over the last completed requests."""
+    recent_count: int = 0
+    last_error: str = ""
+    rss_mb: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
 class Result:
     """The completion for request ``id``."""
 
@@ -182,9 +214,9 @@ class Error:
     id: str | None = None
 
 
-Message = Hello | HelloOk | Ready | Infill | Cancel | Result | Error
+Message = Hello | HelloOk | Ready | Infill | Cancel | GetStats | Stats | Result | Error
 MESSAGE_TYPES: dict[str, type] = {
-    cls.TYPE: cls for cls in (Hello, HelloOk, Ready, Infill, Cancel, Result, Error)
+    cls.TYPE: cls for cls in (Hello, HelloOk, Ready, Infill, Cancel, GetStats, Stats, Result, Error)
 }
 
 converter = make_converter(forbid_extra_keys=False)

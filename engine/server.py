@@ -23,6 +23,7 @@ from engine import protocol
 from engine.errors import EngineError
 from engine.jobs import Job, JobQueue
 from engine.model import LoadedModel
+from engine.stats import ReplyLog, rss_mb
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class EngineServer:
         self._stopped = asyncio.Event()
         self._last_activity = time.monotonic()
         self.socket_path: Path | None = None
+        self.replies = ReplyLog()
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -276,6 +278,8 @@ class EngineServer:
         self._last_activity = time.monotonic()
         if isinstance(message, protocol.Cancel):
             self.queue.cancel_request(connection, message.id)
+        elif isinstance(message, protocol.GetStats):
+            asyncio.ensure_future(self._send(connection, self.stats(message.id)))
         elif isinstance(message, protocol.Infill):
             task = asyncio.ensure_future(self._infill(connection, message))
             tasks.add(task)
@@ -305,4 +309,24 @@ class EngineServer:
             except EngineError as exc:
                 job.resolve(exc.to_wire(request.id))
             reply = await job.future
+        self.replies.record(reply)
         await self._send(connection, reply)
+
+    def stats(self, request_id: str) -> protocol.Stats:
+        """The engine's health and recent figures."""
+        loaded = self.loaded
+        return protocol.Stats(
+            id=request_id,
+            model_id=loaded.model_id if loaded else "",
+            device=str(loaded.device) if loaded else "",
+            ready=loaded is not None,
+            uptime_s=round(time.monotonic() - self.replies.started, 1),
+            connections=len(self._writers),
+            queued=len(self.queue),
+            replies=dict(self.replies.counts),
+            recent_ms_p50=round(self.replies.percentile(0.5), 1),
+            recent_ms_p95=round(self.replies.percentile(0.95), 1),
+            recent_count=len(self.replies.recent_ms),
+            last_error=self.load_error or self.replies.last_error,
+            rss_mb=round(rss_mb(), 1),
+        )

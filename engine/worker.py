@@ -19,6 +19,9 @@ from engine.model import LoadedModel, load_model
 
 logger = logging.getLogger(__name__)
 
+MIN_CANVAS = 8
+"""Out of memory, a request's canvas is halved down to this many tokens before giving up."""
+
 
 class ModelWorker(threading.Thread):
     """Owns the model. ``on_loaded`` / ``on_failed`` are called from this thread once loading ends."""
@@ -70,7 +73,7 @@ class ModelWorker(threading.Thread):
             job.resolve_threadsafe(self._result(job, "", job.cancel_reason, protocol.Timings()))
             return
         try:
-            text, stop, timings = run_infill(loaded, request, job.should_stop)
+            text, stop, timings = self._run_with_memory_fallback(loaded, request, job)
         except EngineError as exc:
             logger.warning("request %s refused: %s", request.id, exc)
             job.resolve_threadsafe(exc.to_wire(request.id))
@@ -101,6 +104,24 @@ class ModelWorker(threading.Thread):
             timings.denoise_ms,
         )
         job.resolve_threadsafe(self._result(job, text, stop, timings))
+
+    @staticmethod
+    def _run_with_memory_fallback(
+        loaded: LoadedModel, request: protocol.Infill, job: Job
+    ) -> tuple[str, protocol.StopReason, protocol.Timings]:
+        """Run the request; out of memory, retry with half the canvas down to ``MIN_CANVAS``."""
+        while True:
+            try:
+                return run_infill(loaded, request, job.should_stop)
+            except torch.OutOfMemoryError:
+                canvas = request.canvas_length or loaded.canvas_length
+                if canvas <= MIN_CANVAS:
+                    raise
+                if loaded.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                smaller = max(MIN_CANVAS, canvas // 2)
+                logger.warning("request %s: out of memory at canvas %d; retrying at %d", request.id, canvas, smaller)
+                request = attrs.evolve(request, canvas_length=smaller)
 
     @staticmethod
     def _result(job: Job, text: str, stop: protocol.StopReason, timings: protocol.Timings) -> protocol.Result:

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.e2e.test_lsp_engine import _kill_engine
-from tests.support.lsp import server_command
+from tests.support.lsp import RawLsp, server_command
 
 pytestmark = pytest.mark.e2e
 URI = "file:///work/slow.py"
@@ -50,56 +48,6 @@ async def test_cancel_request_stops_the_engines_denoising(isolated_env: Path, ra
     finally:
         await lsp.stop()
         _kill_engine(socket_path, signal.SIGTERM)
-
-
-class RawLsp:
-    """A bare JSON-RPC client on the server's stdin and stdout."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-        assert process.stdin is not None and process.stdout is not None
-        self.stdin = process.stdin
-        self.stdout = process.stdout
-
-    @classmethod
-    async def start(cls, command: list[str]) -> RawLsp:
-        process = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        return cls(process)
-
-    def send_raw(self, payload: bytes) -> None:
-        self.stdin.write(b"Content-Length: %d\r\n\r\n" % len(payload) + payload)
-
-    def request(self, request_id: int, method: str, params: object = None) -> None:
-        self.send_raw(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode())
-
-    def notify(self, method: str, params: object = None) -> None:
-        self.send_raw(json.dumps({"jsonrpc": "2.0", "method": method, "params": params}).encode())
-
-    async def reply(self, want_id: int, timeout: float = 60) -> dict[str, Any]:
-        async def read() -> dict[str, Any]:
-            while True:
-                header = await self.stdout.readuntil(b"\r\n\r\n")
-                length = int(re.search(rb"Content-Length: (\d+)", header).group(1))  # type: ignore[union-attr]
-                message = json.loads(await self.stdout.readexactly(length))
-                if message.get("id") == want_id and "method" not in message:
-                    return message
-
-        return await asyncio.wait_for(read(), timeout)
-
-    async def initialize(self, options: object) -> None:
-        self.request(1, "initialize", {"capabilities": {}, "initializationOptions": options})
-        assert "result" in await self.reply(1)
-        self.notify("initialized", {})
-
-    async def stop(self) -> None:
-        if self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
 
 
 async def test_garbage_on_stdin_does_not_stop_the_server(isolated_env: Path) -> None:

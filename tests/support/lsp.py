@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
@@ -27,9 +30,7 @@ def capabilities(preset: str = "visual-studio-code", inline: bool = True) -> typ
     caps.window = caps.window or types.WindowClientCapabilities()
     caps.window.work_done_progress = True
     if inline:
-        caps.text_document.inline_completion = types.InlineCompletionClientCapabilities(
-            dynamic_registration=False
-        )
+        caps.text_document.inline_completion = types.InlineCompletionClientCapabilities(dynamic_registration=False)
     return caps
 
 
@@ -84,3 +85,90 @@ async def complete_when_ready(
         if result.items or asyncio.get_running_loop().time() > deadline:
             return result
         await asyncio.sleep(0.25)
+
+
+class RawLsp:
+    """A bare JSON-RPC client on the server's stdin and stdout; it records every message the server sends."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process = process
+        self.stdin = process.stdin
+        self.stdout = process.stdout
+        self.responses: dict[object, list[dict[str, Any]]] = {}
+        """Every response, by request id (a list, so duplicates would show)."""
+        self.notifications: list[dict[str, Any]] = []
+        self._arrived = asyncio.Event()
+        self._reader = asyncio.ensure_future(self._read_all())
+
+    @classmethod
+    async def start(cls, command: list[str]) -> RawLsp:
+        """Start the server process."""
+        process = await asyncio.create_subprocess_exec(
+            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+        )
+        return cls(process)
+
+    async def _read_all(self) -> None:
+        try:
+            while True:
+                header = await self.stdout.readuntil(b"\r\n\r\n")
+                length = int(re.search(rb"Content-Length: (\d+)", header).group(1))  # type: ignore[union-attr]
+                message = json.loads(await self.stdout.readexactly(length))
+                if "method" in message:
+                    if "id" in message:  # a request from the server: accept it
+                        self.send_raw(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": None}).encode())
+                    else:
+                        self.notifications.append(message)
+                else:
+                    self.responses.setdefault(message.get("id"), []).append(message)
+                self._arrived.set()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+
+    def send_raw(self, payload: bytes) -> None:
+        """One framed message, bytes as given."""
+        self.stdin.write(b"Content-Length: %d\r\n\r\n" % len(payload) + payload)
+
+    def request(self, request_id: int, method: str, params: object = None) -> None:
+        """Send a request (the reply arrives in ``responses``)."""
+        self.send_raw(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode())
+
+    def notify(self, method: str, params: object = None) -> None:
+        """Send a notification."""
+        self.send_raw(json.dumps({"jsonrpc": "2.0", "method": method, "params": params}).encode())
+
+    async def reply(self, want_id: int, timeout: float = 60) -> dict[str, Any]:
+        """Wait for the response to ``want_id``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while want_id not in self.responses:
+            self._arrived.clear()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"no reply to request {want_id}")
+            try:
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+            except TimeoutError:
+                continue
+        return self.responses[want_id][0]
+
+    async def initialize(self, options: object, capabilities: object = None) -> None:
+        """The initialize handshake."""
+        self.request(1, "initialize", {"capabilities": capabilities or {}, "initializationOptions": options})
+        assert "result" in await self.reply(1)
+        self.notify("initialized", {})
+
+    def open(self, uri: str, text: str, version: int = 1) -> None:
+        """``textDocument/didOpen`` for a Python file."""
+        self.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": "python", "version": version, "text": text}},
+        )
+
+    async def stop(self) -> None:
+        """Kill the server."""
+        self._reader.cancel()
+        if self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()

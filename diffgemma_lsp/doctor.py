@@ -1,0 +1,104 @@
+"""``diffgemma-lsp doctor``: is the engine reachable, what does it serve, how fast, what went wrong lately.
+
+Exit status: 0 healthy, 1 reachable but not serving (loading, failed, recent errors), 2 unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import attrs
+
+from engine import protocol
+
+TIMEOUT_S = 10.0
+
+
+async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int]:
+    """Connect, shake hands, ask for stats (and time one infill with ``probe``); returns (report, status)."""
+    report: dict[str, object] = {"socket": str(socket_path)}
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_unix_connection(str(socket_path), limit=protocol.MAX_FRAME_BYTES), TIMEOUT_S
+        )
+    except (OSError, TimeoutError) as exc:
+        report["problem"] = f"no engine reachable on {socket_path}: {exc}"
+        return report, 2
+
+    async def ask(message: protocol.Message) -> protocol.Message:
+        writer.write(protocol.encode(message))
+        await writer.drain()
+        return await asyncio.wait_for(protocol.read_message(reader), TIMEOUT_S * 6)
+
+    try:
+        hello = await ask(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="doctor", pid=os.getpid()))
+        if isinstance(hello, protocol.Error):
+            report["problem"] = f"the engine refused the handshake: {hello.code.value}: {hello.message}"
+            return report, 1
+        stats = await ask(protocol.GetStats(id="stats"))
+        assert isinstance(stats, protocol.Stats), stats
+        report.update(attrs.asdict(stats, filter=lambda attribute, _: attribute.name != "id"))
+        status = 0
+        if not stats.ready:
+            report["problem"] = "the model is still loading" if not stats.last_error else stats.last_error
+            status = 1
+        elif probe:
+            result = await ask(protocol.Infill(id="probe", uri="doctor://probe", prefix="def add(a, b):\n", seed=0))
+            if isinstance(result, protocol.Result):
+                report["probe"] = {"stop": result.stop.value, **attrs.asdict(result.timings)}
+            else:
+                report["problem"] = f"a test completion failed: {result}"
+                status = 1
+        return report, status
+    except (OSError, asyncio.IncompleteReadError, TimeoutError, protocol.ProtocolError) as exc:
+        report["problem"] = f"the engine stopped answering: {exc!r}"
+        return report, 2
+    finally:
+        writer.close()
+
+
+def render(report: dict[str, object]) -> str:
+    """A human-readable report."""
+    lines = [f"engine socket   {report['socket']}"]
+    if "model_id" in report:
+        lines += [
+            f"model           {report['model_id'] or '(loading)'}",
+            f"device          {report['device'] or '-'}",
+            f"ready           {'yes' if report['ready'] else 'no'}",
+            f"uptime          {report['uptime_s']} s, {report['connections']} clients, {report['queued']} queued",
+            f"memory          {report['rss_mb']} MiB resident",
+            f"replies         {report['replies'] or 'none yet'}",
+            f"recent latency  p50 {report['recent_ms_p50']} ms, p95 {report['recent_ms_p95']} ms "
+            f"over {report['recent_count']} completions",
+            f"last error      {report['last_error'] or 'none'}",
+        ]
+    if "probe" in report:
+        probe = report["probe"]
+        assert isinstance(probe, dict)
+        lines.append(
+            f"test completion {probe['stop']}: {probe['encode_ms'] + probe['denoise_ms']:.0f} ms, "
+            f"{probe['steps']} steps, {probe['new_tokens']} tokens"
+        )
+    lines.append(f"status          {'PROBLEM: ' + str(report['problem']) if 'problem' in report else 'ok'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """``diffgemma-lsp doctor [--engine-socket PATH] [--probe] [--json]``."""
+    parser = argparse.ArgumentParser(prog="diffgemma-lsp doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--engine-socket", type=Path, default=protocol.default_socket_path())
+    parser.add_argument("--probe", action="store_true", help="also time one test completion")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    report, status = asyncio.run(gather(args.engine_socket.expanduser(), args.probe))
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

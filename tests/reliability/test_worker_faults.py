@@ -1,0 +1,103 @@
+"""The model thread under faults: one request's exception or out-of-memory does not stop the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import protocol
+from engine import worker as worker_module
+from engine.jobs import Job, JobQueue
+from engine.worker import MIN_CANVAS, ModelWorker
+from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+
+
+async def _serve(model_dir: Path, requests: list[protocol.Infill]) -> list[protocol.Result | protocol.Error]:
+    """Run a real ModelWorker thread over ``requests``; return the replies in order."""
+    loop = asyncio.get_running_loop()
+    queue = JobQueue()
+    loaded = asyncio.Event()
+    worker = ModelWorker(
+        queue, model_dir, "cpu", None,
+        on_loaded=lambda _: loop.call_soon_threadsafe(loaded.set),
+        on_failed=lambda error: loop.call_soon_threadsafe(pytest.fail, f"load failed: {error}"),
+    )
+    worker.start()
+    await asyncio.wait_for(loaded.wait(), 120)
+    jobs = [Job(request=r, key=(1, r.uri), loop=loop, future=loop.create_future()) for r in requests]
+    for job in jobs:
+        queue.submit(job)
+    replies = [await asyncio.wait_for(job.future, 60) for job in jobs]
+    queue.close()
+    worker.join(10)
+    return replies
+
+
+def _request(request_id: str, **overrides: object) -> protocol.Infill:
+    fields: dict[str, object] = dict(
+        id=request_id, uri=f"file:///{request_id}.py", prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, seed=0
+    )
+    fields.update(overrides)
+    return protocol.Infill(**fields)  # type: ignore[arg-type]
+
+
+async def test_an_exception_fails_only_its_own_request(
+    memorized_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = worker_module.run_infill
+
+    def explode_on_boom(loaded, request, should_stop=None):  # noqa: ANN001, ANN202
+        if request.id == "boom":
+            raise RuntimeError("something broke inside the model")
+        return real(loaded, request, should_stop)
+
+    monkeypatch.setattr(worker_module, "run_infill", explode_on_boom)
+    before, boom, after = await _serve(memorized_model_dir, [_request("before"), _request("boom"), _request("after")])
+    assert isinstance(boom, protocol.Error) and boom.id == "boom"
+    assert boom.code is protocol.ErrorCode.INTERNAL and "something broke" in boom.message
+    assert isinstance(before, protocol.Result) and before.text == MEMORIZED_MIDDLE
+    assert isinstance(after, protocol.Result) and after.text == MEMORIZED_MIDDLE
+    print("faults survived: 1 exception; requests answered: 3; lost: 0")
+
+
+async def test_out_of_memory_retries_with_a_smaller_canvas(
+    memorized_model_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = worker_module.run_infill
+    canvases: list[int] = []
+
+    def oom_above_16(loaded, request, should_stop=None):  # noqa: ANN001, ANN202
+        if request.id == "warm-up":
+            return real(loaded, request, should_stop)
+        canvases.append(request.canvas_length or loaded.canvas_length)
+        if canvases[-1] > 16:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(loaded, request, should_stop)
+
+    monkeypatch.setattr(worker_module, "run_infill", oom_above_16)
+    with caplog.at_level(logging.WARNING, logger="engine.worker"):
+        (reply,) = await _serve(memorized_model_dir, [_request("big", canvas_length=64)])
+    assert isinstance(reply, protocol.Result)
+    assert canvases == [64, 32, 16]
+    assert "out of memory at canvas 64; retrying at 32" in caplog.text
+
+
+async def test_out_of_memory_at_the_smallest_canvas_is_an_error(
+    memorized_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = worker_module.run_infill
+
+    def oom_for_request_oom(loaded, request, should_stop=None):  # noqa: ANN001, ANN202
+        if request.id == "oom":
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(loaded, request, should_stop)
+
+    monkeypatch.setattr(worker_module, "run_infill", oom_for_request_oom)
+    oom, ok = await _serve(memorized_model_dir, [_request("oom", canvas_length=MIN_CANVAS * 2), _request("ok")])
+    assert isinstance(oom, protocol.Error) and oom.code is protocol.ErrorCode.MODEL_ERROR
+    assert "out of memory" in oom.message
+    assert isinstance(ok, protocol.Result) and ok.text == MEMORIZED_MIDDLE
