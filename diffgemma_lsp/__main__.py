@@ -20,9 +20,7 @@ def main(argv: list[str] | None = None) -> None:
         from diffgemma_lsp import doctor
 
         sys.exit(doctor.main(argv[1:]))
-    parser = argparse.ArgumentParser(
-        prog="diffgemma-lsp", description="DiffusionGemma code completion over LSP."
-    )
+    parser = argparse.ArgumentParser(prog="diffgemma-lsp", description="DiffusionGemma code completion over LSP.")
     parser.add_argument("--stdio", action="store_true", help="talk LSP on stdin/stdout (the default)")
     parser.add_argument(
         "--engine-socket",

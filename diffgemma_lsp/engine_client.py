@@ -157,9 +157,7 @@ class EngineClient:
             raise OSError(f"unexpected handshake reply {reply.TYPE!r}")
         self.hello = reply
         self._writer = writer
-        logger.info(
-            "connected to engine on %s (model %s, ready %s)", self.socket_path, reply.model_id, reply.ready
-        )
+        logger.info("connected to engine on %s (model %s, ready %s)", self.socket_path, reply.model_id, reply.ready)
         self._set_state(EngineState.READY if reply.ready else EngineState.LOADING)
         return reader
 

@@ -127,9 +127,7 @@ class DiffgemmaServer(LanguageServer):
         except PositionError as exc:
             raise JsonRpcInvalidParams(str(exc)) from None
 
-    async def complete(
-        self, uri: str, position: types.Position, automatic: bool
-    ) -> tuple[InfillContext, str] | None:
+    async def complete(self, uri: str, position: types.Position, automatic: bool) -> tuple[InfillContext, str] | None:
         """The completion text at ``position``, or None (engine down, superseded, stale or empty)."""
         settings = self.settings
         if not settings.enable:
@@ -229,16 +227,12 @@ def did_change_configuration(ls: DiffgemmaServer, params: types.DidChangeConfigu
 )
 async def completion(ls: DiffgemmaServer, params: types.CompletionParams) -> types.CompletionList | None:
     """One item carrying the whole multi-line completion as a text edit."""
-    invoked = (
-        params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
-    )
+    invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
     found = await ls.complete(params.text_document.uri, params.position, automatic=not invoked)
     if found is None:
         return types.CompletionList(is_incomplete=True, items=[])
     context, text = found
-    return types.CompletionList(
-        is_incomplete=True, items=[completion_item(context, text, _snippet_support(ls))]
-    )
+    return types.CompletionList(is_incomplete=True, items=[completion_item(context, text, _snippet_support(ls))])
 
 
 @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())

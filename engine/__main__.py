@@ -34,14 +34,10 @@ def setup_logging(level: str, log_file: Path | None) -> None:
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``serve`` and ``infill``."""
-    parser.add_argument(
-        "--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)"
-    )
+    parser.add_argument("--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
-    )
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -112,9 +108,7 @@ def infill(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(
-        prog="diffgemma-engine", description="The DiffusionGemma completion engine."
-    )
+    parser = argparse.ArgumentParser(prog="diffgemma-engine", description="The DiffusionGemma completion engine.")
     parser.add_argument("--log-level", default=os.environ.get("DIFFGEMMA_LOG_LEVEL", "info"))
     parser.add_argument("--log-file", type=Path, default=None)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -135,9 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     infill_parser.add_argument(
         "--prefix", type=Path, default=None, help="file with the text before the cursor (default: stdin)"
     )
-    infill_parser.add_argument(
-        "--suffix", type=Path, default=None, help="file with the text after the cursor"
-    )
+    infill_parser.add_argument("--suffix", type=Path, default=None, help="file with the text after the cursor")
     infill_parser.add_argument("--canvas-length", type=int, default=0)
     infill_parser.add_argument("--steps", type=int, default=0)
     infill_parser.add_argument("--seed", type=int, default=0)

@@ -105,9 +105,9 @@ def denoise_canvas(
     vocab_size = model.config.text_config.vocab_size
     cache_length = cache.get_seq_length()
     shape = (batch_size, canvas_length)
-    position_ids = torch.arange(
-        cache_length, cache_length + canvas_length, dtype=torch.int32, device=device
-    ).unsqueeze(0)
+    position_ids = torch.arange(cache_length, cache_length + canvas_length, dtype=torch.int32, device=device).unsqueeze(
+        0
+    )
     decoder_mask = torch.ones((batch_size, cache_length + canvas_length), dtype=torch.bool, device=device)
     canvas = torch.randint(0, vocab_size, shape, device=device, generator=generator)
     mask_mapping = model.model.decoder.create_diffusion_decoder_attention_mask(

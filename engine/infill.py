@@ -67,11 +67,7 @@ def run_infill(
         stop = protocol.StopReason(out.stopped_by)
     else:
         stop = protocol.StopReason.EOS if found_eos else protocol.StopReason.LENGTH
-    text = (
-        loaded.decode(tokens)
-        if stop not in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED)
-        else ""
-    )
+    text = loaded.decode(tokens) if stop not in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED) else ""
     timings = protocol.Timings(
         encode_ms=round(out.encode_ms, 3),
         denoise_ms=round(out.denoise_ms, 3),

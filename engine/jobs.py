@@ -82,9 +82,7 @@ class JobQueue:
         with self._condition:
             live = sum(1 for queued in self._pending if queued is not None and queued.cancel_reason is None)
             if live >= self.max_pending:
-                raise BusyError(
-                    f"the engine has {live} requests waiting (limit {self.max_pending}); try later"
-                )
+                raise BusyError(f"the engine has {live} requests waiting (limit {self.max_pending}); try later")
             self._pending.append(job)
             self._condition.notify()
         self._latest[job.key] = job

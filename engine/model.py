@@ -83,9 +83,7 @@ def load_model(
     torch_device = pick_device(device)
     torch_dtype = pick_dtype(dtype, torch_device)
     try:
-        model = DiffusionGemmaForBlockDiffusion.from_pretrained(
-            folder, dtype=torch_dtype, local_files_only=True
-        )
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch_dtype, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load the checkpoint in {folder}: {exc}") from exc

@@ -26,9 +26,7 @@ from engine import vocab
 Encode = Callable[[str], list[int]]
 
 CURSOR_MARK = "<CURSOR>"
-CHAT_INSTRUCTION = (
-    "Fill in the code at {mark}. Answer with only the missing code, no explanation and no code fence."
-)
+CHAT_INSTRUCTION = "Fill in the code at {mark}. Answer with only the missing code, no explanation and no code fence."
 
 
 class Layout(enum.Enum):
@@ -100,9 +98,7 @@ def build_fim_prompt(parts: PromptParts, encode: Encode, special: SpecialIds, ma
     truncated = False
     if len(suffix_ids) + len(prefix_ids) > suffix_budget + prefix_budget:
         # Give the part that fits its share's spare room to the other one.
-        suffix_keep = min(
-            len(suffix_ids), max(suffix_budget, suffix_budget + prefix_budget - len(prefix_ids))
-        )
+        suffix_keep = min(len(suffix_ids), max(suffix_budget, suffix_budget + prefix_budget - len(prefix_ids)))
         prefix_keep = min(len(prefix_ids), suffix_budget + prefix_budget - suffix_keep)
         truncated = suffix_keep < len(suffix_ids) or prefix_keep < len(prefix_ids)
         suffix_ids = suffix_ids[:suffix_keep]

@@ -244,9 +244,7 @@ configure_tagged_union(Message, converter, tag_name="type", tag_generator=lambda
 class ProtocolError(Exception):
     """A frame that cannot be understood. ``code`` says how to answer it."""
 
-    def __init__(
-        self, code: ErrorCode, message: str, request_id: str | None = None, *, fatal: bool = False
-    ) -> None:
+    def __init__(self, code: ErrorCode, message: str, request_id: str | None = None, *, fatal: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.request_id = request_id
@@ -280,15 +278,11 @@ def decode(body: bytes) -> Message:
     tag = raw.get("type")
     if tag not in MESSAGE_TYPES:
         known = ", ".join(sorted(MESSAGE_TYPES))
-        raise ProtocolError(
-            ErrorCode.UNKNOWN_TYPE, f"unknown message type {tag!r} (known: {known})", request_id
-        )
+        raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {tag!r} (known: {known})", request_id)
     try:
         return converter.structure(raw, MESSAGE_TYPES[tag])
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
-        detail = (
-            "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else exc
-        )
+        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else exc
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"invalid {tag!r} message: {detail}", request_id) from None
 
 

@@ -53,9 +53,7 @@ def prepare_socket_dir(path: Path) -> None:
         if directory == protocol.runtime_dir():
             os.chmod(directory, 0o700)
         else:
-            logger.warning(
-                "socket directory %s is not private (mode %o)", directory, stat.S_IMODE(info.st_mode)
-            )
+            logger.warning("socket directory %s is not private (mode %o)", directory, stat.S_IMODE(info.st_mode))
 
 
 def is_listening(path: Path) -> bool:
@@ -159,9 +157,7 @@ class EngineServer:
     def model_loaded(self, loaded: LoadedModel) -> None:
         """Tell the clients that connected during loading."""
         self.loaded = loaded
-        ready = protocol.Ready(
-            model_id=loaded.model_id, device=str(loaded.device), load_ms=round(loaded.load_ms, 1)
-        )
+        ready = protocol.Ready(model_id=loaded.model_id, device=str(loaded.device), load_ms=round(loaded.load_ms, 1))
         for connection in list(self._waiting_ready):
             asyncio.ensure_future(self._send(connection, ready))
         self._waiting_ready.clear()
@@ -253,9 +249,7 @@ class EngineServer:
             )
             return False
         if self.load_error is not None:
-            await self._send(
-                connection, protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=self.load_error)
-            )
+            await self._send(connection, protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=self.load_error))
             return False
         loaded = self.loaded
         await self._send(

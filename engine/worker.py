@@ -81,17 +81,13 @@ class ModelWorker(threading.Thread):
         except torch.OutOfMemoryError as exc:
             logger.error("request %s: out of memory: %s", request.id, exc)
             job.resolve_threadsafe(
-                protocol.Error(
-                    code=protocol.ErrorCode.MODEL_ERROR, message=f"out of memory: {exc}", id=request.id
-                )
+                protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=f"out of memory: {exc}", id=request.id)
             )
             return
         except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the engine
             logger.exception("request %s failed", request.id)
             job.resolve_threadsafe(
-                protocol.Error(
-                    code=protocol.ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}", id=request.id
-                )
+                protocol.Error(code=protocol.ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}", id=request.id)
             )
             return
         logger.info(

@@ -22,12 +22,8 @@ from engine import vocab
 SIZES: dict[str, dict[str, int]] = {
     # name: hidden, layers, heads, kv heads, head dim, dense MLP, experts, top-k, expert MLP
     "test": dict(hidden=64, layers=2, heads=2, kv_heads=1, head_dim=32, mlp=128, experts=2, top_k=1, moe=64),
-    "mini": dict(
-        hidden=128, layers=4, heads=2, kv_heads=1, head_dim=64, mlp=256, experts=4, top_k=2, moe=128
-    ),
-    "tiny": dict(
-        hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, mlp=512, experts=4, top_k=2, moe=256
-    ),
+    "mini": dict(hidden=128, layers=4, heads=2, kv_heads=1, head_dim=64, mlp=256, experts=4, top_k=2, moe=128),
+    "tiny": dict(hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, mlp=512, experts=4, top_k=2, moe=256),
 }
 
 

@@ -53,9 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--vocab-size", type=int, default=8192)
-    parser.add_argument(
-        "--max-mb", type=float, default=60.0, help="stop reading the corpus after this much text"
-    )
+    parser.add_argument("--max-mb", type=float, default=60.0, help="stop reading the corpus after this much text")
     args = parser.parse_args()
 
     budget = int(args.max_mb * 1e6)

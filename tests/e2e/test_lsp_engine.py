@@ -58,9 +58,7 @@ async def test_completion_is_the_engines_multi_line_middle(lsp: tuple[LanguageCl
     assert len(result.items) == 1
     item = result.items[0]
     assert isinstance(item.text_edit, types.TextEdit)
-    assert (
-        item.text_edit.new_text == MEMORIZED_MIDDLE
-    )  # VS Code's capabilities: no snippet escaping needed here
+    assert item.text_edit.new_text == MEMORIZED_MIDDLE  # VS Code's capabilities: no snippet escaping needed here
     assert "\n" in item.text_edit.new_text
     assert item.text_edit.range.start == types.Position(line=1, character=0)
     assert _engine_pid(socket_path) is not None  # the server started the engine itself

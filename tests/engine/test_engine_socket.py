@@ -40,9 +40,7 @@ async def client(memorized_engine: EngineProcess) -> AsyncIterator[RawClient]:
 
 
 def _infill(request_id: str, uri: str = "file:///a.py", **overrides: object) -> protocol.Infill:
-    fields: dict[str, object] = dict(
-        id=request_id, uri=uri, prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, seed=0
-    )
+    fields: dict[str, object] = dict(id=request_id, uri=uri, prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, seed=0)
     fields.update(overrides)
     return protocol.Infill(**fields)  # type: ignore[arg-type]
 
@@ -156,9 +154,7 @@ BAD_FRAMES = {
 
 
 @pytest.mark.parametrize("name", list(BAD_FRAMES))
-async def test_bad_frame_gets_a_clear_error_and_the_connection_keeps_serving(
-    client: RawClient, name: str
-) -> None:
+async def test_bad_frame_gets_a_clear_error_and_the_connection_keeps_serving(client: RawClient, name: str) -> None:
     body = BAD_FRAMES[name]
     await client.send_raw(protocol.HEADER.pack(len(body)) + body)
     error = await client.receive()
@@ -220,9 +216,7 @@ async def test_many_requests_each_get_exactly_one_reply(random_engine: EnginePro
     await client.close()
 
 
-def test_second_engine_on_the_same_socket_exits(
-    memorized_engine: EngineProcess, memorized_model_dir: Path
-) -> None:
+def test_second_engine_on_the_same_socket_exits(memorized_engine: EngineProcess, memorized_model_dir: Path) -> None:
     command = [
         sys.executable,
         "-m",

@@ -43,9 +43,7 @@ def test_same_tokens_as_generate(fixture: str, seed: int, request: pytest.Fixtur
     pad = model.generation_config.pad_token_id
 
     torch.manual_seed(seed)
-    reference = (
-        model.generate(input_ids=prompt, max_new_tokens=canvas).sequences[0, prompt.shape[1] :].tolist()
-    )
+    reference = model.generate(input_ids=prompt, max_new_tokens=canvas).sequences[0, prompt.shape[1] :].tolist()
     ours = run_canvas(model, prompt, canvas, _settings(model), generator=torch.Generator().manual_seed(seed))
 
     assert cut_at_eos(ours.tokens[0].tolist(), eos, pad) == cut_at_eos(reference, eos, pad)
@@ -56,9 +54,7 @@ def test_memorized_model_settles_early_with_the_expected_middle(memorized_model_
     """A trained canvas stops on the stable-and-confident rule, well before the step limit."""
     model, tokenizer, prompt = _prompt(memorized_model_dir)
     settings = _settings(model)
-    out = run_canvas(
-        model, prompt, model.config.canvas_length, settings, generator=torch.Generator().manual_seed(0)
-    )
+    out = run_canvas(model, prompt, model.config.canvas_length, settings, generator=torch.Generator().manual_seed(0))
     tokens, found_eos = cut_at_eos(out.tokens[0].tolist(), set(model.generation_config.eos_token_id), 0)
     assert found_eos
     assert tokenizer.decode(tokens) == MEMORIZED_MIDDLE

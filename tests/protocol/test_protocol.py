@@ -15,9 +15,7 @@ from engine import protocol
 
 MESSAGES = [
     protocol.Hello(protocol=1, client="test", pid=42),
-    protocol.HelloOk(
-        protocol=1, model_id="m", ready=False, device="cpu", canvas_length=32, max_prompt_tokens=1024
-    ),
+    protocol.HelloOk(protocol=1, model_id="m", ready=False, device="cpu", canvas_length=32, max_prompt_tokens=1024),
     protocol.Ready(model_id="m", device="cuda:0", load_ms=12.5),
     protocol.Infill(
         id="7",

@@ -22,7 +22,10 @@ async def _serve(model_dir: Path, requests: list[protocol.Infill]) -> list[proto
     queue = JobQueue()
     loaded = asyncio.Event()
     worker = ModelWorker(
-        queue, model_dir, "cpu", None,
+        queue,
+        model_dir,
+        "cpu",
+        None,
         on_loaded=lambda _: loop.call_soon_threadsafe(loaded.set),
         on_failed=lambda error: loop.call_soon_threadsafe(pytest.fail, f"load failed: {error}"),
     )

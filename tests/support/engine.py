@@ -18,9 +18,7 @@ ENGINE_START_TIMEOUT_S = 120
 class EngineProcess:
     """A running engine on ``socket_path``; stop it with ``stop``."""
 
-    def __init__(
-        self, model_dir: Path, socket_path: Path, log_path: Path, extra: list[str] | None = None
-    ) -> None:
+    def __init__(self, model_dir: Path, socket_path: Path, log_path: Path, extra: list[str] | None = None) -> None:
         self.socket_path = socket_path
         self.log_path = log_path
         command = [
@@ -81,9 +79,7 @@ class RawClient:
         reader, writer = await asyncio.open_unix_connection(str(socket_path), limit=protocol.MAX_FRAME_BYTES)
         client = cls(reader, writer)
         if hello:
-            await client.send(
-                protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="test", pid=os.getpid())
-            )
+            await client.send(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="test", pid=os.getpid()))
             reply = await client.receive()
             assert isinstance(reply, protocol.HelloOk), reply
             if wait_ready and not reply.ready:

@@ -45,16 +45,12 @@ def build_memorized(out_dir: Path, train_steps: int = 500, seed: int = 0) -> Pat
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
 
-    prompt = build_fim_prompt(
-        PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX), encode, special, 512
-    )
+    prompt = build_fim_prompt(PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX), encode, special, 512)
     middle = encode(MEMORIZED_MIDDLE) + [vocab.SPECIAL_IDS[vocab.EOS]]
     target = torch.tensor([middle + [vocab.SPECIAL_IDS[vocab.PAD]] * (CANVAS - len(middle))])
     prompt_ids = torch.tensor([prompt.ids])
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=5e-3, total_steps=train_steps, pct_start=0.1
-    )
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=5e-3, total_steps=train_steps, pct_start=0.1)
     model.train()
     text_config = model.config.get_text_config(decoder=True)
     for _ in range(train_steps):

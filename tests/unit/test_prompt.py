@@ -56,9 +56,7 @@ def test_extra_chunks_come_first_and_only_while_they_fit() -> None:
 
 def test_special_ids_need_all_three_sentinels() -> None:
     vocab = {"<fim_prefix>": 4, "<fim_suffix>": 5, "<fim_middle>": 6, "<bos>": 2}
-    assert special_ids_from(vocab.get) == SpecialIds(
-        bos=2, fim_prefix=4, fim_suffix=5, fim_middle=6, file_sep=None
-    )
+    assert special_ids_from(vocab.get) == SpecialIds(bos=2, fim_prefix=4, fim_suffix=5, fim_middle=6, file_sep=None)
     del vocab["<fim_middle>"]
     assert special_ids_from(vocab.get) is None
 
