@@ -7,11 +7,13 @@ import logging
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import attrs
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
 from diffgemma_lsp import __version__
 from diffgemma_lsp.context import InfillContext, PositionError, build_context
@@ -24,11 +26,26 @@ from engine import protocol
 logger = logging.getLogger(__name__)
 
 
+class DiffgemmaProtocol(LanguageServerProtocol):
+    """pygls' protocol, except that a request whose params cannot be read still gets an error reply."""
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        """Deserialize; on failure, answer the request (pygls would drop it and the client would wait forever)."""
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if isinstance(data, dict) and "method" in data and isinstance(data.get("id"), int | str):
+                detail = f": {exc.__cause__}" if exc.__cause__ is not None else ""
+                error = JsonRpcInvalidParams(f"invalid params for {data['method']}{detail}")
+                self._send_response(data["id"], None, error.to_response_error())
+            raise
+
+
 class DiffgemmaServer(LanguageServer):
     """Holds the settings, the engine connection and the latest request per document."""
 
     def __init__(self, engine_socket: Path | None = None, model: str | None = None) -> None:
-        super().__init__("diffgemma-lsp", __version__)
+        super().__init__("diffgemma-lsp", __version__, protocol_cls=DiffgemmaProtocol)
         self.engine_socket = engine_socket or protocol.default_socket_path()
         self.settings = Settings(model=model)
         self.cli_model = model
@@ -38,6 +55,10 @@ class DiffgemmaServer(LanguageServer):
         self.last_latency_ms: float | None = None
         self._progress_token: str | None = None
         self._outage_reported = False
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """Log server errors; never a popup for one bad message (pygls shows one by default)."""
+        logger.error("server error (%s): %s", getattr(source, "__name__", source), error)
 
     # -- settings ----------------------------------------------------------------------------------------
 
@@ -81,8 +102,8 @@ class DiffgemmaServer(LanguageServer):
                     types.LogMessageParams(type=types.MessageType.Info, message="diffgemma: engine is back")
                 )
             self._outage_reported = False
-        elif state is EngineState.FAILED and not self._outage_reported:
-            self._outage_reported = True
+        elif state in (EngineState.FAILED, EngineState.DISCONNECTED) and detail and not self._outage_reported:
+            self._outage_reported = True  # one message per outage, not one per keystroke
             self._end_progress(detail)
             self.window_show_message(
                 types.ShowMessageParams(

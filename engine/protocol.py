@@ -222,6 +222,15 @@ MESSAGE_TYPES: dict[str, type] = {
 converter = make_converter(forbid_extra_keys=False)
 
 
+def valid_text(value: str) -> str:
+    """``value`` with lone surrogates (legal in JSON, not in UTF-8) replaced by U+FFFD."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return value
+
+
 def _strict(kind: type, *more: type):  # noqa: ANN202 - a cattrs hook factory
     """A structure hook that refuses values of the wrong JSON type instead of coercing them."""
     allowed = (kind, *more)
@@ -229,7 +238,7 @@ def _strict(kind: type, *more: type):  # noqa: ANN202 - a cattrs hook factory
     def hook(value: object, _: type) -> object:
         if isinstance(value, bool) and kind is not bool or not isinstance(value, allowed):
             raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-        return value
+        return valid_text(value) if isinstance(value, str) else value
 
     return hook
 
@@ -258,7 +267,11 @@ class ProtocolError(Exception):
 
 def encode(message: Message) -> bytes:
     """One frame: length header plus the JSON body."""
-    body = json.dumps(converter.unstructure(message, Message), ensure_ascii=False).encode("utf-8")
+    raw = converter.unstructure(message, Message)
+    try:
+        body = json.dumps(raw, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: JSON's \u escapes carry them
+        body = json.dumps(raw).encode("ascii")
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(ErrorCode.TOO_LARGE, f"message of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
     return HEADER.pack(len(body)) + body
@@ -274,9 +287,9 @@ def decode(body: bytes) -> Message:
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"frame is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"frame must be a JSON object, got {type(raw).__name__}")
-    request_id = raw.get("id") if isinstance(raw.get("id"), str) else None
+    request_id = valid_text(raw["id"]) if isinstance(raw.get("id"), str) else None
     tag = raw.get("type")
-    if tag not in MESSAGE_TYPES:
+    if not isinstance(tag, str) or tag not in MESSAGE_TYPES:
         known = ", ".join(sorted(MESSAGE_TYPES))
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {tag!r} (known: {known})", request_id)
     try:

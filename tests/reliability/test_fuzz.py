@@ -1,0 +1,179 @@
+"""Fuzzing: the wire protocol (100,000 frames) and the language server's inputs. No crash, no hang, clear errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+from pathlib import Path
+
+import pytest
+
+from engine import protocol
+from tests.e2e.test_lsp_engine import _kill_engine
+from tests.support.engine import EngineProcess, RawClient
+from tests.support.lsp import RawLsp, server_command
+from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+
+FRAMES = 100_000
+LIVE_FRAMES = 3_000
+VALID = [
+    protocol.encode(protocol.Infill(id="1", uri="file:///a.py", prefix="def f(", suffix=")", max_steps=1))[4:],
+    protocol.encode(protocol.Cancel(id="1"))[4:],
+    protocol.encode(protocol.Hello(protocol=1, client="x"))[4:],
+    protocol.encode(protocol.GetStats(id="s"))[4:],
+]
+JUNK_VALUES: list[object] = [None, True, -1, 2**63, 1.5, "", "\ud800", [], {}, "x" * 1000, [1, "a"], {"a": None}]
+
+
+def mutate(rng: random.Random) -> bytes:
+    """One malformed (or occasionally valid) frame body."""
+    body = rng.choice(VALID)
+    kind = rng.randrange(7)
+    if kind == 0:  # truncated
+        return body[: rng.randrange(len(body))]
+    if kind == 1:  # random bytes flipped, often invalid UTF-8
+        data = bytearray(body)
+        for _ in range(rng.randrange(1, 6)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        return bytes(data)
+    if kind == 2:  # a field with the wrong type
+        raw = json.loads(body)
+        raw[rng.choice(list(raw))] = rng.choice(JUNK_VALUES)
+        return json.dumps(raw).encode()
+    if kind == 3:  # an unknown or missing type
+        raw = json.loads(body)
+        if rng.random() < 0.5:
+            raw.pop("type")
+        else:
+            raw["type"] = rng.choice(["", "Infill", "result", "stats", "x" * 50, 7])
+        return json.dumps(raw).encode()
+    if kind == 4:  # random bytes
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(64)))
+    if kind == 5:  # JSON that is not an object
+        return json.dumps(rng.choice(JUNK_VALUES)).encode(errors="surrogatepass") if rng.random() < 0.9 else b"\xc3"
+    return body
+
+
+def test_hundred_thousand_frames_decode_or_fail_clearly() -> None:
+    rng = random.Random(1234)
+    outcomes = {"decoded": 0, "refused": 0}
+    for _ in range(FRAMES):
+        try:
+            protocol.decode(mutate(rng))
+            outcomes["decoded"] += 1
+        except protocol.ProtocolError as exc:
+            assert exc.code in protocol.ErrorCode and str(exc)
+            outcomes["refused"] += 1
+    print(f"frames fuzzed: {FRAMES} ({outcomes}), crashes 0")
+    assert sum(outcomes.values()) == FRAMES
+
+
+@pytest.mark.e2e
+async def test_live_engine_survives_fuzzed_frames(short_tmp: Path, memorized_model_dir: Path) -> None:
+    engine = EngineProcess(memorized_model_dir, short_tmp / "run" / "engine.sock", short_tmp / "engine.log")
+    rng = random.Random(99)
+    try:
+        client = await RawClient.connect(engine.socket_path)
+        expected_replies = 0
+        for _ in range(LIVE_FRAMES):
+            body = mutate(rng)
+            try:
+                message = protocol.decode(body)
+            except protocol.ProtocolError:
+                expected_replies += 1  # an Error
+            else:
+                expected_replies += not isinstance(message, protocol.Cancel)  # Cancel has no reply
+            await client.send_raw(protocol.HEADER.pack(len(body)) + body)
+        replies = [await client.receive(timeout=120) for _ in range(expected_replies)]
+        with pytest.raises(asyncio.TimeoutError):
+            await client.receive(timeout=1.0)
+        errors = sum(isinstance(r, protocol.Error) for r in replies)
+        print(f"live frames fuzzed: {LIVE_FRAMES}, replies {len(replies)} ({errors} errors), engine alive")
+        await client.send(
+            protocol.Infill(id="ok", uri="file:///ok.py", prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, seed=0)
+        )
+        ok = await client.receive()
+        assert isinstance(ok, protocol.Result) and ok.text == MEMORIZED_MIDDLE
+        await client.close()
+        assert engine.process.poll() is None
+    finally:
+        engine.stop()
+
+
+LSP_CASES = 400
+
+
+@pytest.mark.e2e
+async def test_language_server_survives_bad_positions_and_documents(
+    isolated_env: Path, memorized_model_dir: Path
+) -> None:
+    """Positions out of range, unknown URIs, CRLF, surrogate pairs, a huge document: a result or a clear error."""
+    socket_path = isolated_env / "run" / "engine.sock"
+    lsp = await RawLsp.start(server_command(socket_path, memorized_model_dir))
+    rng = random.Random(7)
+    documents = {
+        "file:///f/crlf.py": "def f():\r\n    return 1\r\n\r\nx = '😀😀'\r\n",
+        "file:///f/emoji.py": "s = '😀𝔘𝔫𝔦'  # 🙂\nprint(s)\n",
+        "file:///f/empty.py": "",
+        "file:///f/huge.py": "y = 2\n" * 800_000,
+        "file:///f/ok.py": MEMORIZED_PREFIX + MEMORIZED_SUFFIX,
+    }
+    try:
+        await lsp.initialize({"debounceMs": 0, "steps": 2})
+        for uri, text in documents.items():
+            lsp.open(uri, text)
+        uris = [*documents, "file:///f/never-opened.py", "untitled:Untitled-1", "not a uri"]
+        codes: dict[str, int] = {}
+        for n in range(LSP_CASES):
+            method = rng.choice(["textDocument/completion", "textDocument/inlineCompletion"])
+            position = {
+                "line": rng.choice([0, 1, 2, 3, 5, 10**6, 2**31 - 1]),
+                "character": rng.choice([0, 1, 4, 5, 6, 7, 99, 2**31 - 1]),
+            }
+            params: dict[str, object] = {
+                "textDocument": {"uri": rng.choice(uris)},
+                "position": position,
+                "context": {"triggerKind": 1},
+            }
+            if rng.random() < 0.05:
+                params = rng.choice([{}, {"textDocument": 5}, {"position": "x"}, None])
+            lsp.request(10_000 + n, method, params)
+            reply = await lsp.reply(10_000 + n)
+            key = "result" if "result" in reply else f"error {reply['error']['code']}"
+            codes[key] = codes.get(key, 0) + 1
+            if "error" in reply:
+                assert reply["error"]["code"] in (-32602, -32603) and reply["error"]["message"]
+        print(f"language server inputs fuzzed: {LSP_CASES}, outcomes {codes}")
+        assert codes.get("error -32603", 0) < LSP_CASES * 0.1  # internal errors only from malformed params
+        lsp.request(
+            2,
+            "textDocument/completion",
+            {
+                "textDocument": {"uri": "file:///f/ok.py"},
+                "position": {"line": 1, "character": 0},
+                "context": {"triggerKind": 1},
+            },
+        )
+        deadline = asyncio.get_running_loop().time() + 120
+        while True:  # the engine may still be loading
+            items = (await lsp.reply(2))["result"]["items"]
+            if items or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.3)
+            lsp.responses.pop(2)
+            lsp.request(
+                2,
+                "textDocument/completion",
+                {
+                    "textDocument": {"uri": "file:///f/ok.py"},
+                    "position": {"line": 1, "character": 0},
+                    "context": {"triggerKind": 1},
+                },
+            )
+        assert items[0]["textEdit"]["newText"] == MEMORIZED_MIDDLE
+        assert lsp.process.returncode is None
+    finally:
+        await lsp.stop()
+        _kill_engine(socket_path, signal.SIGTERM)
