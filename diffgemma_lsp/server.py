@@ -53,6 +53,8 @@ class DiffgemmaServer(LanguageServer):
         self.latest: dict[str, asyncio.Future[protocol.Result]] = {}
         """Per document uri, the engine call in flight; a newer request cancels it."""
         self.last_latency_ms: float | None = None
+        self.last_timings: protocol.Timings | None = None
+        """The engine's own timings of the last completion."""
         self._progress_token: str | None = None
         self._outage_reported = False
 
@@ -197,6 +199,7 @@ class DiffgemmaServer(LanguageServer):
             if self.latest.get(uri) is call:
                 del self.latest[uri]
         self.last_latency_ms = (time.perf_counter() - started) * 1000
+        self.last_timings = result.timings
         logger.info(
             "request %s: %s in %.0f ms (queue %.0f, encode %.0f, denoise %.0f ms, %d steps, %d tokens)",
             request.id,
@@ -283,6 +286,7 @@ def status(ls: DiffgemmaServer, *args: object) -> dict[str, object]:
         "inflight": len(ls.latest),
         "tasks": len(asyncio.all_tasks()),
         "lastLatencyMs": round(ls.last_latency_ms, 1) if ls.last_latency_ms is not None else None,
+        "lastTimings": attrs.asdict(ls.last_timings) if ls.last_timings is not None else None,
     }
 
 

@@ -1,0 +1,154 @@
+"""Replay typing over real source files through the real diffgemma-lsp and engine; measure what a user feels.
+
+    python benchmarks/keystroke_replay.py [--model DIR] [--requests 200] [--files N]
+
+Each keystroke is a ``didChange`` followed by an inline completion request at the cursor, answered before the
+next keystroke (a user who pauses on every character: the worst case for the engine). For each request it
+records the end-to-end latency seen by the client and the engine's own time (queue + encode + denoise, from
+the server's ``diffgemma.status`` command); their difference is the language server's overhead.
+Writes ``benchmarks/results/keystroke_replay.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.lsp import RawLsp, server_command  # noqa: E402
+
+SOURCES = ["textwrap.py", "json/encoder.py", "argparse.py", "difflib.py", "shlex.py", "fractions.py"]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
+
+
+def typing_sessions(files: int, seed: int) -> list[tuple[str, str, int]]:
+    """(uri, source, offset where typing starts) at the start of function bodies in stdlib files."""
+    rng = random.Random(seed)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    sessions = []
+    for name in SOURCES[:files]:
+        text = (stdlib / name).read_text()
+        starts = [i for i in range(len(text)) if text.startswith("\n    def ", i) or text.startswith("\ndef ", i)]
+        for start in rng.sample(starts, min(4, len(starts))):
+            body = text.find(":\n", start) + 2
+            sessions.append((f"file:///replay/{name}", text, body))
+    return sessions
+
+
+async def replay(args: argparse.Namespace) -> dict[str, object]:
+    """Run the typing sessions; returns the figures."""
+    runtime = Path(tempfile.mkdtemp(prefix="dg-bench-", dir="/tmp"))
+    socket_path = runtime / "engine.sock"
+    engine_command = [sys.executable, "-m", "engine", "--log-level", "warning", "serve", "--socket", str(socket_path)]
+    if args.model:
+        engine_command += ["--model", str(args.model)]
+    engine = subprocess.Popen(engine_command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
+    lsp = await RawLsp.start(server_command(socket_path, args.model))
+    latencies: list[float] = []
+    engine_ms: list[float] = []
+    steps: list[int] = []
+    cached: list[int] = []
+    prompt_tokens: list[int] = []
+    try:
+        await lsp.initialize({"debounceMs": 0, "deadlineMs": 0})
+        request_id = 10
+        sessions = typing_sessions(args.files, args.seed)
+        # Warm up until the engine answers.
+        lsp.open("file:///warm.py", "def f(x):\n    ")
+        while True:
+            request_id += 1
+            lsp.request(request_id, "workspace/executeCommand", {"command": "diffgemma.status", "arguments": []})
+            if (await lsp.reply(request_id))["result"]["engine"] == "ready":
+                break
+            await asyncio.sleep(0.2)
+        for uri, text, start in sessions:
+            if len(latencies) >= args.requests:
+                break
+            version = 1
+            lsp.open(uri, text[:start] + text[start + 80 :])
+            typed = text[start : start + 80]
+            for count in range(1, len(typed) + 1):
+                if len(latencies) >= args.requests:
+                    break
+                version += 1
+                current = text[:start] + typed[:count] + text[start + 80 :]
+                lsp.notify(
+                    "textDocument/didChange",
+                    {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": current}]},
+                )
+                before = current[: start + count]
+                line, character = before.count("\n"), len(before) - before.rfind("\n") - 1
+                request_id += 1
+                sent = time.perf_counter()
+                lsp.request(
+                    request_id,
+                    "textDocument/inlineCompletion",
+                    {
+                        "textDocument": {"uri": uri},
+                        "position": {"line": line, "character": character},
+                        "context": {"triggerKind": 1},
+                    },
+                )
+                await lsp.reply(request_id)
+                elapsed = (time.perf_counter() - sent) * 1000
+                request_id += 1
+                lsp.request(request_id, "workspace/executeCommand", {"command": "diffgemma.status", "arguments": []})
+                timings = (await lsp.reply(request_id))["result"]["lastTimings"]
+                latencies.append(elapsed)
+                engine_ms.append(timings["queue_ms"] + timings["encode_ms"] + timings["denoise_ms"])
+                steps.append(timings["steps"])
+                cached.append(timings["cached_tokens"])
+                prompt_tokens.append(timings["prompt_tokens"])
+    finally:
+        await lsp.stop()
+        engine.terminate()
+        engine.wait(10)
+    overhead = [total - own for total, own in zip(latencies, engine_ms, strict=True)]
+    return {
+        "model": str(args.model or "default"),
+        "requests": len(latencies),
+        "p50_ms": round(percentile(latencies, 0.50), 1),
+        "p95_ms": round(percentile(latencies, 0.95), 1),
+        "mean_ms": round(statistics.fmean(latencies), 1),
+        "engine_p50_ms": round(percentile(engine_ms, 0.50), 1),
+        "lsp_overhead_p50_ms": round(percentile(overhead, 0.50), 2),
+        "steps_mean": round(statistics.fmean(steps), 2),
+        "prompt_tokens_mean": round(statistics.fmean(prompt_tokens), 1),
+        "cache_hit_rate": round(sum(c > 0 for c in cached) / len(cached), 3),
+        "machine": f"{sys.platform}, torch threads default",
+    }
+
+
+def main() -> None:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--files", type=int, default=len(SOURCES))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "keystroke_replay.json")
+    args = parser.parse_args()
+    figures = asyncio.run(replay(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
