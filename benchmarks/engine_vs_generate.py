@@ -1,0 +1,91 @@
+"""The engine's infill loop against transformers' ``model.generate`` on one checkpoint, prompts and settings.
+
+    python benchmarks/engine_vs_generate.py [--model DIR] [--requests 40] [--threads N]
+
+The workload is keystrokes: a prefix that grows one character at a time inside a real source file, with the
+suffix after it. Both sides get the same prompt ids, canvas, step budget and seed; the figures are the median
+latency ratio (``speedup_median``) and the share of requests whose tokens are identical. Writes
+``benchmarks/results/engine_vs_generate.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine import protocol  # noqa: E402
+from engine.denoise import cut_at_eos, run_canvas  # noqa: E402
+from engine.infill import prompt_ids  # noqa: E402
+from engine.model import load_model  # noqa: E402
+
+
+def workload(count: int) -> list[protocol.Infill]:
+    """Keystroke requests over a stdlib file: the prefix grows by one character each time."""
+    text = (Path(sysconfig.get_paths()["stdlib"]) / "textwrap.py").read_text()
+    start = text.index("def dedent(")
+    return [
+        protocol.Infill(id=str(n), uri="file:///t.py", prefix=text[: start + n], suffix=text[start + n :], seed=n)
+        for n in range(count)
+    ]
+
+
+def main() -> None:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "engine_vs_generate.json")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    loaded = load_model(args.model)
+    model, canvas = loaded.model, loaded.canvas_length
+    settings = dataclasses.replace(loaded.sampler)
+    ratios, identical, ours_ms, reference_ms, steps = [], 0, [], [], []
+    for index, request in enumerate([workload(1)[0], *workload(args.requests)]):
+        ids = torch.tensor([prompt_ids(loaded, request)])
+        start = time.perf_counter()
+        torch.manual_seed(request.seed or 0)
+        reference = model.generate(input_ids=ids, max_new_tokens=canvas).sequences[0, ids.shape[1] :].tolist()
+        middle = time.perf_counter()
+        out = run_canvas(model, ids, canvas, settings, generator=torch.Generator().manual_seed(request.seed or 0))
+        end = time.perf_counter()
+        if index == 0:
+            continue  # warm-up
+        reference_ms.append((middle - start) * 1000)
+        ours_ms.append((end - middle) * 1000)
+        ratios.append(reference_ms[-1] / ours_ms[-1])
+        steps.append(out.steps)
+        same = cut_at_eos(out.tokens[0].tolist(), loaded.eos_ids, loaded.pad_id)
+        identical += same == cut_at_eos(reference, loaded.eos_ids, loaded.pad_id)
+    figures = {
+        "model": loaded.model_id,
+        "requests": len(ratios),
+        "canvas_length": canvas,
+        "max_steps": settings.max_steps,
+        "steps_mean": round(statistics.fmean(steps), 2),
+        "generate_ms_median": round(statistics.median(reference_ms), 1),
+        "engine_ms_median": round(statistics.median(ours_ms), 1),
+        "speedup_median": round(statistics.median(ratios), 3),
+        "identical_tokens": f"{identical}/{len(ratios)}",
+        "note": "no prefix reuse yet: both sides encode the whole prompt for every keystroke",
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
