@@ -25,11 +25,15 @@ The loop, for a batch of B rows and a canvas of C tokens::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
+
+if TYPE_CHECKING:
+    from engine.prefix_cache import PrefixCache
 
 StopCheck = Callable[[], str | None]
 """Returns a reason to stop (e.g. "cancelled") or None to go on."""
@@ -57,6 +61,7 @@ class CanvasOutput:
     encode_ms: float
     denoise_ms: float
     finished: torch.Tensor = field(repr=False)  # (B,) rows that met the stable-and-confident rule
+    cached_tokens: int = 0  # prompt tokens whose encoding was reused
 
 
 def _now_ms() -> float:
@@ -173,12 +178,22 @@ def run_canvas(
     generator: torch.Generator | None = None,
     should_stop: StopCheck | None = None,
     on_step: Callable[[int], None] | None = None,
+    prefix_cache: PrefixCache | None = None,
+    cache_key: Hashable | None = None,
 ) -> CanvasOutput:
-    """Encode ``prompt_ids`` (B, P) into a fresh cache, then denoise one canvas of ``canvas_length``."""
-    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    """Encode ``prompt_ids`` (B, P), then denoise one canvas of ``canvas_length``.
+
+    With a ``prefix_cache`` and a ``cache_key`` (batch size 1), the tokens shared with that key's previous
+    prompt are not encoded again.
+    """
     start = _now_ms()
-    with torch.inference_mode():
-        encode_prompt(model, prompt_ids, cache)
+    cached = 0
+    if prefix_cache is not None and cache_key is not None and prompt_ids.shape[0] == 1:
+        cache, cached = prefix_cache.prepare(cache_key, prompt_ids[0].tolist())
+    else:
+        cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+        with torch.inference_mode():
+            encode_prompt(model, prompt_ids, cache)
     encoded = _now_ms()
     tokens, steps, reason, finished = denoise_canvas(
         model, cache, prompt_ids.shape[0], canvas_length, settings, generator, should_stop, on_step
@@ -190,6 +205,7 @@ def run_canvas(
         encode_ms=encoded - start,
         denoise_ms=_now_ms() - encoded,
         finished=finished,
+        cached_tokens=cached,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Hashable
 
 import torch
 
@@ -51,9 +52,16 @@ def check_request(loaded: LoadedModel, request: protocol.Infill) -> tuple[int, i
 
 
 def run_infill(
-    loaded: LoadedModel, request: protocol.Infill, should_stop: StopCheck | None = None
+    loaded: LoadedModel,
+    request: protocol.Infill,
+    should_stop: StopCheck | None = None,
+    cache_key: Hashable | None = None,
 ) -> tuple[str, protocol.StopReason, protocol.Timings]:
-    """Denoise the middle for ``request``; returns (text, why it stopped, timings without queue time)."""
+    """Denoise the middle for ``request``; returns (text, why it stopped, timings without queue time).
+
+    ``cache_key`` (e.g. the connection and document) lets the prompt's encoding be reused by the next request
+    with the same key.
+    """
     canvas_length, steps = check_request(loaded, request)
     ids = prompt_ids(loaded, request)
     generator = None
@@ -61,7 +69,16 @@ def run_infill(
         generator = torch.Generator(device=loaded.device).manual_seed(request.seed)
     settings = dataclasses.replace(loaded.sampler, max_steps=steps)
     prompt = torch.tensor([ids], dtype=torch.long, device=loaded.device)
-    out = run_canvas(loaded.model, prompt, canvas_length, settings, generator, should_stop)
+    out = run_canvas(
+        loaded.model,
+        prompt,
+        canvas_length,
+        settings,
+        generator,
+        should_stop,
+        prefix_cache=loaded.prefix_cache,
+        cache_key=cache_key,
+    )
     tokens, found_eos = cut_at_eos(out.tokens[0].tolist(), loaded.eos_ids, loaded.pad_id)
     if out.stopped_by is not None:
         stop = protocol.StopReason(out.stopped_by)
@@ -74,6 +91,6 @@ def run_infill(
         steps=out.steps,
         prompt_tokens=len(ids),
         new_tokens=len(tokens),
-        cached_tokens=0,
+        cached_tokens=out.cached_tokens,
     )
     return text, stop, timings

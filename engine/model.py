@@ -12,6 +12,7 @@ import torch
 
 from engine.denoise import SamplerSettings
 from engine.errors import ModelLoadError
+from engine.prefix_cache import PrefixCache
 from engine.prompt import Layout, SpecialIds, special_ids_from
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ class LoadedModel:
     sampler: SamplerSettings
     max_prompt_tokens: int
     load_ms: float
+    prefix_cache: PrefixCache | None = None
+    """Encoded prompts kept per document, reused by the next keystroke."""
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens."""
@@ -118,6 +121,7 @@ def load_model(
         sampler=sampler,
         max_prompt_tokens=max_prompt_tokens,
         load_ms=(time.perf_counter() - start) * 1000.0,
+        prefix_cache=PrefixCache(model),
     )
     logger.info(
         "loaded %s on %s (%s, layout %s, canvas %d, %d steps) in %.0f ms",

@@ -108,7 +108,7 @@ class ModelWorker(threading.Thread):
         """Run the request; out of memory, retry with half the canvas down to ``MIN_CANVAS``."""
         while True:
             try:
-                return run_infill(loaded, request, job.should_stop)
+                return run_infill(loaded, request, job.should_stop, cache_key=job.key)
             except torch.OutOfMemoryError:
                 canvas = request.canvas_length or loaded.canvas_length
                 if canvas <= MIN_CANVAS:

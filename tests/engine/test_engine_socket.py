@@ -59,6 +59,16 @@ async def test_infill_returns_the_multi_line_middle_with_timings(client: RawClie
     assert result.timings.denoise_ms > 0
 
 
+async def test_next_keystroke_reuses_the_encoded_prefix(client: RawClient) -> None:
+    await client.send(_infill("1"))
+    first = await client.receive()
+    await client.send(_infill("2", prefix=MEMORIZED_PREFIX + "    "))
+    second = await client.receive()
+    assert isinstance(first, protocol.Result) and isinstance(second, protocol.Result)
+    assert first.timings.cached_tokens == 0
+    assert 0 < second.timings.cached_tokens < second.timings.prompt_tokens
+
+
 async def test_socket_is_private(memorized_engine: EngineProcess, client: RawClient) -> None:
     socket_mode = stat.S_IMODE(memorized_engine.socket_path.stat().st_mode)
     dir_mode = stat.S_IMODE(memorized_engine.socket_path.parent.stat().st_mode)

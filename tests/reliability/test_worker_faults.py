@@ -53,10 +53,10 @@ async def test_an_exception_fails_only_its_own_request(
 ) -> None:
     real = worker_module.run_infill
 
-    def explode_on_boom(loaded, request, should_stop=None):  # noqa: ANN001, ANN202
+    def explode_on_boom(loaded, request, should_stop=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
         if request.id == "boom":
             raise RuntimeError("something broke inside the model")
-        return real(loaded, request, should_stop)
+        return real(loaded, request, should_stop, **kwargs)
 
     monkeypatch.setattr(worker_module, "run_infill", explode_on_boom)
     before, boom, after = await _serve(memorized_model_dir, [_request("before"), _request("boom"), _request("after")])
@@ -73,13 +73,13 @@ async def test_out_of_memory_retries_with_a_smaller_canvas(
     real = worker_module.run_infill
     canvases: list[int] = []
 
-    def oom_above_16(loaded, request, should_stop=None):  # noqa: ANN001, ANN202
+    def oom_above_16(loaded, request, should_stop=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
         if request.id == "warm-up":
-            return real(loaded, request, should_stop)
+            return real(loaded, request, should_stop, **kwargs)
         canvases.append(request.canvas_length or loaded.canvas_length)
         if canvases[-1] > 16:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(loaded, request, should_stop)
+        return real(loaded, request, should_stop, **kwargs)
 
     monkeypatch.setattr(worker_module, "run_infill", oom_above_16)
     with caplog.at_level(logging.WARNING, logger="engine.worker"):
@@ -94,10 +94,10 @@ async def test_out_of_memory_at_the_smallest_canvas_is_an_error(
 ) -> None:
     real = worker_module.run_infill
 
-    def oom_for_request_oom(loaded, request, should_stop=None):  # noqa: ANN001, ANN202
+    def oom_for_request_oom(loaded, request, should_stop=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
         if request.id == "oom":
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(loaded, request, should_stop)
+        return real(loaded, request, should_stop, **kwargs)
 
     monkeypatch.setattr(worker_module, "run_infill", oom_for_request_oom)
     oom, ok = await _serve(memorized_model_dir, [_request("oom", canvas_length=MIN_CANVAS * 2), _request("ok")])

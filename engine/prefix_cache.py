@@ -1,0 +1,80 @@
+"""Reuse the encoded prompt from one keystroke to the next.
+
+Each document keeps a *master* cache: a plain ``DynamicCache()`` whose layers all keep every key and value
+(sliding layers included), so it can be cut back to any length. On a request the longest common token prefix
+with the master's tokens is kept, the rest is cropped, and only the new tokens are encoded. The encoder's
+masks come from the model config, so the sliding window still applies while encoding.
+
+The decoder must not see the master directly: its sliding layers would attend to every cached token. It gets
+a *view* instead, a config-shaped ``DynamicCache`` whose sliding layers hold the last ``window - 1`` tokens,
+exactly as a cache built from scratch (no copy: the views share the master's tensors, and the decoder never
+writes to a cache).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Hashable
+
+import torch
+from transformers import DynamicCache
+
+from engine.denoise import encode_prompt
+
+DEFAULT_SLOTS = 16
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    limit = min(len(a), len(b))
+    for index in range(limit):
+        if a[index] != b[index]:
+            return index
+    return limit
+
+
+def decoder_view(master: DynamicCache, length: int, text_config: object) -> DynamicCache:
+    """A cache for the decoder holding the first ``length`` tokens of ``master``, sliding layers windowed."""
+    view = DynamicCache(config=text_config)
+    for source, target in zip(master.layers, view.layers, strict=True):
+        keys, values = source.keys[:, :, :length], source.values[:, :, :length]
+        if target.is_sliding:
+            keep = target.sliding_window - 1
+            keys, values = keys[:, :, -keep:], values[:, :, -keep:]
+            target.lazy_initialization(keys, values)
+            target.cumulative_length = length
+        else:
+            target.lazy_initialization(keys, values)
+        target.keys, target.values = keys, values
+    return view
+
+
+class PrefixCache:
+    """Per-key (connection, document) master caches, least recently used evicted first."""
+
+    def __init__(self, model: torch.nn.Module, slots: int = DEFAULT_SLOTS) -> None:
+        self.model = model
+        self.text_config = model.config.get_text_config(decoder=True)
+        self.slots = slots
+        self._masters: collections.OrderedDict[Hashable, tuple[DynamicCache, list[int]]] = collections.OrderedDict()
+
+    def prepare(self, key: Hashable, ids: list[int]) -> tuple[DynamicCache, int]:
+        """Encode what ``ids`` (B=1) does not share with ``key``'s last prompt; returns (decoder view, reused)."""
+        master, cached_ids = self._masters.pop(key, (None, []))
+        if master is None:
+            master = DynamicCache()
+        reused = min(common_prefix_length(cached_ids, ids), len(ids) - 1)  # the encoder needs >= 1 new token
+        if master.get_seq_length() > reused:
+            master.crop(reused - master.get_seq_length())
+        device = self.model.device
+        with torch.inference_mode():
+            encode_prompt(self.model, torch.tensor([ids[reused:]], dtype=torch.long, device=device), master)
+        self._masters[key] = (master, list(ids))
+        while len(self._masters) > self.slots:
+            self._masters.popitem(last=False)
+        return decoder_view(master, len(ids), self.text_config), reused
+
+    def forget(self, predicate: object) -> None:
+        """Drop the slots whose key matches ``predicate`` (a callable on keys)."""
+        for key in [key for key in self._masters if predicate(key)]:  # type: ignore[operator]
+            del self._masters[key]
