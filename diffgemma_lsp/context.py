@@ -29,6 +29,8 @@ class InfillContext:
     """Start of the identifier the cursor is in (== position when there is none)."""
     word: str
     """The identifier characters between ``word_start`` and the cursor."""
+    offset: int
+    """The cursor as an index (code points) into the document's text."""
     version: int | None
 
 
@@ -68,5 +70,6 @@ def build_context(document: TextDocument, position: types.Position, context_toke
         position=position,
         word_start=word_start,
         word=word_text,
+        offset=offset,
         version=document.version,
     )

@@ -20,6 +20,7 @@ from diffgemma_lsp.context import InfillContext, PositionError, build_context
 from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable
 from diffgemma_lsp.launcher import spawn_engine
 from diffgemma_lsp.results import completion_item, inline_item
+from diffgemma_lsp.reuse import ShownCompletions
 from diffgemma_lsp.settings import Settings, parse_settings
 from engine import protocol
 
@@ -55,6 +56,8 @@ class DiffgemmaServer(LanguageServer):
         self.last_latency_ms: float | None = None
         self.last_timings: protocol.Timings | None = None
         """The engine's own timings of the last completion."""
+        self.shown = ShownCompletions()
+        """The last completion per document, reused while the user types what it suggested."""
         self._progress_token: str | None = None
         self._outage_reported = False
 
@@ -156,9 +159,12 @@ class DiffgemmaServer(LanguageServer):
         if not settings.enable:
             return None
         context = self.context_at(uri, position)
+        source = self.workspace.get_text_document(uri).source
         previous = self.latest.pop(uri, None)
         if previous is not None:
             previous.cancel()
+        if (rest := self.shown.lookup(uri, source, context.offset)) is not None:
+            return context, rest  # the user is typing what we suggested: no model call
         if automatic and settings.debounce_ms:
             marker: asyncio.Future[protocol.Result] = asyncio.get_running_loop().create_future()
             self.latest[uri] = marker
@@ -215,6 +221,7 @@ class DiffgemmaServer(LanguageServer):
             return None  # the document changed while the model worked: the result is stale
         if result.stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED) or not result.text:
             return None
+        self.shown.remember(uri, source, context.offset, result.text)
         return context, result.text
 
 
@@ -272,6 +279,15 @@ async def inline_completion(
     return types.InlineCompletionList(items=[inline_item(context, text)])
 
 
+@server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: DiffgemmaServer, params: types.DidCloseTextDocumentParams) -> None:
+    """Forget the document's shown completion and stop its work."""
+    uri = params.text_document.uri
+    ls.shown.forget(uri)
+    if (call := ls.latest.pop(uri, None)) is not None:
+        call.cancel()
+
+
 STATUS_COMMAND = "diffgemma.status"
 
 
@@ -285,6 +301,8 @@ def status(ls: DiffgemmaServer, *args: object) -> dict[str, object]:
         "pending": engine.pending_count() if engine else 0,
         "inflight": len(ls.latest),
         "tasks": len(asyncio.all_tasks()),
+        "reuseHits": ls.shown.hits,
+        "reuseLookups": ls.shown.lookups,
         "lastLatencyMs": round(ls.last_latency_ms, 1) if ls.last_latency_ms is not None else None,
         "lastTimings": attrs.asdict(ls.last_timings) if ls.last_timings is not None else None,
     }

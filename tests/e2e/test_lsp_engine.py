@@ -64,6 +64,32 @@ async def test_completion_is_the_engines_multi_line_middle(lsp: tuple[LanguageCl
     assert _engine_pid(socket_path) is not None  # the server started the engine itself
 
 
+async def test_typing_the_suggestion_reuses_it_without_the_model(lsp: tuple[LanguageClient, Path]) -> None:
+    client, _ = lsp
+    open_document(client, URI, SOURCE)
+    await complete_when_ready(client, URI, *CURSOR)
+    typed = MEMORIZED_MIDDLE[:6]  # "    to"
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=2),
+            content_changes=[
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(
+                        start=types.Position(line=1, character=0), end=types.Position(line=1, character=0)
+                    ),
+                    text=typed,
+                )
+            ],
+        )
+    )
+    result = await complete(client, URI, 1, len(typed))
+    assert result.items[0].text_edit.new_text == "to" + MEMORIZED_MIDDLE[6:]  # the word "to" is replaced too
+    status = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="diffgemma.status", arguments=[])
+    )
+    assert status["reuseHits"] == 1
+
+
 async def test_inline_completion_gives_ghost_text(lsp: tuple[LanguageClient, Path]) -> None:
     client, _ = lsp
     open_document(client, URI, SOURCE)

@@ -13,6 +13,7 @@ CONTEXT = InfillContext(
     position=types.Position(line=3, character=7),
     word_start=types.Position(line=3, character=4),
     word="hel",
+    offset=7,
     version=1,
 )
 

@@ -1,0 +1,63 @@
+"""Reuse a shown completion while the user types what it suggested (as Copilot and llama.vim do).
+
+If the last completion for a document was ``text`` at some cursor, and since then the user only typed characters
+that ``text`` starts with, the rest of ``text`` is still the answer: no model call needed.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+ANCHOR_CHARS = 256
+"""How much text on each side of the cursor must be unchanged for a shown completion to still apply."""
+
+
+@attrs.frozen(kw_only=True)
+class Shown:
+    """A completion the server returned."""
+
+    offset: int
+    """Cursor offset (code points) in the document when it was computed."""
+    before: str
+    """The last ``ANCHOR_CHARS`` characters before that cursor."""
+    after: str
+    """The first ``ANCHOR_CHARS`` characters after it."""
+    text: str
+
+
+class ShownCompletions:
+    """The last shown completion per document."""
+
+    def __init__(self) -> None:
+        self._shown: dict[str, Shown] = {}
+        self.hits = 0
+        self.lookups = 0
+
+    def remember(self, uri: str, source: str, offset: int, text: str) -> None:
+        """Note that ``text`` was offered at ``offset`` of ``source``."""
+        self._shown[uri] = Shown(
+            offset=offset,
+            before=source[max(0, offset - ANCHOR_CHARS) : offset],
+            after=source[offset : offset + ANCHOR_CHARS],
+            text=text,
+        )
+
+    def forget(self, uri: str) -> None:
+        """Drop the document's entry (closed, or the user went elsewhere)."""
+        self._shown.pop(uri, None)
+
+    def lookup(self, uri: str, source: str, offset: int) -> str | None:
+        """The rest of the shown completion if the user typed its start and changed nothing else around it."""
+        self.lookups += 1
+        shown = self._shown.get(uri)
+        if shown is None or offset <= shown.offset:
+            return None
+        typed = source[shown.offset : offset]
+        if not shown.text.startswith(typed) or len(typed) >= len(shown.text):
+            return None
+        if source[max(0, shown.offset - ANCHOR_CHARS) : shown.offset] != shown.before:
+            return None
+        if source[offset : offset + ANCHOR_CHARS] != shown.after[:ANCHOR_CHARS]:
+            return None
+        self.hits += 1
+        return shown.text[len(typed) :]

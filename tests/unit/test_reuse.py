@@ -1,0 +1,42 @@
+"""Forward-typing reuse of a shown completion."""
+
+from __future__ import annotations
+
+from diffgemma_lsp.reuse import ShownCompletions
+
+SOURCE = "def add(a, b):\n\n\nprint(add(1, 2))\n"
+CURSOR = SOURCE.index("\n\n") + 1
+TEXT = "    total = a + b\n    return total"
+
+
+def _typed(n: int) -> tuple[str, int]:
+    return SOURCE[:CURSOR] + TEXT[:n] + SOURCE[CURSOR:], CURSOR + n
+
+
+def test_typing_the_suggestion_keeps_the_rest() -> None:
+    shown = ShownCompletions()
+    shown.remember("u", SOURCE, CURSOR, TEXT)
+    for n in (1, 4, 10, len(TEXT) - 1):
+        source, offset = _typed(n)
+        assert shown.lookup("u", source, offset) == TEXT[n:]
+    assert shown.hits == 4
+
+
+def test_typing_something_else_misses() -> None:
+    shown = ShownCompletions()
+    shown.remember("u", SOURCE, CURSOR, TEXT)
+    source = SOURCE[:CURSOR] + "    x" + SOURCE[CURSOR:]
+    assert shown.lookup("u", source, CURSOR + 5) is None
+
+
+def test_finished_suggestion_moved_cursor_or_other_edits_miss() -> None:
+    shown = ShownCompletions()
+    shown.remember("u", SOURCE, CURSOR, TEXT)
+    assert shown.lookup("u", *_typed(len(TEXT))) is None  # all of it typed: nothing left to offer
+    assert shown.lookup("u", SOURCE, CURSOR) is None  # nothing typed
+    source, offset = _typed(3)
+    assert shown.lookup("u", source.replace("print", "show"), offset) is None  # the text after changed
+    assert shown.lookup("u", "# x\n" + source, offset + 4) is None  # the text before moved
+    assert shown.lookup("other", source, offset) is None
+    shown.forget("u")
+    assert shown.lookup("u", source, offset) is None
