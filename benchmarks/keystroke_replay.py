@@ -6,6 +6,8 @@ Each keystroke is a ``didChange`` followed by an inline completion request at th
 next keystroke (a user who pauses on every character: the worst case for the engine). For each request it
 records the end-to-end latency seen by the client and the engine's own time (queue + encode + denoise, from
 the server's ``diffgemma.status`` command); their difference is the language server's overhead.
+``cache_hit_rate`` counts requests that reused work: the engine's encoded prefix (``prefix_reuse_rate``) or the
+completion already shown, when the user typed what it suggested (``shown_completion_reuse_rate``).
 Writes ``benchmarks/results/keystroke_replay.json``.
 """
 
@@ -65,6 +67,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
     steps: list[int] = []
     cached: list[int] = []
     prompt_tokens: list[int] = []
+    reuse_hits = 0
     try:
         await lsp.initialize({"debounceMs": 0, "deadlineMs": 0})
         request_id = 10
@@ -109,8 +112,14 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
                 elapsed = (time.perf_counter() - sent) * 1000
                 request_id += 1
                 lsp.request(request_id, "workspace/executeCommand", {"command": "diffgemma.status", "arguments": []})
-                timings = (await lsp.reply(request_id))["result"]["lastTimings"]
+                status = (await lsp.reply(request_id))["result"]
                 latencies.append(elapsed)
+                if status["reuseHits"] > reuse_hits:  # answered from the shown completion: no engine work
+                    reuse_hits = status["reuseHits"]
+                    engine_ms.append(0.0)
+                    cached.append(-1)
+                    continue
+                timings = status["lastTimings"]
                 engine_ms.append(timings["queue_ms"] + timings["encode_ms"] + timings["denoise_ms"])
                 steps.append(timings["steps"])
                 cached.append(timings["cached_tokens"])
@@ -130,7 +139,9 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
         "lsp_overhead_p50_ms": round(percentile(overhead, 0.50), 2),
         "steps_mean": round(statistics.fmean(steps), 2),
         "prompt_tokens_mean": round(statistics.fmean(prompt_tokens), 1),
-        "cache_hit_rate": round(sum(c > 0 for c in cached) / len(cached), 3),
+        "cache_hit_rate": round(sum(c != 0 for c in cached) / len(cached), 3),
+        "prefix_reuse_rate": round(sum(c > 0 for c in cached) / len(cached), 3),
+        "shown_completion_reuse_rate": round(sum(c < 0 for c in cached) / len(cached), 3),
         "machine": f"{sys.platform}, torch threads default",
     }
 
