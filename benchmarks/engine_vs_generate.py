@@ -4,8 +4,10 @@
 
 The workload is keystrokes: a prefix that grows one character at a time inside a real source file, with the
 suffix after it. Both sides get the same prompt ids, canvas, step budget and seed; the figures are the median
-latency ratio (``speedup_median``) and the share of requests whose tokens are identical (bit-identical without
-prefix reuse; with it, encodings agree to ~1e-6 and samples almost always agree). Writes
+latency ratio (``speedup_median``) and the share of requests whose tokens are identical. By default the engine
+runs as it serves (prefix reuse, and samples drawn only where accepted: a different random stream, so tokens
+differ from ``generate``'s); ``--exact --no-prefix-reuse`` gives generate's own random stream and identical tokens.
+Writes
 ``benchmarks/results/engine_vs_generate.json``.
 """
 
@@ -48,6 +50,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument(
+        "--exact", action="store_true", help="draw random numbers as generate does (identical tokens without reuse)"
+    )
+    parser.add_argument(
         "--no-prefix-reuse",
         dest="prefix_reuse",
         action="store_false",
@@ -59,7 +64,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     loaded = load_model(args.model)
     model, canvas = loaded.model, loaded.canvas_length
-    settings = dataclasses.replace(loaded.sampler)
+    settings = dataclasses.replace(loaded.sampler, exact=args.exact)
     ratios, identical, ours_ms, reference_ms, steps, cached, encode_ms = [], 0, [], [], [], [], []
     for index, request in enumerate([workload(1)[0], *workload(args.requests)]):
         ids = torch.tensor([prompt_ids(loaded, request)])
@@ -98,6 +103,7 @@ def main() -> None:
         "speedup_median": round(statistics.median(ratios), 3),
         "identical_tokens": f"{identical}/{len(ratios)}",
         "prefix_reuse": args.prefix_reuse,
+        "exact_sampler": args.exact,
         "cached_tokens_mean": round(statistics.fmean(cached), 1),
         "encode_ms_median": round(statistics.median(encode_ms), 2),
     }

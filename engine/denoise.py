@@ -1,12 +1,13 @@
 """One infill canvas: encoder prefill, then the denoising loop, written out so it can stop between steps.
 
-It computes what ``DiffusionGemmaForBlockDiffusion.generate`` computes for a single canvas (same random
-stream, same tokens for the same seed and settings; ``tests/engine/test_parity.py`` holds it to that), with
-three differences an engine needs:
+It computes what ``DiffusionGemmaForBlockDiffusion.generate`` computes for a single canvas (with ``exact``, the
+same random stream and the same tokens for the same seed and settings; ``tests/engine/test_parity.py`` holds it
+to that), with four differences an engine needs:
 
 * ``should_stop`` is asked before every step, so a cancel or a deadline ends the work within one step;
 * the entropy of each step is computed once and shared by the sampler and the stopping rule;
-* any canvas length, per call, without touching the shared ``model.config``.
+* any canvas length, per call, without touching the shared ``model.config``;
+* by default (``exact`` off) it draws samples only for the positions the entropy bound accepts.
 
 The loop, for a batch of B rows and a canvas of C tokens::
 
@@ -49,6 +50,9 @@ class SamplerSettings:
     entropy_bound: float = 0.1
     stability_threshold: int = 1
     confidence_threshold: float = 0.005
+    exact: bool = False
+    """Draw random numbers exactly as ``generate`` does (same tokens for the same seed), at the cost of a
+    multinomial over every canvas position each step. Off: sample only the accepted positions."""
 
 
 @dataclass
@@ -85,6 +89,26 @@ def encode_prompt(model: torch.nn.Module, input_ids: torch.Tensor, cache: Dynami
     )
     encoder(input_ids=input_ids, attention_mask=masks, cache=cache, position_ids=position_ids)
     return total
+
+
+def _sample_accepted(
+    logits: torch.Tensor, canvas: torch.Tensor, bound: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The sampler's fast path: (sample, entropy, accepted) with a draw only where a token is accepted.
+
+    Which positions are accepted depends only on their entropies, so the (B*C, V) multinomial draw that
+    ``generate`` makes, most of it thrown away, shrinks to the few accepted rows. Same distribution, a
+    different random stream: use ``exact`` for token-for-token agreement with ``generate``.
+    """
+    log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B, C, V)
+    probs = log_probs.exp()
+    entropy = -(probs * log_probs).nan_to_num().sum(dim=-1)  # (B, C)
+    accepted = accept_mask(entropy, bound)
+    sample = canvas.clone()
+    rows = accepted.nonzero(as_tuple=True)
+    if rows[0].numel():
+        sample[rows] = torch.multinomial(probs[rows], 1, generator=generator).squeeze(-1)
+    return sample, entropy, accepted
 
 
 def accept_mask(entropy: torch.Tensor, bound: float) -> torch.Tensor:
@@ -142,11 +166,14 @@ def denoise_canvas(
         step_tensor = torch.tensor(step, dtype=torch.int32, device=device)
         temperature = settings.t_min + (settings.t_max - settings.t_min) * (step_tensor / settings.max_steps)
         logits = logits / temperature  # (B, C, V)
-        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-        sample = torch.multinomial(probs.view(-1, vocab_size), 1, generator=generator).view(shape)
         new_best = torch.argmax(logits, dim=-1)
-        entropy = torch.distributions.Categorical(logits=logits).entropy()  # (B, C), once per step
-        accepted = accept_mask(entropy, settings.entropy_bound)
+        if settings.exact:
+            probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+            sample = torch.multinomial(probs.view(-1, vocab_size), 1, generator=generator).view(shape)
+            entropy = torch.distributions.Categorical(logits=logits).entropy()  # (B, C), once per step
+            accepted = accept_mask(entropy, settings.entropy_bound)
+        else:
+            sample, entropy, accepted = _sample_accepted(logits, canvas, settings.entropy_bound, generator)
         kept = torch.where(accepted, sample, canvas)
         noise = torch.randint(0, vocab_size, shape, device=device, generator=generator)
         new_canvas = torch.where(accepted, kept, noise)

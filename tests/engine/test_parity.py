@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ def _settings(model: DiffusionGemmaForBlockDiffusion) -> SamplerSettings:
         entropy_bound=g.sampler_config.entropy_bound,
         stability_threshold=g.stability_threshold,
         confidence_threshold=g.confidence_threshold,
+        exact=True,
     )
 
 
@@ -50,10 +52,11 @@ def test_same_tokens_as_generate(fixture: str, seed: int, request: pytest.Fixtur
     assert ours.tokens.shape == (1, canvas)
 
 
-def test_memorized_model_settles_early_with_the_expected_middle(memorized_model_dir: Path) -> None:
-    """A trained canvas stops on the stable-and-confident rule, well before the step limit."""
+@pytest.mark.parametrize("exact", [True, False])
+def test_memorized_model_settles_early_with_the_expected_middle(memorized_model_dir: Path, exact: bool) -> None:
+    """A trained canvas stops on the stable-and-confident rule, well before the step limit (both samplers)."""
     model, tokenizer, prompt = _prompt(memorized_model_dir)
-    settings = _settings(model)
+    settings = dataclasses.replace(_settings(model), exact=exact)
     out = run_canvas(model, prompt, model.config.canvas_length, settings, generator=torch.Generator().manual_seed(0))
     tokens, found_eos = cut_at_eos(out.tokens[0].tolist(), set(model.generation_config.eos_token_id), 0)
     assert found_eos
