@@ -56,13 +56,17 @@ def run_infill(
     request: protocol.Infill,
     should_stop: StopCheck | None = None,
     cache_key: Hashable | None = None,
+    time_left_ms: float | None = None,
 ) -> tuple[str, protocol.StopReason, protocol.Timings]:
     """Denoise the middle for ``request``; returns (text, why it stopped, timings without queue time).
 
     ``cache_key`` (e.g. the connection and document) lets the prompt's encoding be reused by the next request
-    with the same key.
+    with the same key. ``time_left_ms`` (what remains of the deadline) becomes a step budget, so that a whole
+    temperature schedule fits in it instead of being cut off part-way.
     """
     canvas_length, steps = check_request(loaded, request)
+    if time_left_ms is not None:
+        steps = loaded.clock.step_budget(canvas_length, steps, time_left_ms)
     ids = prompt_ids(loaded, request)
     generator = None
     if request.seed is not None:
@@ -79,6 +83,7 @@ def run_infill(
         prefix_cache=loaded.prefix_cache,
         cache_key=cache_key,
     )
+    loaded.clock.observe(canvas_length, out.encode_ms, out.denoise_ms, out.steps)
     tokens, found_eos = cut_at_eos(out.tokens[0].tolist(), loaded.eos_ids, loaded.pad_id)
     if out.stopped_by is not None:
         stop = protocol.StopReason(out.stopped_by)

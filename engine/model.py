@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -19,6 +19,33 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 DEFAULT_MAX_PROMPT_TOKENS = 1024
+
+
+class StepClock:
+    """Running estimates of encode and per-step time, per canvas length, to turn deadlines into step budgets."""
+
+    SMOOTHING = 0.2
+
+    def __init__(self) -> None:
+        self.encode_ms: float | None = None
+        self.step_ms: dict[int, float] = {}
+
+    def observe(self, canvas_length: int, encode_ms: float, denoise_ms: float, steps: int) -> None:
+        """Fold one request's times into the estimates."""
+        self.encode_ms = self._blend(self.encode_ms, encode_ms)
+        if steps:
+            self.step_ms[canvas_length] = self._blend(self.step_ms.get(canvas_length), denoise_ms / steps)
+
+    def step_budget(self, canvas_length: int, max_steps: int, time_left_ms: float) -> int:
+        """The most steps (at least 1) expected to fit in ``time_left_ms``; ``max_steps`` before any estimate."""
+        step_ms = self.step_ms.get(canvas_length)
+        if step_ms is None or step_ms <= 0:
+            return max_steps
+        affordable = int((time_left_ms - (self.encode_ms or 0.0)) / step_ms)
+        return max(1, min(max_steps, affordable))
+
+    def _blend(self, old: float | None, new: float) -> float:
+        return new if old is None else old + self.SMOOTHING * (new - old)
 
 
 @dataclass
@@ -39,6 +66,7 @@ class LoadedModel:
     load_ms: float
     prefix_cache: PrefixCache | None = None
     """Encoded prompts kept per document, reused by the next keystroke."""
+    clock: StepClock = field(default_factory=StepClock)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens."""

@@ -108,7 +108,9 @@ class ModelWorker(threading.Thread):
         """Run the request; out of memory, retry with half the canvas down to ``MIN_CANVAS``."""
         while True:
             try:
-                return run_infill(loaded, request, job.should_stop, cache_key=job.key)
+                deadline = job.deadline
+                time_left_ms = (deadline - time.monotonic()) * 1000.0 if deadline is not None else None
+                return run_infill(loaded, request, job.should_stop, cache_key=job.key, time_left_ms=time_left_ms)
             except torch.OutOfMemoryError:
                 canvas = request.canvas_length or loaded.canvas_length
                 if canvas <= MIN_CANVAS:

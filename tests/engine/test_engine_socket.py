@@ -143,13 +143,17 @@ async def test_newer_request_for_the_same_document_supersedes(random_engine: Eng
     await client.close()
 
 
-async def test_deadline_returns_the_best_canvas_so_far(random_engine: EngineProcess) -> None:
+async def test_deadline_becomes_a_step_budget(random_engine: EngineProcess) -> None:
+    """A deadline caps the steps (a whole, shorter schedule); one that runs out anyway stops the loop."""
     client = await RawClient.connect(random_engine.socket_path)
-    await client.send(_infill("d", max_steps=200, deadline_ms=300))
+    await client.send(_infill("budget", max_steps=200, deadline_ms=300))
     result = await client.receive()
-    assert result.stop is protocol.StopReason.DEADLINE
+    assert result.stop in (protocol.StopReason.LENGTH, protocol.StopReason.DEADLINE)
     assert 0 < result.timings.steps < 200
     assert result.text
+    await client.send(_infill("late", max_steps=200, deadline_ms=1))
+    late = await client.receive()
+    assert late.stop is protocol.StopReason.DEADLINE and late.timings.steps <= 1
     await client.close()
 
 
