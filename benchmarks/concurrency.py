@@ -1,0 +1,102 @@
+"""One client against four on one engine: completions per second.
+
+    python benchmarks/concurrency.py [--model DIR] [--seconds 30]
+
+Each client connects to the same engine and sends infill requests back to back on its own document (a new
+request only after the last reply), for ``--seconds`` each run. ``throughput_ratio_4_vs_1`` is completions per
+second with four clients over completions per second with one. The engine runs requests one at a time on its
+model thread today, so the ratio shows what batching concurrent requests would have to win. Writes
+``benchmarks/results/concurrency.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine import protocol  # noqa: E402
+from tests.support.engine import RawClient  # noqa: E402
+
+
+async def client_loop(socket_path: Path, index: int, seconds: float, text: str) -> list[float]:
+    """Send requests back to back for ``seconds``; returns each request's latency in ms."""
+    client = await RawClient.connect(socket_path)
+    latencies: list[float] = []
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        cut = 2000 + (index * 997 + n * 31) % 20000
+        sent = time.perf_counter()
+        await client.send(
+            protocol.Infill(
+                id=str(n), uri=f"file:///c{index}.py", prefix=text[:cut], suffix=text[cut : cut + 400], seed=n
+            )
+        )
+        reply = await client.receive(timeout=120)
+        assert isinstance(reply, protocol.Result), reply
+        latencies.append((time.perf_counter() - sent) * 1000)
+        n += 1
+    await client.close()
+    return latencies
+
+
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    """Start an engine, measure 1 then 4 clients."""
+    socket_path = Path(tempfile.mkdtemp(prefix="dg-conc-", dir="/tmp")) / "engine.sock"
+    command = [sys.executable, "-m", "engine", "--log-level", "warning", "serve", "--socket", str(socket_path)]
+    if args.model:
+        command += ["--model", str(args.model)]
+    engine = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
+    text = (Path(sysconfig.get_paths()["stdlib"]) / "argparse.py").read_text()
+    try:
+        while not socket_path.exists():  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        await (await RawClient.connect(socket_path)).close()  # wait for the model
+        results = {}
+        for clients in (1, 4):
+            runs = await asyncio.gather(*(client_loop(socket_path, i, args.seconds, text) for i in range(clients)))
+            done = sum(len(latencies) for latencies in runs)
+            every = [value for latencies in runs for value in latencies]
+            results[clients] = {
+                "completions": done,
+                "per_s": round(done / args.seconds, 2),
+                "latency_p50_ms": round(statistics.median(every), 1),
+            }
+    finally:
+        engine.terminate()
+        engine.wait(10)
+    return {
+        "model": str(args.model or "default"),
+        "seconds_per_run": args.seconds,
+        "one_client": results[1],
+        "four_clients": results[4],
+        "throughput_ratio_4_vs_1": round(results[4]["per_s"] / results[1]["per_s"], 3),
+    }
+
+
+def main() -> None:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "concurrency.json")
+    args = parser.parse_args()
+    figures = asyncio.run(run(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
