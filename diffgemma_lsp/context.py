@@ -32,6 +32,8 @@ class InfillContext:
     offset: int
     """The cursor as an index (code points) into the document's text."""
     version: int | None
+    replace_end: types.Position | None = None
+    """Where the edit ends when it replaces the closing characters after the cursor (else: the cursor)."""
 
 
 def _utf16_length(text: str) -> int:
@@ -59,7 +61,10 @@ def build_context(document: TextDocument, position: types.Position, context_toke
     offset = document.offset_at_position(position)
     budget = max(context_tokens, 1) * CHARS_PER_TOKEN
     suffix_budget = budget // 4
-    prefix = source[max(0, offset - (budget - suffix_budget)) : offset]
+    start = max(0, offset - (budget - suffix_budget))
+    if start > 0 and (newline := source.find("\n", start, offset)) != -1:
+        start = newline + 1  # begin at a line start: half a line could open a string the model misreads
+    prefix = source[start:offset]
     suffix = source[offset : offset + suffix_budget]
     word = _WORD_BEFORE.search(prefix)
     word_text = word.group(0) if word else ""
@@ -73,3 +78,9 @@ def build_context(document: TextDocument, position: types.Position, context_toke
         offset=offset,
         version=document.version,
     )
+
+
+def end_of_line(context: InfillContext) -> types.Position:
+    """The end of the cursor's line (before its line break), in the client's units."""
+    rest = context.suffix.split("\n", 1)[0].rstrip("\r")
+    return types.Position(line=context.position.line, character=context.position.character + _utf16_length(rest))

@@ -1,4 +1,5 @@
-"""Per-language knowledge for post-processing: comment and string syntax, and how a block is delimited.
+"""Per-language knowledge for post-processing: comment and string syntax, how a block is delimited, and the
+document's indentation style.
 
 Pure: no pygls, no torch. The scanner is approximate on purpose (no full lexer): it finds brackets and block
 keywords outside strings and comments, which is all post-processing needs, and it never raises on bad code.
@@ -6,6 +7,7 @@ keywords outside strings and comments, which is all post-processing needs, and i
 
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import re
@@ -13,6 +15,8 @@ import re
 import attrs
 
 PAIRS = {")": "(", "]": "[", "}": "{"}
+TAB_WIDTH = 4
+"""Columns per tab in a document indented with tabs."""
 State = tuple[str, bool, bool] | None
 """Inside a string or comment: (the text that closes it, whether it may span lines, backslash escapes)."""
 
@@ -55,6 +59,10 @@ class Language:
     """Matches the code of a line that opens a block whose body is indented (``def f():``, ``if x then``)."""
     continuation: re.Pattern[str] = attrs.field(eq=False, repr=False)
     """Matches a line that closes or continues the enclosing block (``}``, ``else:``, ``end``)."""
+    scope: re.Pattern[str] | None = attrs.field(eq=False, repr=False)
+    """For indentation blocks: a line that starts a scope (``def``, ``class``, a decorator). A completion may
+    leave other blocks (``if`` ... ``else``) and return to an enclosing function, but not start a new scope
+    outside its own or leave the outermost one. None: every block is a scope."""
     tabs: bool | None
     """Indentation style when the document shows none (None: follow the completion)."""
     unit: int
@@ -77,6 +85,7 @@ def _language(
     keywords: dict[str, str] | None = None,
     header: str,
     continuation: str,
+    scope: str | None = None,
     tabs: bool | None = None,
     unit: int = 4,
 ) -> Language:
@@ -96,6 +105,7 @@ def _language(
         keywords=keywords,
         header=re.compile(header),
         continuation=re.compile(continuation),
+        scope=re.compile(scope) if scope else None,
         tabs=tabs,
         unit=unit,
     )
@@ -118,6 +128,7 @@ PYTHON = _language(
     ],
     header=r":\s*$",
     continuation=r"^\s*(?:(?:else|elif|except|finally|case)\b|[})\]])",
+    scope=r"^\s*(?:(?:async\s+def|def|class)\b|@)",
     tabs=False,
 )
 JAVASCRIPT = _language(
@@ -283,3 +294,66 @@ def is_header(line: str, language: Language) -> bool:
 def continues_block(line: str, language: Language) -> bool:
     """Whether ``line`` closes or continues the enclosing block, so the lines before it sit deeper."""
     return bool(language.continuation.match(line))
+
+
+def pair_tokens(tokens: list[Token]) -> tuple[list[Token], list[Token]]:
+    """(openers still open at the end, closers that close something opened before ``tokens``).
+
+    A closer pops up to the nearest opener of its kind (inner openers left unclosed are dropped); one with no
+    opener of its kind closes something before the text, e.g. before a prefix cut to a budget.
+    """
+    still_open: list[Token] = []
+    closed_before: list[Token] = []
+    for token in tokens:
+        if token.opens:
+            still_open.append(token)
+        elif any(opener.kind == token.kind for opener in still_open):
+            while still_open.pop().kind != token.kind:
+                pass
+        else:
+            closed_before.append(token)
+    return still_open, closed_before
+
+
+def columns(line: str, unit: int) -> int:
+    """Width of the line's leading whitespace, tabs stopping every ``unit`` columns."""
+    cols = 0
+    for char in line:
+        if char == " ":
+            cols += 1
+        elif char == "\t":
+            cols = (cols // unit + 1) * unit
+        else:
+            break
+    return cols
+
+
+def indent_style(before: list[str], after: list[str], completion: list[str], language: Language) -> tuple[bool, int]:
+    """(tabs?, columns per level) as the document shows them, else the language's, else the completion's.
+
+    ``before`` ends with the cursor's line: indentation typed there counts twice (it is what the user's editor
+    just did), even on an otherwise empty line. Of equally common steps the larger wins.
+    """
+    tab_lines = space_lines = 0
+    steps: collections.Counter[int] = collections.Counter()
+    previous: int | None = None
+    typed = [before[-1]] if before and before[-1] and not before[-1].strip(" \t") else []
+    for line in (*before[-300:-1], *typed, *after[:100]):
+        if not line.strip() and line not in typed:
+            continue
+        lead = line[: len(line) - len(line.lstrip(" \t"))]
+        tab_lines += lead.startswith("\t")
+        space_lines += lead.startswith(" ")
+        width = None if "\t" in lead else len(lead)
+        if width is not None and previous is not None and 0 < width - previous <= 8:
+            steps[width - previous] += 2 if line in typed else 1
+        previous = width
+    if tab_lines or space_lines:
+        tabs = tab_lines > space_lines
+    elif language.tabs is not None:
+        tabs = language.tabs
+    else:
+        tabs = any(line.startswith("\t") for line in completion)
+    if tabs:
+        return True, TAB_WIDTH
+    return False, max(steps, key=lambda step: (steps[step], step)) if steps else language.unit

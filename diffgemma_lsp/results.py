@@ -31,7 +31,7 @@ def completion_item(context: InfillContext, text: str, snippets: bool) -> types.
     multi_line = "\n" in text
     as_snippet = snippets and multi_line
     edit = types.TextEdit(
-        range=types.Range(start=context.word_start, end=context.position),
+        range=types.Range(start=context.word_start, end=context.replace_end or context.position),
         new_text=escape_snippet(new_text) if as_snippet else new_text,
     )
     label = label_for(new_text) or label_for(text) or "…"
@@ -49,8 +49,9 @@ def completion_item(context: InfillContext, text: str, snippets: bool) -> types.
 
 
 def inline_item(context: InfillContext, text: str) -> types.InlineCompletionItem:
-    """Ghost text inserted at the cursor (an empty range on the cursor's line, as LSP 3.18 requires)."""
+    """Ghost text at the cursor; it may replace closing characters to the end of the line (one line, as LSP
+    3.18 requires)."""
     return types.InlineCompletionItem(
         insert_text=text,
-        range=types.Range(start=context.position, end=context.position),
+        range=types.Range(start=context.position, end=context.replace_end or context.position),
     )

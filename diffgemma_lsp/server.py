@@ -16,9 +16,10 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 
 from diffgemma_lsp import __version__
-from diffgemma_lsp.context import InfillContext, PositionError, build_context
+from diffgemma_lsp.context import InfillContext, PositionError, build_context, end_of_line
 from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable
 from diffgemma_lsp.launcher import spawn_engine
+from diffgemma_lsp.postprocess import postprocess
 from diffgemma_lsp.results import completion_item, inline_item
 from diffgemma_lsp.reuse import ShownCompletions
 from diffgemma_lsp.settings import Settings, parse_settings
@@ -221,8 +222,13 @@ class DiffgemmaServer(LanguageServer):
             return None  # the document changed while the model worked: the result is stale
         if result.stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED) or not result.text:
             return None
-        self.shown.remember(uri, source, context.offset, result.text)
-        return context, result.text
+        edit = postprocess(context.prefix, context.suffix, result.text, request.language_id)
+        if edit is None:
+            return None
+        if edit.replace_to_eol:
+            context = attrs.evolve(context, replace_end=end_of_line(context))
+        self.shown.remember(uri, source, context.offset, edit.text)
+        return context, edit.text
 
 
 server = DiffgemmaServer()

@@ -68,3 +68,18 @@ def test_budget_keeps_three_quarters_prefix_one_quarter_suffix() -> None:
     ctx = build_context(_doc(text), types.Position(line=0, character=10_000), 100)  # 400 characters
     assert ctx.prefix == "a" * 300
     assert ctx.suffix == "b" * 100
+
+
+def test_a_cut_prefix_starts_at_a_line_start() -> None:
+    text = "x = 'a'\n" * 100 + "y = 1\n"
+    ctx = build_context(_doc(text), types.Position(line=100, character=5), 10)  # 30 characters of prefix
+    assert ctx.prefix.startswith("x = ") and ctx.prefix.endswith("y = 1")
+    assert len(ctx.prefix) <= 30
+
+
+def test_end_of_line_for_replacing_closers() -> None:
+    from diffgemma_lsp.context import end_of_line
+
+    ctx = _at("print(f(😀x))\n", 0, 11)  # after "x": the emoji is two UTF-16 units
+    assert ctx.suffix.startswith("))")
+    assert end_of_line(ctx) == types.Position(line=0, character=13)

@@ -53,3 +53,11 @@ def test_inline_item_is_inserted_at_the_cursor() -> None:
 def test_label_is_the_first_non_empty_line_shortened() -> None:
     assert label_for("\n\n  x = 1\ny") == "x = 1"
     assert len(label_for("z" * 500)) == 60
+
+
+def test_replacing_the_closers_after_the_cursor() -> None:
+    import attrs
+
+    context = attrs.evolve(CONTEXT, replace_end=types.Position(line=3, character=9))
+    assert inline_item(context, "lo())").range.end == types.Position(line=3, character=9)
+    assert completion_item(context, "lo())", snippets=True).text_edit.range.end.character == 9
