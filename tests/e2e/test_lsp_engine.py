@@ -62,6 +62,9 @@ async def test_completion_is_the_engines_multi_line_middle(lsp: tuple[LanguageCl
     assert "\n" in item.text_edit.new_text
     assert item.text_edit.range.start == types.Position(line=1, character=0)
     assert _engine_pid(socket_path) is not None  # the server started the engine itself
+    # While it connected and the model loaded, the editor showed progress, ended once the engine was ready.
+    kinds = [getattr(report, "kind", None) for reports in client.progress_reports.values() for report in reports]
+    assert kinds[0] == "begin" and "end" in kinds, client.progress_reports
 
 
 async def test_typing_the_suggestion_reuses_it_without_the_model(lsp: tuple[LanguageClient, Path]) -> None:
