@@ -16,8 +16,9 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 
 from diffgemma_lsp import __version__
-from diffgemma_lsp.context import InfillContext, PositionError, build_context, end_of_line
+from diffgemma_lsp.context import CHARS_PER_TOKEN, InfillContext, PositionError, build_context, end_of_line
 from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable
+from diffgemma_lsp.extra_context import ExtraContext
 from diffgemma_lsp.launcher import spawn_engine
 from diffgemma_lsp.postprocess import postprocess
 from diffgemma_lsp.results import completion_item, inline_item
@@ -57,6 +58,8 @@ class DiffgemmaServer(LanguageServer):
         self.last_latency_ms: float | None = None
         self.last_timings: protocol.Timings | None = None
         """The engine's own timings of the last completion."""
+        self.extra = ExtraContext()
+        """Chunks of other files, sent as extra context."""
         self.shown = ShownCompletions()
         """The last completion per document, reused while the user types what it suggested."""
         self._progress_token: str | None = None
@@ -142,6 +145,10 @@ class DiffgemmaServer(LanguageServer):
         if token is not None:
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
 
+    def _text_of(self, uri: str) -> str | None:
+        document = self.workspace.text_documents.get(uri)
+        return document.source if document is not None else None
+
     # -- completion core ---------------------------------------------------------------------------------
 
     def context_at(self, uri: str, position: types.Position) -> InfillContext:
@@ -175,11 +182,14 @@ class DiffgemmaServer(LanguageServer):
         if self.engine is None:
             self.start_engine_client()
         assert self.engine is not None
+        self.extra.take_edits(uri, self._text_of)
+        extra = self.extra.for_request(uri, settings.extra_context_tokens * CHARS_PER_TOKEN)
         request = protocol.Infill(
             id=self.engine.new_id(),
             uri=uri,
             prefix=context.prefix,
             suffix=context.suffix,
+            extra=[protocol.Chunk(filename=chunk.name, text=chunk.text) for chunk in extra],
             language_id=self.workspace.get_text_document(uri).language_id or "",
             doc_version=context.version or 0,
             canvas_length=settings.canvas_length,
@@ -283,6 +293,26 @@ async def inline_completion(
         return types.InlineCompletionList(items=[])
     context, text = found
     return types.InlineCompletionList(items=[inline_item(context, text)])
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: DiffgemmaServer, params: types.DidOpenTextDocumentParams) -> None:
+    """An opened file becomes extra context for the others."""
+    ls.extra.add(params.text_document.uri, params.text_document.text)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: DiffgemmaServer, params: types.DidChangeTextDocumentParams) -> None:
+    """Note where the file was edited; its chunk is refreshed when the user works in another file."""
+    change = params.content_changes[-1] if params.content_changes else None
+    line = change.range.start.line if isinstance(change, types.TextDocumentContentChangePartial) else 0
+    ls.extra.note_edit(params.text_document.uri, line)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+def did_save(ls: DiffgemmaServer, params: types.DidSaveTextDocumentParams) -> None:
+    """A saved file is refreshed in the extra context once the user works elsewhere."""
+    ls.extra.note_edit(params.text_document.uri, 0)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)

@@ -37,6 +37,8 @@ class Settings:
     """Most denoising steps per completion; 0: the model's own."""
     context_tokens: int = attrs.field(default=1024, validator=_positive)
     """Prompt budget in tokens for the text around the cursor."""
+    extra_context_tokens: int = attrs.field(default=256, validator=_positive)
+    """Prompt budget in tokens for chunks of other recently opened, edited or saved files; 0: none."""
     debounce_ms: int = attrs.field(default=75, validator=_positive)
     """Wait this long after an automatic request before asking the model; a newer request replaces it."""
     deadline_ms: int = attrs.field(default=2000, validator=_positive)

@@ -26,7 +26,8 @@ CURSOR = (1, 0)  # the start of the line after "def add(a, b):"
 async def lsp(isolated_env: Path, memorized_model_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
     socket_path = isolated_env / "run" / "engine.sock"
     client = await start_client(
-        server_command(socket_path, memorized_model_dir), init_options={"diffgemma": {"debounceMs": 0}}
+        server_command(socket_path, memorized_model_dir),
+        init_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0}},
     )
     yield client, socket_path
     await client.shutdown_session()
@@ -91,6 +92,27 @@ async def test_typing_the_suggestion_reuses_it_without_the_model(lsp: tuple[Lang
         types.ExecuteCommandParams(command="diffgemma.status", arguments=[])
     )
     assert status["reuseHits"] == 1
+
+
+async def test_other_files_go_into_the_prompt_as_extra_context(lsp: tuple[LanguageClient, Path]) -> None:
+    client, _ = lsp
+    open_document(client, URI, SOURCE)
+    await complete_when_ready(client, URI, *CURSOR)
+
+    async def prompt_tokens() -> int:
+        await complete(client, URI, *CURSOR)
+        status = await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="diffgemma.status", arguments=[])
+        )
+        return status["lastTimings"]["prompt_tokens"]
+
+    alone = await prompt_tokens()
+    open_document(client, "file:///work/helpers.py", "def helper(value):\n    return value * 2\n")
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"debounceMs": 0, "extraContextTokens": 256})
+    )
+    with_extra = await prompt_tokens()
+    assert with_extra > alone + 10  # the other file's chunk and its name
 
 
 async def test_inline_completion_gives_ghost_text(lsp: tuple[LanguageClient, Path]) -> None:
@@ -171,7 +193,7 @@ async def test_invalid_settings_are_reported_once_and_defaults_used(
     socket_path = isolated_env / "run" / "engine.sock"
     client = await start_client(
         server_command(socket_path, memorized_model_dir),
-        init_options={"canvasLength": "long", "debounceMs": 0, "colour": "blue"},
+        init_options={"canvasLength": "long", "debounceMs": 0, "extraContextTokens": 0, "colour": "blue"},
     )
     try:
         open_document(client, URI, SOURCE)

@@ -152,7 +152,7 @@ local function wait_until_ready(client)
 end
 
 -- The project's own config, as a user would load it.
-require("diffgemma").setup({ cmd = cfg.cmd, settings = { debounceMs = 0 } })
+require("diffgemma").setup({ cmd = cfg.cmd, settings = { debounceMs = 0, extraContextTokens = 0 } })
 vim.cmd.edit(vim.fn.fnameescape(cfg.file))
 vim.bo.filetype = "python" -- -u NONE: no filetype detection
 log("opened %s", cfg.file)

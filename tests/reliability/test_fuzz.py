@@ -121,7 +121,7 @@ async def test_language_server_survives_bad_positions_and_documents(
         "file:///f/ok.py": MEMORIZED_PREFIX + MEMORIZED_SUFFIX,
     }
     try:
-        await lsp.initialize({"debounceMs": 0, "steps": 2})
+        await lsp.initialize({"debounceMs": 0, "steps": 2, "extraContextTokens": 0})
         for uri, text in documents.items():
             lsp.open(uri, text)
         uris = [*documents, "file:///f/never-opened.py", "untitled:Untitled-1", "not a uri"]

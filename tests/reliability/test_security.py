@@ -39,7 +39,7 @@ async def test_no_tcp_listener_and_no_document_text_in_logs(isolated_env: Path, 
     socket_path = isolated_env / "run" / "engine.sock"
     lsp_log = isolated_env / "lsp.log"
     command = [*server_command(socket_path, memorized_model_dir), "--log-file", str(lsp_log)]
-    client = await start_client(command, init_options={"debounceMs": 0})
+    client = await start_client(command, init_options={"debounceMs": 0, "extraContextTokens": 0})
     try:
         uri = "file:///work/secret.py"
         open_document(client, uri, f"# {SECRET}\n" + MEMORIZED_PREFIX + MEMORIZED_SUFFIX)
