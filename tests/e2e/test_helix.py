@@ -1,0 +1,118 @@
+"""A real Helix (25.07), under tmux, through editors/helix/languages.toml: the menu item inserts all its lines."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_lsp_engine import _kill_engine
+from tests.support.engine import EngineProcess
+from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+HX_ENV = "DIFFGEMMA_HX"
+
+
+def _helix() -> str:
+    hx = os.environ.get(HX_ENV) or shutil.which("hx")
+    if not hx:
+        pytest.skip(f"Helix not found: set {HX_ENV} (setup_sid_editors.sh DIR writes DIR/hx-sid) or put hx on PATH")
+    if not shutil.which("tmux"):
+        pytest.skip("tmux is needed to drive Helix")
+    return hx
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{key} = {_toml_value(item)}" for key, item in value.items()) + " }"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _languages_toml(command: list[str], settings: dict[str, object]) -> str:
+    """The project's languages.toml, its server command pointed at this test's server and engine."""
+    project = tomllib.loads((ROOT / "editors" / "helix" / "languages.toml").read_text())
+    server = project["language-server"]["diffgemma"]
+    assert server["command"] == "diffgemma-lsp" and server["args"] == ["--stdio"]
+    python = next(language for language in project["language"] if language["name"] == "python")
+    assert "diffgemma" in python["language-servers"]
+    return (
+        "[language-server.diffgemma]\n"
+        f"command = {_toml_value(command[0])}\n"
+        f"args = {_toml_value(command[1:])}\n"
+        f"config = {_toml_value(settings)}\n\n"
+        '[[language]]\nname = "python"\nlanguage-servers = ["diffgemma"]\n'  # no pylsp on this machine
+    )
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=10).stdout
+
+
+def _wait_for(session: str, text: str, timeout: float, keys: tuple[str, ...] = ()) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        screen = _tmux("capture-pane", "-p", "-t", session)
+        if text in screen:
+            return screen
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{text!r} never appeared on screen:\n{screen}")
+        if keys:
+            _tmux("send-keys", "-t", session, *keys)
+        time.sleep(0.5)
+
+
+def test_menu_item_inserts_the_whole_multi_line_completion(isolated_env: Path, memorized_model_dir: Path) -> None:
+    hx = _helix()
+    socket_path = isolated_env / "run" / "engine.sock"
+    engine = EngineProcess(memorized_model_dir, socket_path, isolated_env / "engine.log")
+    config = isolated_env / "xdg_config_home" / "helix"
+    config.mkdir(parents=True)
+    command = [sys.executable, "-m", "diffgemma_lsp", "--stdio", "--engine-socket", str(socket_path)]
+    (config / "languages.toml").write_text(_languages_toml(command, {"debounceMs": 0, "extraContextTokens": 0}))
+    source = isolated_env / "example.py"
+    source.write_text(MEMORIZED_PREFIX + MEMORIZED_SUFFIX)
+    session = f"dg-hx-{os.getpid()}"
+    env = {"HOME": str(isolated_env), "TERM": "xterm-256color"}
+    env_args = [
+        f"{key}={value}"
+        for key, value in {**env, **{k: v for k, v in os.environ.items() if k.startswith("XDG_")}}.items()
+    ]
+    try:
+        _tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "30", "env", *env_args, hx, str(source))
+        _wait_for(session, "def add(a, b):", 30)
+        _tmux("send-keys", "-t", session, "j", "i")
+        # Ask until the engine answers (the language server connects in the background).
+        screen = _wait_for(session, "total = a + b", 60, keys=("C-x",))
+        assert "diffgemma" in screen or "total = a + b" in screen
+        _tmux("send-keys", "-t", session, "Tab")
+        _wait_for(session, "return total", 10)
+        _tmux("send-keys", "-t", session, "Enter")
+        time.sleep(0.5)
+        _tmux("send-keys", "-t", session, "Escape")
+        time.sleep(0.3)  # apart, or the terminal reads Escape and ":" as Alt-:
+        _tmux("send-keys", "-t", session, ":w", "Enter")
+        time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while MEMORIZED_MIDDLE not in source.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        _tmux("send-keys", "-t", session, ":q!", "Enter")
+        written = source.read_text()
+        assert written.startswith(MEMORIZED_PREFIX + MEMORIZED_MIDDLE), written
+        assert written.endswith(MEMORIZED_SUFFIX.lstrip("\n")), written
+    finally:
+        _tmux("kill-session", "-t", session)
+        engine.stop()
+        _kill_engine(socket_path, signal.SIGTERM)
