@@ -167,35 +167,51 @@ class DiffgemmaServer(LanguageServer):
         if not settings.enable:
             return None
         context = self.context_at(uri, position)
-        source = self.workspace.get_text_document(uri).source
+        document = self.workspace.get_text_document(uri)
+        source = document.source
         previous = self.latest.pop(uri, None)
         if previous is not None:
             previous.cancel()
         if (rest := self.shown.lookup(uri, source, context.offset)) is not None:
             return context, rest  # the user is typing what we suggested: no model call
-        if automatic and settings.debounce_ms:
-            marker: asyncio.Future[protocol.Result] = asyncio.get_running_loop().create_future()
-            self.latest[uri] = marker
-            await asyncio.sleep(settings.debounce_ms / 1000)
-            if self.latest.get(uri) is not marker:
-                return None  # a newer request for this document came in while we waited
-        if self.engine is None:
-            self.start_engine_client()
-        assert self.engine is not None
+        if automatic and settings.debounce_ms and not await self._debounce(uri, settings.debounce_ms):
+            return None  # a newer request for this document came in while we waited
         self.extra.take_edits(uri, self._text_of)
         extra = self.extra.for_request(uri, settings.extra_context_tokens * CHARS_PER_TOKEN)
-        request = protocol.Infill(
-            id=self.engine.new_id(),
-            uri=uri,
+        result = await self._ask_engine(
+            uri,
             prefix=context.prefix,
             suffix=context.suffix,
             extra=[protocol.Chunk(filename=chunk.name, text=chunk.text) for chunk in extra],
-            language_id=self.workspace.get_text_document(uri).language_id or "",
+            language_id=document.language_id or "",
             doc_version=context.version or 0,
             canvas_length=settings.canvas_length,
             max_steps=settings.steps,
             deadline_ms=settings.deadline_ms,
         )
+        if result is None or self.workspace.get_text_document(uri).version != context.version:
+            return None  # no answer, or the document changed while the model worked: the result is stale
+        edit = postprocess(context.prefix, context.suffix, result.text, document.language_id or "")
+        if edit is None:
+            return None
+        if edit.replace_to_eol:
+            context = attrs.evolve(context, replace_end=end_of_line(context))
+        self.shown.remember(uri, source, context.offset, edit.text)
+        return context, edit.text
+
+    async def _debounce(self, uri: str, debounce_ms: int) -> bool:
+        """Wait ``debounce_ms``; False if a newer request for ``uri`` arrived meanwhile."""
+        marker: asyncio.Future[protocol.Result] = asyncio.get_running_loop().create_future()
+        self.latest[uri] = marker
+        await asyncio.sleep(debounce_ms / 1000)
+        return self.latest.get(uri) is marker
+
+    async def _ask_engine(self, uri: str, **fields: Any) -> protocol.Result | None:
+        """One infill for ``uri``, latest-wins: a newer request for ``uri`` cancels this one in the engine too."""
+        if self.engine is None:
+            self.start_engine_client()
+        assert self.engine is not None
+        request = protocol.Infill(id=self.engine.new_id(), uri=uri, **fields)
         started = time.perf_counter()
         call = asyncio.ensure_future(self.engine.infill(request))
         self.latest[uri] = call
@@ -217,28 +233,22 @@ class DiffgemmaServer(LanguageServer):
                 del self.latest[uri]
         self.last_latency_ms = (time.perf_counter() - started) * 1000
         self.last_timings = result.timings
+        timings = result.timings
         logger.info(
-            "request %s: %s in %.0f ms (queue %.0f, encode %.0f, denoise %.0f ms, %d steps, %d tokens)",
+            "request %s: %s in %.0f ms (queue %.0f, encode %.0f, denoise %.0f ms, %d steps, %d tokens, %d cached)",
             request.id,
             result.stop.value,
             self.last_latency_ms,
-            result.timings.queue_ms,
-            result.timings.encode_ms,
-            result.timings.denoise_ms,
-            result.timings.steps,
-            result.timings.new_tokens,
+            timings.queue_ms,
+            timings.encode_ms,
+            timings.denoise_ms,
+            timings.steps,
+            timings.new_tokens,
+            timings.cached_tokens,
         )
-        if self.workspace.get_text_document(uri).version != context.version:
-            return None  # the document changed while the model worked: the result is stale
         if result.stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED) or not result.text:
             return None
-        edit = postprocess(context.prefix, context.suffix, result.text, request.language_id)
-        if edit is None:
-            return None
-        if edit.replace_to_eol:
-            context = attrs.evolve(context, replace_end=end_of_line(context))
-        self.shown.remember(uri, source, context.offset, edit.text)
-        return context, edit.text
+        return result
 
 
 server = DiffgemmaServer()
