@@ -62,6 +62,7 @@ async def serve(args: argparse.Namespace) -> int:
         on_loaded=lambda loaded: loop.call_soon_threadsafe(server.model_loaded, loaded),
         on_failed=lambda error: loop.call_soon_threadsafe(server.model_failed, error),
         threads=args.threads,
+        max_batch=args.max_batch,
     )
     worker.start()
     await server.serve_until_stopped()
@@ -117,6 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     add_model_args(serve_parser)
     serve_parser.add_argument("--socket", type=Path, default=None, help="default: the per-user runtime path")
     serve_parser.add_argument("--max-pending", type=int, default=64, help="queued requests before 'busy'")
+    serve_parser.add_argument(
+        "--max-batch", type=int, default=4, help="queued requests denoised together in one decoder pass (1: off)"
+    )
     serve_parser.add_argument(
         "--idle-exit", type=float, default=0.0, help="exit after this many seconds without clients (0: never)"
     )

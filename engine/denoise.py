@@ -26,7 +26,7 @@ The loop, for a batch of B rows and a canvas of C tokens::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -53,6 +53,18 @@ class SamplerSettings:
     exact: bool = False
     """Draw random numbers exactly as ``generate`` does (same tokens for the same seed), at the cost of a
     multinomial over every canvas position each step. Off: sample only the accepted positions."""
+
+
+@dataclass
+class Denoised:
+    """What the denoising loop produced."""
+
+    tokens: torch.Tensor  # (B, C) argmax canvas of the last step
+    steps: int  # steps run
+    stopped_by: str | None  # the reason from ``should_stop``, None if the loop ended on its own
+    finished: torch.Tensor  # (B,) rows that settled (or were stopped by their row check)
+    row_steps: list[int]  # steps each row took part in
+    row_stops: list[str | None]  # each row's stop reason from its row check
 
 
 @dataclass
@@ -128,16 +140,28 @@ def denoise_canvas(
     generator: torch.Generator | None = None,
     should_stop: StopCheck | None = None,
     on_step: Callable[[int], None] | None = None,
-) -> tuple[torch.Tensor, int, str | None, torch.Tensor]:
-    """Denoise one canvas against an encoded ``cache``; returns (argmax canvas, steps, stop reason, finished)."""
+    *,
+    position_ids: torch.Tensor | None = None,
+    decoder_mask: torch.Tensor | None = None,
+    row_checks: Sequence[StopCheck] | None = None,
+) -> Denoised:
+    """Denoise one canvas per row against an encoded ``cache``.
+
+    For a batch of requests with prompts of different lengths (``engine.batch``), ``position_ids`` (B, C) gives
+    each row's canvas positions, ``decoder_mask`` (B, L + C) hides the padding of the shorter rows' caches, and
+    ``row_checks`` stop rows one by one (a stopped row is frozen like a settled one).
+    """
     device = model.device
     vocab_size = model.config.text_config.vocab_size
     cache_length = cache.get_seq_length()
     shape = (batch_size, canvas_length)
-    position_ids = torch.arange(cache_length, cache_length + canvas_length, dtype=torch.int32, device=device).unsqueeze(
-        0
-    )
-    decoder_mask = torch.ones((batch_size, cache_length + canvas_length), dtype=torch.bool, device=device)
+    if position_ids is None:
+        position_ids = torch.arange(cache_length, cache_length + canvas_length, dtype=torch.int32, device=device)
+        position_ids = position_ids.unsqueeze(0)
+    if decoder_mask is None:
+        decoder_mask = torch.ones((batch_size, cache_length + canvas_length), dtype=torch.bool, device=device)
+    row_stops: list[str | None] = [None] * batch_size
+    row_steps = [0] * batch_size
     canvas = torch.randint(0, vocab_size, shape, device=device, generator=generator)
     mask_mapping = model.model.decoder.create_diffusion_decoder_attention_mask(
         config=model.config,
@@ -153,8 +177,15 @@ def denoise_canvas(
     steps = 0
     for step in range(settings.max_steps, 0, -1):
         if should_stop is not None and (reason := should_stop()) is not None:
-            return best, steps, reason, finished
+            return Denoised(best, steps, reason, finished, row_steps, [reason] * batch_size)
+        for row, check in enumerate(row_checks or ()):
+            if not finished[row] and (reason := check()) is not None:
+                finished[row], row_stops[row] = True, reason
+        if bool(finished.all()):
+            break
         steps += 1
+        for row in range(batch_size):
+            row_steps[row] += not bool(finished[row])
         logits = model(
             decoder_input_ids=canvas,
             self_conditioning_logits=self_conditioning,
@@ -180,8 +211,9 @@ def denoise_canvas(
         if finished.any():  # rows that are done keep their canvas and logits
             new_best = torch.where(finished[:, None], best, new_best)
             new_canvas = torch.where(finished[:, None], canvas, new_canvas)
-            logits = torch.where(finished[:, None, None], self_conditioning, logits)
-            entropy = torch.distributions.Categorical(logits=logits).entropy()
+            if self_conditioning is not None:
+                logits = torch.where(finished[:, None, None], self_conditioning, logits)
+                entropy = torch.distributions.Categorical(logits=logits).entropy()
         if settings.stability_threshold == 0:
             stable = torch.ones(batch_size, dtype=torch.bool, device=device)
         else:
@@ -194,7 +226,7 @@ def denoise_canvas(
             on_step(steps)
         if bool(finished.all()):
             break
-    return best, steps, None, finished
+    return Denoised(best, steps, None, finished, row_steps, row_stops)
 
 
 def run_canvas(
@@ -222,16 +254,16 @@ def run_canvas(
         with torch.inference_mode():
             encode_prompt(model, prompt_ids, cache)
     encoded = _now_ms()
-    tokens, steps, reason, finished = denoise_canvas(
+    denoised = denoise_canvas(
         model, cache, prompt_ids.shape[0], canvas_length, settings, generator, should_stop, on_step
     )
     return CanvasOutput(
-        tokens=tokens,
-        steps=steps,
-        stopped_by=reason,
+        tokens=denoised.tokens,
+        steps=denoised.steps,
+        stopped_by=denoised.stopped_by,
         encode_ms=encoded - start,
         denoise_ms=_now_ms() - encoded,
-        finished=finished,
+        finished=denoised.finished,
         cached_tokens=cached,
     )
 

@@ -11,6 +11,7 @@ import asyncio
 import collections
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine import protocol
@@ -112,6 +113,18 @@ class JobQueue:
             while not self._pending:
                 self._condition.wait()
             return self._pending.popleft()
+
+    def take_matching(self, matches: Callable[[Job], bool], limit: int) -> list[Job]:
+        """Remove and return up to ``limit`` queued jobs for which ``matches`` is true, without waiting."""
+        taken: list[Job] = []
+        with self._condition:
+            for job in list(self._pending):
+                if len(taken) >= limit:
+                    break
+                if job is not None and matches(job):
+                    self._pending.remove(job)
+                    taken.append(job)
+        return taken
 
     def close(self) -> None:
         """Wake the model thread with a shutdown marker."""

@@ -12,6 +12,7 @@ import attrs
 import torch
 
 from engine import protocol
+from engine.batch import MAX_BATCH, compatible, run_batch
 from engine.errors import EngineError
 from engine.infill import run_infill
 from engine.jobs import Job, JobQueue
@@ -35,6 +36,7 @@ class ModelWorker(threading.Thread):
         on_loaded: Callable[[LoadedModel], None],
         on_failed: Callable[[BaseException], None],
         threads: int | None = None,
+        max_batch: int = MAX_BATCH,
     ) -> None:
         super().__init__(name="diffgemma-model", daemon=True)
         self.queue = queue
@@ -44,6 +46,7 @@ class ModelWorker(threading.Thread):
         self.on_loaded = on_loaded
         self.on_failed = on_failed
         self.threads = threads
+        self.max_batch = max_batch
         self.loaded: LoadedModel | None = None
 
     def run(self) -> None:
@@ -59,7 +62,41 @@ class ModelWorker(threading.Thread):
             return
         self.on_loaded(self.loaded)
         while (job := self.queue.take()) is not None:
-            self._serve(self.loaded, job)
+            batch = self._batch_for(self.loaded, job)
+            if len(batch) > 1:
+                self._serve_batch(self.loaded, batch)
+            else:
+                self._serve(self.loaded, job)
+
+    def _batch_for(self, loaded: LoadedModel, job: Job) -> list[Job]:
+        """``job`` and the queued jobs that can share its decoder passes (up to ``max_batch``)."""
+        if self.max_batch <= 1 or job.cancel_reason is not None or loaded.prefix_cache is None:
+            return [job]
+        return [job, *self.queue.take_matching(lambda other: compatible(job, other, loaded), self.max_batch - 1)]
+
+    def _serve_batch(self, loaded: LoadedModel, jobs: list[Job]) -> None:
+        started = time.monotonic()
+        for job in jobs:
+            job.started = started
+        try:
+            results = run_batch(loaded, jobs)
+        except Exception:  # noqa: BLE001 - one at a time instead, where a failure stays with its request
+            logger.exception("a batch of %d failed; serving its requests one by one", len(jobs))
+            for job in jobs:
+                self._serve(loaded, job)
+            return
+        for job, (text, stop, timings) in zip(jobs, results, strict=True):
+            logger.info(
+                "request %s (batch of %d): %s, %d steps, %d tokens, encode %.1f ms, denoise %.1f ms",
+                job.request.id,
+                len(jobs),
+                stop.value,
+                timings.steps,
+                timings.new_tokens,
+                timings.encode_ms,
+                timings.denoise_ms,
+            )
+            job.resolve_threadsafe(self._result(job, text, stop, timings))
 
     def _warm_up(self, loaded: LoadedModel) -> None:
         """One short canvas so the first user request does not pay for lazy initialisation."""

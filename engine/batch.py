@@ -1,0 +1,109 @@
+"""Several requests in one decoder pass: each row its own prompt, cache and stop check.
+
+Requests queued together with the same canvas length and step budget are denoised as one batch. Their
+prompts have different lengths, so each row's cached keys are left-padded to the longest and hidden by the
+decoder's attention mask, and each row's canvas keeps its own positions (the cached keys carry theirs from
+encoding). A row that is cancelled or runs out of time is frozen while the others go on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from engine import protocol
+from engine.denoise import cut_at_eos, denoise_canvas
+from engine.infill import check_request, prompt_ids
+from engine.jobs import Job
+from engine.model import LoadedModel
+
+MAX_BATCH = 4
+
+
+def compatible(first: Job, other: Job, loaded: LoadedModel) -> bool:
+    """Whether ``other`` can share a decoder pass with ``first`` (seeded requests run alone, reproducibly)."""
+    a, b = first.request, other.request
+    if a.seed is not None or b.seed is not None or other.cancel_reason is not None:
+        return False
+    return (a.canvas_length or loaded.canvas_length) == (b.canvas_length or loaded.canvas_length) and (
+        a.max_steps or loaded.sampler.max_steps
+    ) == (b.max_steps or loaded.sampler.max_steps)
+
+
+def stack_views(views: list[DynamicCache], text_config: object) -> tuple[DynamicCache, torch.Tensor]:
+    """One batched cache from per-row decoder views, left-padded; returns it with its (B, L) padding mask."""
+    lengths = [view.get_seq_length() for view in views]
+    longest = max(lengths)
+    batched = DynamicCache(config=text_config)
+    for index, layer in enumerate(batched.layers):
+        width = min(longest, layer.sliding_window - 1) if layer.is_sliding else longest
+        keys = torch.cat([F.pad(v.layers[index].keys, (0, 0, width - v.layers[index].keys.shape[2], 0)) for v in views])
+        values = torch.cat(
+            [F.pad(v.layers[index].values, (0, 0, width - v.layers[index].values.shape[2], 0)) for v in views]
+        )
+        layer.lazy_initialization(keys, values)
+        layer.keys, layer.values = keys, values
+        if layer.is_sliding:
+            layer.cumulative_length = longest
+    mask = torch.zeros((len(views), longest), dtype=torch.bool, device=views[0].layers[0].keys.device)
+    for row, length in enumerate(lengths):
+        mask[row, longest - length :] = True
+    return batched, mask
+
+
+def run_batch(loaded: LoadedModel, jobs: list[Job]) -> list[tuple[str, protocol.StopReason, protocol.Timings]]:
+    """Denoise one canvas for each job in a single batch; returns each job's (text, stop reason, timings)."""
+    assert loaded.prefix_cache is not None
+    canvas_length, steps = check_request(loaded, jobs[0].request)
+    device = loaded.device
+    views, reused, prompt_lengths, encode_ms = [], [], [], []
+    for job in jobs:
+        ids = prompt_ids(loaded, job.request)
+        start = time.perf_counter()
+        view, cached = loaded.prefix_cache.prepare(job.key, ids)
+        encode_ms.append((time.perf_counter() - start) * 1000)
+        views.append(view)
+        reused.append(cached)
+        prompt_lengths.append(len(ids))
+    cache, padding = stack_views(views, loaded.prefix_cache.text_config)
+    positions = torch.stack(
+        [torch.arange(length, length + canvas_length, dtype=torch.int32, device=device) for length in prompt_lengths]
+    )
+    decoder_mask = torch.cat([padding, torch.ones((len(jobs), canvas_length), dtype=torch.bool, device=device)], dim=1)
+    settings = dataclasses.replace(loaded.sampler, max_steps=steps)
+    start = time.perf_counter()
+    denoised = denoise_canvas(
+        loaded.model,
+        cache,
+        len(jobs),
+        canvas_length,
+        settings,
+        position_ids=positions,
+        decoder_mask=decoder_mask,
+        row_checks=[job.should_stop for job in jobs],
+    )
+    denoise_ms = (time.perf_counter() - start) * 1000
+    results = []
+    for row in range(len(jobs)):
+        tokens, found_eos = cut_at_eos(denoised.tokens[row].tolist(), loaded.eos_ids, loaded.pad_id)
+        reason = denoised.row_stops[row]
+        stop = (
+            protocol.StopReason(reason)
+            if reason
+            else (protocol.StopReason.EOS if found_eos else protocol.StopReason.LENGTH)
+        )
+        dropped = stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED)
+        timings = protocol.Timings(
+            encode_ms=round(encode_ms[row], 3),
+            denoise_ms=round(denoise_ms, 3),
+            steps=denoised.row_steps[row],
+            prompt_tokens=prompt_lengths[row],
+            new_tokens=len(tokens),
+            cached_tokens=reused[row],
+        )
+        results.append(("" if dropped else loaded.decode(tokens), stop, timings))
+    return results
