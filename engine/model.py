@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -19,6 +20,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 DEFAULT_MAX_PROMPT_TOKENS = 1024
+HINTS_FILE = "diffgemma.json"
+"""Optional serving hints in a checkpoint folder, e.g. ``{"max_prompt_tokens": 384}`` for a model trained on
+short prompts."""
 
 
 class StepClock:
@@ -136,6 +140,9 @@ def load_model(
         ),
         confidence_threshold=generation.confidence_threshold or defaults.confidence_threshold,
     )
+    hints_path = folder / HINTS_FILE
+    hints = json.loads(hints_path.read_text()) if hints_path.is_file() else {}
+    max_prompt_tokens = min(max_prompt_tokens, int(hints.get("max_prompt_tokens", max_prompt_tokens)))
     loaded = LoadedModel(
         model=model,
         tokenizer=tokenizer,

@@ -1,0 +1,247 @@
+"""HumanEval-infilling pass@1 of a DiffusionGemma checkpoint, one canvas per task.
+
+    python -m benchmarks.infill_eval [--model DIR] [--split single-line|multi-line|both] [--n 60]
+                                     [--steps S] [--canvas C] [--json PATH] [--raw] [--random-init]
+
+Each task's prompt (text before the gap) and suffix (text after it) go through the engine's prompt layout
+(``engine.prompt.build_fim_prompt``); ``model.generate`` denoises one canvas with the checkpoint's generation
+config (the same entropy-bound sampler, linear temperature and stable-and-confident stop the engine uses), after
+``torch.manual_seed``. The completion is the canvas text up to the first <eos>. The program ``prompt + completion +
+suffix`` is run with the task's tests in a subprocess with a timeout: pass@1 (one sample). Also reported: exact match
+(completion == canonical solution, ignoring leading/trailing blank space), tokens/s, ms per completion, tokens per
+forward, and the do-nothing floor (the gap filled with ``pass`` at the right indentation).
+
+``--n`` takes N tasks spread evenly over the file (deterministic); ``--limit N`` takes the first N instead.
+Without ``--raw`` each completion goes through the language server's post-processing
+(``diffgemma_lsp.postprocess``) first, as it would before reaching the editor; ``--raw`` scores the model's text.
+Data: ../shared/data/humaneval-infilling (``--data`` takes any .jsonl[.gz] of the same fields). Never train on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "humaneval-infilling"
+SPLITS = {"single-line": "SingleLineInfilling.jsonl.gz", "multi-line": "MultiLineInfilling.jsonl.gz"}
+EOS, PAD = 1, 0
+
+
+def load_tasks(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def pick(tasks: list[dict], n: int | None, limit: int | None) -> list[dict]:
+    if limit:
+        return tasks[:limit]
+    if not n or n >= len(tasks):
+        return tasks
+    return [tasks[i * len(tasks) // n] for i in range(n)]
+
+
+def run_tests(program: str, timeout: float) -> bool:
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / "task.py"
+        file.write_text(program)
+        try:
+            done = subprocess.run([sys.executable, str(file)], cwd=tmp, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return done.returncode == 0
+
+
+def program_for(task: dict, middle: str, suffix: str | None = None) -> str:
+    suffix = task["suffix"] if suffix is None else suffix
+    return f"{task['prompt']}{middle}{suffix}\n\n{task['test']}\n\ncheck({task['entry_point']})\n"
+
+
+def floor_middle(task: dict) -> str:
+    """The do-nothing fill: ``pass`` at the indentation of the canonical solution's first line."""
+    first = task["canonical_solution"].split("\n", 1)[0]
+    return " " * (len(first) - len(first.lstrip())) + "pass\n"
+
+
+def finish(task: dict, text: str, raw: bool) -> tuple[str, str]:
+    """(middle, suffix) as the editor would hold them: the language server's post-processing unless ``raw``."""
+    if raw:
+        return text, task["suffix"]
+    from diffgemma_lsp.postprocess import postprocess
+
+    edit = postprocess(task["prompt"], task["suffix"], text, "python")
+    if edit is None:
+        return "", task["suffix"]
+    if edit.replace_to_eol:  # the edit replaced the closing characters up to the end of the line
+        rest = task["suffix"].split("\n", 1)
+        return edit.text, "\n" + rest[1] if len(rest) > 1 else ""
+    return edit.text, task["suffix"]
+
+
+def load_model(model_dir: Path, random_init: bool, seed: int):
+    from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(model_dir, dtype=torch.float32)
+    if random_init:  # same config and generation config, fresh weights
+        torch.manual_seed(seed)
+        fresh = DiffusionGemmaForBlockDiffusion(model.config)
+        fresh.generation_config = model.generation_config
+        model = fresh
+    return model.float().eval(), tokenizer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=REPO / "engine" / "default_model")
+    parser.add_argument("--split", choices=[*SPLITS, "both"], default="both")
+    parser.add_argument("--data", type=Path, help="a .jsonl[.gz] of HumanEval-infilling tasks (overrides --split)")
+    parser.add_argument("--n", type=int, default=60, help="tasks per split, spread evenly over the file")
+    parser.add_argument("--limit", type=int, help="take the first N tasks instead")
+    parser.add_argument("--steps", type=int, help="max denoising steps (default: the checkpoint's)")
+    parser.add_argument("--canvas", type=int, help="canvas length (default: the checkpoint's)")
+    parser.add_argument(
+        "--max-prompt-tokens", type=int, default=None, help="prompt budget (default: the engine's for this checkpoint)"
+    )
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per test run")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--raw", action="store_true", help="no post-processing of completions")
+    parser.add_argument("--random-init", action="store_true", help="same config, random weights (a baseline)")
+    parser.add_argument("--no-floor", action="store_true", help="skip the do-nothing floor")
+    parser.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/infill_eval[_raw].json")
+    args = parser.parse_args()
+    if args.json is None:
+        args.json = REPO / "benchmarks" / "results" / ("infill_eval_raw.json" if args.raw else "infill_eval.json")
+
+    torch.set_num_threads(args.threads)
+    sys.path.insert(0, str(REPO))
+    if args.max_prompt_tokens is None:  # what the engine would use: its default, capped by the checkpoint's hint
+        from engine.model import DEFAULT_MAX_PROMPT_TOKENS, HINTS_FILE
+
+        hints = args.model / HINTS_FILE
+        hint = json.loads(hints.read_text()).get("max_prompt_tokens") if hints.is_file() else None
+        args.max_prompt_tokens = min(DEFAULT_MAX_PROMPT_TOKENS, hint or DEFAULT_MAX_PROMPT_TOKENS)
+    from engine.prompt import PromptParts, build_fim_prompt, special_ids_from
+
+    model, tokenizer = load_model(args.model, args.random_init, args.seed)
+    if args.canvas:
+        model.config.canvas_length = args.canvas
+    canvas = model.config.canvas_length
+    known = tokenizer.get_vocab()
+    special = special_ids_from(lambda tok: known.get(tok))
+    if special is None:
+        raise SystemExit("this checkpoint's tokenizer has no FIM tokens; infill_eval only supports the fim layout")
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False) if text else []
+
+    gen_kwargs = {"max_new_tokens": canvas}
+    if args.steps:
+        gen_kwargs["max_denoising_steps"] = args.steps
+    steps = args.steps or model.generation_config.max_denoising_steps
+
+    splits = (
+        {args.data.name: args.data}
+        if args.data
+        else {name: DEFAULT_DATA / file for name, file in SPLITS.items() if args.split in (name, "both")}
+    )
+    report: dict = {
+        "model": str(args.model),
+        "random_init": args.random_init,
+        "raw": args.raw,
+        "canvas": canvas,
+        "steps": steps,
+        "max_prompt_tokens": args.max_prompt_tokens,
+        "threads": args.threads,
+        "params": sum(p.numel() for p in model.parameters()),
+        "splits": {},
+    }
+    # warm-up (first calls allocate)
+    with torch.no_grad():
+        model.generate(
+            input_ids=torch.tensor([[special.bos, special.fim_suffix, special.fim_prefix, special.fim_middle]]),
+            **gen_kwargs,
+        )
+    for name, path in splits.items():
+        tasks = pick(load_tasks(path), args.n, args.limit)
+        passed = exact = floor_passed = 0
+        latencies, n_tokens, tpfs, samples = [], 0, [], []
+        for i, task in enumerate(tasks):
+            prompt = build_fim_prompt(
+                PromptParts(prefix=task["prompt"], suffix=task["suffix"]), encode, special, args.max_prompt_tokens
+            )
+            torch.manual_seed(args.seed + i)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = model.generate(input_ids=torch.tensor([prompt.ids]), **gen_kwargs)
+            latencies.append(time.perf_counter() - t0)
+            new = out.sequences[0, len(prompt.ids) :].tolist()
+            if EOS in new:
+                new = new[: new.index(EOS)]
+            new = [t for t in new if t != PAD]
+            n_tokens += len(new)
+            tpfs.append(float(out.tokens_per_forward[0]))
+            completion, suffix = finish(task, tokenizer.decode(new, skip_special_tokens=True), args.raw)
+            ok = run_tests(program_for(task, completion, suffix), args.timeout)
+            passed += ok
+            exact += completion.strip() == task["canonical_solution"].strip()
+            if not args.no_floor:
+                floor_passed += run_tests(program_for(task, floor_middle(task)), args.timeout)
+            if len(samples) < 8:
+                samples.append(
+                    {
+                        "task_id": task.get("task_id"),
+                        "want": task["canonical_solution"],
+                        "got": completion,
+                        "passed": ok,
+                    }
+                )
+        n = len(tasks)
+        result = {
+            "n_tasks": n,
+            "pass_at_1": passed / n,
+            "exact_match": exact / n,
+            "floor_pass_at_1": None if args.no_floor else floor_passed / n,
+            "tokens_per_s": n_tokens / sum(latencies),
+            "ms_per_completion": 1000 * sum(latencies) / n,
+            "latency_ms_median": 1000 * statistics.median(latencies),
+            "tokens_per_forward": sum(tpfs) / n,
+            "tokens_per_completion": n_tokens / n,
+            "samples": samples,
+        }
+        report["splits"][name] = result
+        print(json.dumps({"split": name, **{k: v for k, v in result.items() if k != "samples"}}), flush=True)
+    # top-level figures of the first split, for tools that read one result
+    first = next(iter(report["splits"].values()))
+    report.update(
+        {
+            k: first[k]
+            for k in (
+                "pass_at_1",
+                "exact_match",
+                "tokens_per_s",
+                "ms_per_completion",
+                "latency_ms_median",
+                "tokens_per_forward",
+                "n_tasks",
+            )
+        }
+    )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
