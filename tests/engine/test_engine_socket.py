@@ -266,3 +266,17 @@ def test_infill_cli_prints_the_middle(memorized_model_dir: Path, short_tmp: Path
         check=True,
     )
     assert out.stdout == MEMORIZED_MIDDLE + "\n"
+
+
+def test_shipped_default_model_serves_without_any_option(short_tmp: Path) -> None:
+    """`diffgemma-engine infill` with no --model loads the checkpoint inside the package and prints a middle."""
+    out = subprocess.run(
+        [sys.executable, "-m", "engine", "infill"],
+        input="def is_even(n):\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.endswith("\n")
+    assert "loaded default" in out.stderr and "stop=" in out.stderr
