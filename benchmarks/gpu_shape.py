@@ -19,10 +19,8 @@ from pathlib import Path
 
 import torch
 from transformers import (
-    DiffusionGemmaConfig,
     DiffusionGemmaForBlockDiffusion,
     DiffusionGemmaTextConfig,
-    Gemma4VisionConfig,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.denoise import SamplerSettings, run_canvas  # noqa: E402
 from engine.prefix_cache import PrefixCache  # noqa: E402
+from engine.training.configs import text_only_config  # noqa: E402
 
 RELEASE = dict(  # google/diffusiongemma-26B-A4B-it config.json (text part)
     vocab_size=262144,
@@ -76,23 +75,8 @@ def build(shape: dict[str, int], device: torch.device, dtype: torch.dtype) -> Di
         eos_token_id=1,
         bos_token_id=2,
     )
-    vision = Gemma4VisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=16,
-        position_embedding_size=64,
-    )
-    config = DiffusionGemmaConfig(
-        text_config=text,
-        vision_config=vision,
-        canvas_length=256,
-        image_token_id=shape["vocab_size"] - 1,
-        boi_token_id=shape["vocab_size"] - 2,
-        eoi_token_id=shape["vocab_size"] - 3,
-    )
+    vocab = shape["vocab_size"]
+    config = text_only_config(text, 256, image_token_id=vocab - 1, boi_token_id=vocab - 2, eoi_token_id=vocab - 3)
     torch.set_default_dtype(dtype)
     with torch.device(device):
         model = DiffusionGemmaForBlockDiffusion(config)

@@ -53,7 +53,22 @@ def build_config(
         eos_token_id=vocab.SPECIAL_IDS[vocab.EOS],
         bos_token_id=vocab.SPECIAL_IDS[vocab.BOS],
     )
-    # DiffusionGemma always builds a vision tower; vision_config=None would mean a 168M-parameter one.
+    return text_only_config(
+        text,
+        canvas_length,
+        image_token_id=vocab.SPECIAL_IDS[vocab.IMAGE],
+        boi_token_id=vocab.SPECIAL_IDS[vocab.BOI],
+        eoi_token_id=vocab.SPECIAL_IDS[vocab.EOI],
+    )
+
+
+def text_only_config(
+    text: DiffusionGemmaTextConfig, canvas_length: int, image_token_id: int, boi_token_id: int, eoi_token_id: int
+) -> DiffusionGemmaConfig:
+    """The full config around ``text`` with the smallest vision tower (never run for code).
+
+    DiffusionGemma always builds a vision tower; ``vision_config=None`` would mean a 168M-parameter one.
+    """
     vision = Gemma4VisionConfig(
         hidden_size=32,
         intermediate_size=64,
@@ -67,9 +82,9 @@ def build_config(
         text_config=text,
         vision_config=vision,
         canvas_length=canvas_length,
-        image_token_id=vocab.SPECIAL_IDS[vocab.IMAGE],
-        boi_token_id=vocab.SPECIAL_IDS[vocab.BOI],
-        eoi_token_id=vocab.SPECIAL_IDS[vocab.EOI],
+        image_token_id=image_token_id,
+        boi_token_id=boi_token_id,
+        eoi_token_id=eoi_token_id,
     )
 
 
