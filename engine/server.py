@@ -189,8 +189,11 @@ class EngineServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = next(self._connection_ids)
         self._last_activity = time.monotonic()
-        sock = writer.get_extra_info("socket")
-        uid = peer_uid(sock)
+        try:
+            uid = peer_uid(writer.get_extra_info("socket"))
+        except OSError:  # the peer is already gone
+            writer.close()
+            return
         self._writers[connection] = (writer, asyncio.Lock())
         tasks: set[asyncio.Task[None]] = set()
         try:
