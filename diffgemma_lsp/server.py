@@ -268,8 +268,9 @@ def initialize(ls: DiffgemmaServer, params: types.InitializeParams) -> None:
 
 @server.feature(types.INITIALIZED)
 def initialized(ls: DiffgemmaServer, params: types.InitializedParams) -> None:
-    """Connect to the engine, starting it when none runs."""
-    ls.start_engine_client()
+    """Connect to the engine, starting it when none runs (not while completions are disabled)."""
+    if ls.settings.enable:
+        ls.start_engine_client()
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_lsp_engine import _kill_engine
+from tests.e2e.test_lsp_engine import _engine_pid, _kill_engine
 from tests.support.lsp import RawLsp, server_command
 
 pytestmark = pytest.mark.e2e
@@ -52,7 +52,8 @@ async def test_cancel_request_stops_the_engines_denoising(isolated_env: Path, ra
 
 async def test_garbage_on_stdin_does_not_stop_the_server(isolated_env: Path) -> None:
     """Invalid UTF-8, invalid JSON and unknown methods get errors or are dropped; the server keeps serving."""
-    lsp = await RawLsp.start(server_command(isolated_env / "run" / "engine.sock", None))
+    socket_path = isolated_env / "run" / "engine.sock"
+    lsp = await RawLsp.start(server_command(socket_path, None))
     try:
         await lsp.initialize({"enable": False})
         lsp.send_raw(b'{"jsonrpc": "2.0", "id": 2, "method": "x", "params": "\xff\xfe"}')
@@ -63,5 +64,7 @@ async def test_garbage_on_stdin_does_not_stop_the_server(isolated_env: Path) -> 
         assert "result" in await lsp.reply(4)
         lsp.notify("exit")
         assert await asyncio.wait_for(lsp.process.wait(), 30) == 0
+        assert _engine_pid(socket_path) is None  # disabled: no engine was started
     finally:
         await lsp.stop()
+        _kill_engine(socket_path, signal.SIGTERM)
