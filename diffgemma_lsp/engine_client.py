@@ -70,7 +70,6 @@ class EngineClient:
         self._pending: dict[str, asyncio.Future[protocol.Result]] = {}
         self._ids = itertools.count(1)
         self._supervisor: asyncio.Task[None] | None = None
-        self._ready = asyncio.Event()
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -79,14 +78,6 @@ class EngineClient:
         """Connect in the background and stay connected until ``close``."""
         if self._supervisor is None or self._supervisor.done():
             self._supervisor = asyncio.ensure_future(self._supervise())
-
-    async def wait_ready(self, timeout: float) -> bool:
-        """Wait until the engine is ready; False on timeout."""
-        try:
-            await asyncio.wait_for(self._ready.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
 
     async def close(self) -> None:
         """Disconnect and stop reconnecting (the engine keeps running for other clients)."""
@@ -103,10 +94,6 @@ class EngineClient:
         if state is self.state and not detail:
             return
         self.state = state
-        if state is EngineState.READY:
-            self._ready.set()
-        else:
-            self._ready.clear()
         if self.on_state is not None:
             self.on_state(state, detail)
 

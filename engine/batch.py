@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from engine import protocol
-from engine.denoise import cut_at_eos, denoise_canvas
-from engine.infill import check_request, prompt_ids
+from engine.denoise import denoise_canvas
+from engine.infill import check_request, finish_row, prompt_ids
 from engine.jobs import Job
 from engine.model import LoadedModel
 
@@ -87,23 +87,16 @@ def run_batch(loaded: LoadedModel, jobs: list[Job]) -> list[tuple[str, protocol.
         row_checks=[job.should_stop for job in jobs],
     )
     denoise_ms = (time.perf_counter() - start) * 1000
-    results = []
-    for row in range(len(jobs)):
-        tokens, found_eos = cut_at_eos(denoised.tokens[row].tolist(), loaded.eos_ids, loaded.pad_id)
-        reason = denoised.row_stops[row]
-        stop = (
-            protocol.StopReason(reason)
-            if reason
-            else (protocol.StopReason.EOS if found_eos else protocol.StopReason.LENGTH)
-        )
-        dropped = stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED)
-        timings = protocol.Timings(
-            encode_ms=round(encode_ms[row], 3),
-            denoise_ms=round(denoise_ms, 3),
+    return [
+        finish_row(
+            loaded,
+            denoised.tokens[row].tolist(),
+            denoised.row_stops[row],
+            encode_ms=encode_ms[row],
+            denoise_ms=denoise_ms,
             steps=denoised.row_steps[row],
             prompt_tokens=prompt_lengths[row],
-            new_tokens=len(tokens),
             cached_tokens=reused[row],
         )
-        results.append(("" if dropped else loaded.decode(tokens), stop, timings))
-    return results
+        for row in range(len(jobs))
+    ]

@@ -84,18 +84,27 @@ def run_infill(
         cache_key=cache_key,
     )
     loaded.clock.observe(canvas_length, out.encode_ms, out.denoise_ms, out.steps)
-    tokens, found_eos = cut_at_eos(out.tokens[0].tolist(), loaded.eos_ids, loaded.pad_id)
-    if out.stopped_by is not None:
-        stop = protocol.StopReason(out.stopped_by)
-    else:
-        stop = protocol.StopReason.EOS if found_eos else protocol.StopReason.LENGTH
-    text = loaded.decode(tokens) if stop not in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED) else ""
-    timings = protocol.Timings(
-        encode_ms=round(out.encode_ms, 3),
-        denoise_ms=round(out.denoise_ms, 3),
+    return finish_row(
+        loaded,
+        out.tokens[0].tolist(),
+        out.stopped_by,
+        encode_ms=out.encode_ms,
+        denoise_ms=out.denoise_ms,
         steps=out.steps,
         prompt_tokens=len(ids),
-        new_tokens=len(tokens),
         cached_tokens=out.cached_tokens,
     )
-    return text, stop, timings
+
+
+def finish_row(
+    loaded: LoadedModel, canvas: list[int], stopped_by: str | None, **timings: float
+) -> tuple[str, protocol.StopReason, protocol.Timings]:
+    """(text, stop reason, timings) of one denoised canvas row; ``stopped_by`` is a cancel/deadline reason."""
+    tokens, found_eos = cut_at_eos(canvas, loaded.eos_ids, loaded.pad_id)
+    if stopped_by is not None:
+        stop = protocol.StopReason(stopped_by)
+    else:
+        stop = protocol.StopReason.EOS if found_eos else protocol.StopReason.LENGTH
+    dropped = stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED)
+    rounded = {name: round(value, 3) if name.endswith("_ms") else int(value) for name, value in timings.items()}
+    return "" if dropped else loaded.decode(tokens), stop, protocol.Timings(new_tokens=len(tokens), **rounded)

@@ -73,8 +73,3 @@ class PrefixCache:
         while len(self._masters) > self.slots:
             self._masters.popitem(last=False)
         return decoder_view(master, len(ids), self.text_config), reused
-
-    def forget(self, predicate: object) -> None:
-        """Drop the slots whose key matches ``predicate`` (a callable on keys)."""
-        for key in [key for key in self._masters if predicate(key)]:  # type: ignore[operator]
-            del self._masters[key]
