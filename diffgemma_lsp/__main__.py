@@ -1,6 +1,8 @@
 """``diffgemma-lsp``: the language server, on stdio.
 
 diffgemma-lsp [--stdio] [--engine-socket PATH] [--model DIR] [--log-file FILE] [-v]
+diffgemma-lsp doctor [--probe] [--json]      (what is running, and whether it answers)
+diffgemma-lsp openai [--host H] [--port P]   (an OpenAI-compatible /v1/completions endpoint, for Zed)
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ def main(argv: list[str] | None = None) -> None:
         from diffgemma_lsp import doctor
 
         sys.exit(doctor.main(argv[1:]))
+    if argv[:1] == ["openai"]:
+        from diffgemma_lsp import openai_server
+
+        sys.exit(openai_server.main(argv[1:]))
     parser = argparse.ArgumentParser(prog="diffgemma-lsp", description="DiffusionGemma code completion over LSP.")
     parser.add_argument("--stdio", action="store_true", help="talk LSP on stdin/stdout (the default)")
     parser.add_argument(

@@ -16,6 +16,8 @@ import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import attrs
+
 from engine import protocol
 
 logger = logging.getLogger(__name__)
@@ -177,6 +179,15 @@ class EngineClient:
                     message.device,
                     message.load_ms,
                 )
+                if self.hello is not None:  # the handshake came before the model: complete what it said
+                    self.hello = attrs.evolve(
+                        self.hello,
+                        model_id=message.model_id,
+                        ready=True,
+                        device=message.device,
+                        canvas_length=message.canvas_length,
+                        max_prompt_tokens=message.max_prompt_tokens,
+                    )
                 self._set_state(EngineState.READY)
             elif isinstance(message, protocol.Result | protocol.Error):
                 self._deliver(message)

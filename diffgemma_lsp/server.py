@@ -20,6 +20,7 @@ from diffgemma_lsp.context import CHARS_PER_TOKEN, InfillContext, PositionError,
 from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable
 from diffgemma_lsp.extra_context import ExtraContext
 from diffgemma_lsp.launcher import spawn_engine
+from diffgemma_lsp.openai_client import OpenAIBackend
 from diffgemma_lsp.postprocess import postprocess
 from diffgemma_lsp.results import completion_item, inline_item
 from diffgemma_lsp.reuse import ShownCompletions
@@ -52,7 +53,8 @@ class DiffgemmaServer(LanguageServer):
         self.engine_socket = engine_socket or protocol.default_socket_path()
         self.settings = Settings(model=model)
         self.cli_model = model
-        self.engine: EngineClient | None = None
+        self.engine: EngineClient | OpenAIBackend | None = None
+        """The local engine, or the remote OpenAI-compatible server (settings ``backend``)."""
         self.latest: dict[str, asyncio.Future[protocol.Result]] = {}
         """Per document uri, the engine call in flight; a newer request cancels it."""
         self.last_latency_ms: float | None = None
@@ -76,7 +78,10 @@ class DiffgemmaServer(LanguageServer):
         settings, problems = parse_settings(raw)
         if settings.model is None and self.cli_model is not None:
             settings = attrs.evolve(settings, model=self.cli_model)
-        self.settings = settings
+        previous, self.settings = self.settings, settings
+        if self.engine is not None and previous.backend_key() != settings.backend_key():
+            old, self.engine = self.engine, None  # the next completion connects to the new backend
+            asyncio.ensure_future(old.close())
         if problems:
             message = "diffgemma: " + "; ".join(problems)
             logger.warning("%s", message)
@@ -85,8 +90,22 @@ class DiffgemmaServer(LanguageServer):
     # -- engine ------------------------------------------------------------------------------------------
 
     def start_engine_client(self) -> None:
-        """Connect to the engine (starting one when none runs)."""
+        """Connect to the engine (starting one when none runs), or set up the remote backend."""
         if self.engine is not None:
+            return
+        settings = self.settings
+        if settings.backend == "openai":
+            if not settings.openai_url:
+                self.on_engine_state(EngineState.FAILED, "the openai backend needs the openaiUrl setting")
+                return
+            self.engine = OpenAIBackend(
+                settings.openai_url,
+                model=settings.openai_model,
+                api_key_env=settings.openai_api_key_env,
+                prompt_format=settings.openai_prompt_format,
+                on_state=self.on_engine_state,
+            )
+            self.engine.start()
             return
 
         async def start_engine() -> None:
@@ -210,7 +229,8 @@ class DiffgemmaServer(LanguageServer):
         """One infill for ``uri``, latest-wins: a newer request for ``uri`` cancels this one in the engine too."""
         if self.engine is None:
             self.start_engine_client()
-        assert self.engine is not None
+            if self.engine is None:
+                return None
         request = protocol.Infill(id=self.engine.new_id(), uri=uri, **fields)
         started = time.perf_counter()
         call = asyncio.ensure_future(self.engine.infill(request))
@@ -343,6 +363,7 @@ def status(ls: DiffgemmaServer, *args: object) -> dict[str, object]:
     """The engine's state and this server's in-flight work (for status bars and tests)."""
     engine = ls.engine
     return {
+        "backend": ls.settings.backend,
         "engine": engine.state.value if engine else "not started",
         "model": engine.hello.model_id if engine and engine.hello else "",
         "pending": engine.pending_count() if engine else 0,

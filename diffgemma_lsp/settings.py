@@ -12,6 +12,8 @@ from typing import Any
 
 import attrs
 
+from diffgemma_lsp.fim_formats import PROMPT_FORMATS
+
 SECTION = "diffgemma"
 """Settings may arrive nested under this key (``{"diffgemma": {...}}``) or flat."""
 
@@ -19,6 +21,14 @@ SECTION = "diffgemma"
 def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
     if value < 0:
         raise ValueError(f"{attribute.name} must be 0 or more, got {value}")
+
+
+def _one_of(*choices: str):  # noqa: ANN202 - an attrs validator factory
+    def check(_: object, attribute: attrs.Attribute[str], value: str) -> None:
+        if value not in choices:
+            raise ValueError(f"{attribute.name} must be one of {', '.join(choices)}; got {value!r}")
+
+    return check
 
 
 @attrs.frozen(kw_only=True)
@@ -43,6 +53,22 @@ class Settings:
     """Wait this long after an automatic request before asking the model; a newer request replaces it."""
     deadline_ms: int = attrs.field(default=2000, validator=_positive)
     """The engine stops denoising after this long and returns its best canvas; 0: no deadline."""
+    backend: str = attrs.field(default="engine", validator=_one_of("engine", "openai"))
+    """engine: the local engine (started when none runs); openai: an OpenAI-compatible server at openaiUrl."""
+    openai_url: str = ""
+    """With backend openai: the server's completions URL, e.g. http://gpu-box:8000/v1/completions."""
+    openai_model: str = ""
+    """With backend openai: the model name the server expects (vLLM: the served model name)."""
+    openai_api_key_env: str = "DIFFGEMMA_API_KEY"
+    """With backend openai: the environment variable that holds the API key (the key never goes in settings)."""
+    openai_prompt_format: str = attrs.field(default="suffix", validator=_one_of(*PROMPT_FORMATS))
+    """With backend openai: suffix (prompt plus suffix field), or a FIM format: star_coder, qwen, code_llama, ..."""
+
+    def backend_key(self) -> tuple[str, ...]:
+        """What identifies the backend: when it changes, the server connects anew."""
+        if self.backend == "engine":
+            return (self.backend,)
+        return (self.backend, self.openai_url, self.openai_model, self.openai_api_key_env, self.openai_prompt_format)
 
 
 def _camel(name: str) -> str:

@@ -131,6 +131,8 @@ class Ready:
     model_id: str
     device: str = ""
     load_ms: float = 0.0
+    canvas_length: int = 0
+    max_prompt_tokens: int = 0
 
 
 @attrs.frozen(kw_only=True)

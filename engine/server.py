@@ -157,7 +157,13 @@ class EngineServer:
     def model_loaded(self, loaded: LoadedModel) -> None:
         """Tell the clients that connected during loading."""
         self.loaded = loaded
-        ready = protocol.Ready(model_id=loaded.model_id, device=str(loaded.device), load_ms=round(loaded.load_ms, 1))
+        ready = protocol.Ready(
+            model_id=loaded.model_id,
+            device=str(loaded.device),
+            load_ms=round(loaded.load_ms, 1),
+            canvas_length=loaded.canvas_length,
+            max_prompt_tokens=loaded.max_prompt_tokens,
+        )
         for connection in list(self._waiting_ready):
             asyncio.ensure_future(self._send(connection, ready))
         self._waiting_ready.clear()

@@ -65,11 +65,28 @@ def short_tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def xdg_environment(root: Path) -> dict[str, str]:
+    """XDG directories made inside ``root``, as environment variables."""
+    env = {}
+    for name in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):
+        path = root / name.lower()
+        path.mkdir(mode=0o700, exist_ok=True)
+        env[name] = str(path)
+    return env
+
+
 @pytest.fixture
 def isolated_env(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """XDG directories inside the test's temp dir, so nothing touches the user's own."""
-    for name in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):
-        path = short_tmp / name.lower()
-        path.mkdir(mode=0o700)
-        monkeypatch.setenv(name, str(path))
+    for name, value in xdg_environment(short_tmp).items():
+        monkeypatch.setenv(name, value)
     return short_tmp
+
+
+@pytest.fixture(scope="module")
+def module_tmp() -> Iterator[Path]:
+    """A private short temp dir shared by one test module (for servers that several tests talk to)."""
+    path = Path(tempfile.mkdtemp(prefix="dgm-", dir="/tmp"))
+    os.chmod(path, 0o700)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

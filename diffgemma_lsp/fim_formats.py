@@ -1,0 +1,80 @@
+"""Fill-in-the-middle prompt formats of the OpenAI-compatible completions API, both ways.
+
+Editors that speak ``/v1/completions`` put the text before and after the cursor in one ``prompt`` string, marked
+with one model family's sentinels (Zed's ``prompt_format``: ``star_coder``, ``qwen``, ...), or send the text
+before the cursor as ``prompt`` and the text after it as ``suffix`` (OpenAI's own infill API: ``suffix``).
+The endpoint reads any of them back into prefix and suffix; the remote backend writes the one its server wants.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class FimFormat:
+    """``before + prefix + between + suffix + after``, or with the suffix first when ``suffix_first``."""
+
+    name: str
+    before: str
+    between: str
+    after: str
+    suffix_first: bool = False
+
+    def build(self, prefix: str, suffix: str) -> str:
+        """The prompt that carries ``prefix`` and ``suffix``."""
+        first, second = (suffix, prefix) if self.suffix_first else (prefix, suffix)
+        return f"{self.before}{first}{self.between}{second}{self.after}"
+
+    def parse(self, prompt: str) -> tuple[str, str] | None:
+        """``(prefix, suffix)`` if ``prompt`` has this format, else None (the first ``between`` splits)."""
+        if not (prompt.startswith(self.before) and prompt.endswith(self.after)):
+            return None
+        body = prompt[len(self.before) : len(prompt) - len(self.after)]
+        first, sep, second = body.partition(self.between)
+        if not sep:
+            return None
+        return (second, first) if self.suffix_first else (first, second)
+
+
+SUFFIX_FIELD = "suffix"
+"""Not a prompt format: the prefix is the prompt and the suffix travels in the request's ``suffix`` field."""
+
+FORMATS: dict[str, FimFormat] = {
+    fmt.name: fmt
+    for fmt in (
+        FimFormat("star_coder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+        FimFormat("qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
+        FimFormat("code_llama", "<PRE> ", " <SUF>", " <MID>"),
+        FimFormat("deepseek_coder", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
+        FimFormat("codestral", "[SUFFIX]", "[PREFIX]", "", suffix_first=True),
+        FimFormat("glm", "<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>"),
+    )
+}
+"""Named as in Zed's ``edit_predictions.open_ai_compatible_api.prompt_format`` (``code_gemma`` = ``qwen``)."""
+
+ALIASES = {"code_gemma": "qwen", "starcoder": "star_coder", "codellama": "code_llama"}
+
+PROMPT_FORMATS = (SUFFIX_FIELD, *FORMATS, *ALIASES)
+"""Every name a user may configure."""
+
+
+def format_named(name: str) -> FimFormat | None:
+    """The format called ``name``; None for ``suffix`` (no sentinels)."""
+    if name == SUFFIX_FIELD:
+        return None
+    return FORMATS[ALIASES.get(name, name)]
+
+
+def split_prompt(prompt: str, suffix: str | None) -> tuple[str, str]:
+    """Prefix and suffix of a completions request: from the ``suffix`` field, or the prompt's sentinels.
+
+    A prompt with no known sentinels and no ``suffix`` is plain continuation (empty suffix).
+    """
+    if suffix is not None:
+        return prompt, suffix
+    for fmt in FORMATS.values():
+        if (found := fmt.parse(prompt)) is not None:
+            return found
+    return prompt, ""

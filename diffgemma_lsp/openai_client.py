@@ -1,0 +1,184 @@
+"""The remote backend: infills from an OpenAI-compatible ``/v1/completions`` server (vLLM, or ``diffgemma-lsp
+openai`` on a shared machine) instead of a local engine.
+
+It offers the language server the same surface as ``EngineClient`` (``state``, ``hello``, ``infill``, ``start``,
+``close``), so everything above it (debounce, latest-wins, post-processing, reuse) is the same for both.
+Cancelling an infill closes its HTTP request, which cancels the work on a server that watches for it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from diffgemma_lsp.engine_client import EngineRequestError, EngineState, EngineUnavailable
+from diffgemma_lsp.fim_formats import SUFFIX_FIELD, format_named
+from engine import protocol
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 64
+"""``max_tokens`` when the settings leave the canvas to the model (0)."""
+SLACK_S = 5.0
+"""An HTTP request may take this much longer than the request's deadline (network, queueing) before it fails."""
+
+
+class OpenAIBackend:
+    """Infills over HTTP; ``hello`` describes the remote model once the server has answered."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        model: str = "",
+        api_key_env: str = "",
+        prompt_format: str = SUFFIX_FIELD,
+        on_state: Callable[[EngineState, str], None] | None = None,
+    ) -> None:
+        self.url = url
+        self.model = model
+        self.api_key_env = api_key_env
+        self.prompt_format = prompt_format
+        self.on_state = on_state
+        self.state = EngineState.CONNECTING
+        self.hello: protocol.HelloOk | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._pending = 0
+        self._ids = itertools.count(1)
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the HTTP session (connections are made per request and kept alive)."""
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(headers=self._headers())
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env, "").strip() if self.api_key_env else ""
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _set_state(self, state: EngineState, detail: str = "") -> None:
+        if state is self.state and not detail:
+            return
+        self.state = state
+        if self.on_state is not None:
+            self.on_state(state, detail)
+
+    # -- requests ----------------------------------------------------------------------------------------
+
+    def pending_count(self) -> int:
+        return self._pending
+
+    def new_id(self) -> str:
+        return str(next(self._ids))
+
+    def request_body(self, request: protocol.Infill) -> dict[str, Any]:
+        """The ``/v1/completions`` body for ``request`` in the configured prompt format."""
+        body: dict[str, Any] = {"max_tokens": request.canvas_length or DEFAULT_MAX_TOKENS, "stream": False}
+        if self.model:
+            body["model"] = self.model
+        fmt = format_named(self.prompt_format)
+        if fmt is None:
+            body["prompt"], body["suffix"] = request.prefix, request.suffix
+        else:
+            body["prompt"] = fmt.build(request.prefix, request.suffix)
+            body["stop"] = [fmt.before, fmt.between] if fmt.before else [fmt.between]
+        return body
+
+    async def infill(self, request: protocol.Infill) -> protocol.Result:
+        """One completion from the server; raises EngineUnavailable when it cannot be had now."""
+        self.start()
+        assert self._session is not None
+        timeout = aiohttp.ClientTimeout(total=(request.deadline_ms / 1000 if request.deadline_ms else 30.0) + SLACK_S)
+        started = time.perf_counter()
+        self._pending += 1
+        try:
+            async with self._session.post(self.url, json=self.request_body(request), timeout=timeout) as response:
+                text = await response.text()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            reason = f"the completion server {self.url} is unreachable: {exc or type(exc).__name__}"
+            self._set_state(EngineState.DISCONNECTED, reason)
+            raise EngineUnavailable(reason) from exc
+        finally:
+            self._pending -= 1
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        return self._result(request.id, status, text, elapsed_ms)
+
+    def _result(self, request_id: str, status: int, text: str, elapsed_ms: float) -> protocol.Result:
+        message = _error_message(text)
+        if status in (401, 403):
+            env = f"${self.api_key_env}" if self.api_key_env else "the API key"
+            reason = f"the completion server refused the API key (HTTP {status}: {message}); check {env}"
+            self._set_state(EngineState.FAILED, reason)
+            raise EngineUnavailable(reason)
+        if status in (429, 503):
+            raise EngineUnavailable(f"the completion server is busy or loading (HTTP {status}: {message})")
+        if status >= 400:
+            if status >= 500:
+                self._set_state(EngineState.FAILED, f"the completion server failed (HTTP {status}: {message})")
+                raise EngineUnavailable(message)
+            raise EngineRequestError(protocol.Error(code=protocol.ErrorCode.BAD_REQUEST, message=message))
+        try:
+            body = _json(text)
+            choice = body["choices"][0]
+            completion = choice["text"]
+            if not isinstance(completion, str):
+                raise TypeError("text is not a string")
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            reason = f"the completion server sent an answer that is not a completion: {exc}"
+            self._set_state(EngineState.FAILED, reason)
+            raise EngineUnavailable(reason) from exc
+        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        model = str(body.get("model") or self.model)
+        if self.hello is None or self.hello.model_id != model:
+            self.hello = protocol.HelloOk(
+                protocol=protocol.PROTOCOL_VERSION, model_id=model, ready=True, device="remote"
+            )
+        self._set_state(EngineState.READY)
+        return protocol.Result(
+            id=request_id,
+            text=completion,
+            stop=protocol.StopReason.LENGTH if choice.get("finish_reason") == "length" else protocol.StopReason.EOS,
+            timings=protocol.Timings(
+                denoise_ms=round(elapsed_ms, 1),
+                prompt_tokens=_count(usage.get("prompt_tokens")),
+                new_tokens=_count(usage.get("completion_tokens")),
+            ),
+        )
+
+
+def _json(text: str) -> dict[str, Any]:
+    body = json.loads(text)
+    if not isinstance(body, dict):
+        raise ValueError("not a JSON object")
+    return body
+
+
+def _error_message(text: str) -> str:
+    """The ``error.message`` of an OpenAI-style error body, else the start of the body."""
+    try:
+        error = _json(text).get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+        if isinstance(error, str):
+            return error
+    except ValueError:
+        pass
+    return text.strip()[:200] or "no details"
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -1,0 +1,253 @@
+"""``diffgemma-lsp openai``: an OpenAI-compatible ``/v1/completions`` endpoint in front of the engine.
+
+For editors that take an OpenAI-compatible completion provider rather than an LSP server for inline completions
+(Zed's edit predictions), and for teams that point their language servers at one shared machine
+(``backend = "openai"``). It talks to the same resident engine as the language servers (starting it when none
+runs), so one model serves both. Requests carry ``Authorization: Bearer <key>``; the key comes from
+``$DIFFGEMMA_API_KEY`` or, when that is unset, from a private key file created on first start. It listens on
+loopback unless told otherwise. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import json
+import logging
+import os
+import secrets
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from diffgemma_lsp import __version__
+from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable
+from diffgemma_lsp.fim_formats import split_prompt
+from diffgemma_lsp.launcher import spawn_engine
+from diffgemma_lsp.openai_wire import (
+    ApiError,
+    completion_body,
+    cut_at_stop,
+    models_body,
+    new_completion_id,
+    parse_completion_request,
+)
+from diffgemma_lsp.postprocess import postprocess
+from engine import protocol
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8790
+API_KEY_ENV = "DIFFGEMMA_API_KEY"
+MAX_BODY_BYTES = protocol.MAX_FRAME_BYTES
+ENGINE = web.AppKey("engine", EngineClient)
+API_KEY = web.AppKey("api_key", str)
+DEADLINE_MS = web.AppKey("deadline_ms", int)
+MAX_STEPS = web.AppKey("max_steps", int)
+
+
+def api_key_file() -> Path:
+    """Where the generated key is kept (0600) when ``$DIFFGEMMA_API_KEY`` is unset."""
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "diffgemma" / "api-key"
+
+
+def load_api_key() -> tuple[str, str]:
+    """The key and where it came from: the environment, or the key file (created on first use)."""
+    if key := os.environ.get(API_KEY_ENV, "").strip():
+        return key, f"${API_KEY_ENV}"
+    path = api_key_file()
+    if path.is_file() and (key := path.read_text().strip()):
+        return key, str(path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = secrets.token_urlsafe(24)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(key + "\n")
+    return key, str(path)
+
+
+def _json_error(error: ApiError) -> web.Response:
+    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+    return web.json_response(error.body(), status=error.status, headers=headers)
+
+
+@web.middleware
+async def errors_and_auth(request: web.Request, handler):  # noqa: ANN001, ANN201 - aiohttp's middleware shape
+    """Every refusal is an OpenAI-style JSON error; every route but ``/health`` needs the key."""
+    try:
+        if request.path != "/health":
+            given = request.headers.get("Authorization", "")
+            scheme, _, token = given.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), request.app[API_KEY]):
+                raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", kind="auth_error")
+        return await handler(request)
+    except ApiError as exc:
+        return _json_error(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _json_error(ApiError(exc.status, exc.reason))
+
+
+async def health(request: web.Request) -> web.Response:
+    """Liveness and the engine's state (no key needed; says nothing about requests)."""
+    engine = request.app[ENGINE]
+    return web.json_response({"status": "ok", "engine": engine.state.value})
+
+
+async def models(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    return web.json_response(models_body(engine.hello.model_id if engine.hello else "diffgemma"))
+
+
+def insertion_text(prefix: str, suffix: str, raw: str) -> str:
+    """The post-processed completion as pure text to insert at the cursor (this API cannot replace text)."""
+    edit = postprocess(prefix, suffix, raw, "")
+    if edit is None:
+        return ""
+    if edit.replace_to_eol:  # the text ends with the closers already after the cursor: do not insert them twice
+        rest = suffix.split("\n", 1)[0].rstrip()
+        return edit.text[: len(edit.text) - len(rest)] if rest and edit.text.endswith(rest) else edit.text
+    return edit.text
+
+
+def canvas_for(max_tokens: int | None, model_canvas: int) -> int:
+    """The canvas for a request: the model's own, shorter when the client wants fewer tokens (0: the model's)."""
+    if max_tokens is None or (model_canvas and max_tokens >= model_canvas):
+        return 0
+    return max_tokens
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/completions``: one fill-in-the-middle completion."""
+    try:
+        body = await request.json(loads=json.loads)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+    wanted = parse_completion_request(body)
+    prefix, suffix = split_prompt(wanted.prompt, wanted.suffix)
+    engine = request.app[ENGINE]
+    if engine.state is not EngineState.READY or engine.hello is None:
+        engine.start()
+        raise ApiError(503, f"the model is not ready (engine {engine.state.value}); retry shortly", kind="server_error")
+    completion_id = new_completion_id()
+    infill = protocol.Infill(
+        id=engine.new_id(),
+        uri=f"openai:{completion_id}",
+        prefix=protocol.valid_text(prefix),
+        suffix=protocol.valid_text(suffix),
+        canvas_length=canvas_for(wanted.max_tokens, engine.hello.canvas_length),
+        deadline_ms=request.app[DEADLINE_MS],
+        max_steps=request.app[MAX_STEPS],
+    )
+    try:
+        result = await engine.infill(infill)
+    except EngineUnavailable as exc:
+        raise ApiError(503, f"the engine is unavailable: {exc}; retry shortly", kind="server_error") from None
+    except EngineRequestError as exc:
+        status = 429 if exc.error.code is protocol.ErrorCode.BUSY else 400
+        raise ApiError(status, f"the engine refused the request: {exc.error.message}") from None
+    text, stopped = cut_at_stop(insertion_text(prefix, suffix, result.text), wanted.stop)
+    finish = "stop" if stopped or result.stop is protocol.StopReason.EOS else "length"
+    model = engine.hello.model_id
+    answer = completion_body(
+        completion_id, model, text, finish, result.timings.prompt_tokens, result.timings.new_tokens
+    )
+    logger.info(
+        "%s: %d chars, %s, %d steps, %.0f ms in the engine",
+        completion_id,
+        len(text),
+        finish,
+        result.timings.steps,
+        result.timings.queue_ms + result.timings.encode_ms + result.timings.denoise_ms,
+    )
+    if not wanted.stream:
+        return web.json_response(answer)
+    stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await stream.prepare(request)
+    await stream.write(f"data: {json.dumps(answer)}\n\n".encode())
+    await stream.write(b"data: [DONE]\n\n")
+    await stream.write_eof()
+    return stream
+
+
+def make_app(engine: EngineClient, api_key: str, deadline_ms: int = 2000, max_steps: int = 0) -> web.Application:
+    """The endpoint's routes around a started engine client; every request gets ``deadline_ms`` and ``max_steps``."""
+    app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY_BYTES)
+    app[ENGINE] = engine
+    app[API_KEY] = api_key
+    app[DEADLINE_MS] = deadline_ms
+    app[MAX_STEPS] = max_steps
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """Run until cancelled."""
+    api_key, key_source = load_api_key()
+
+    async def start_engine() -> None:
+        spawn_engine(args.engine_socket, args.model, args.device)
+
+    engine = EngineClient(
+        args.engine_socket,
+        start_engine,
+        lambda state, detail: logger.info("engine %s%s", state.value, f": {detail}" if detail else ""),
+        client_name="diffgemma-openai",
+    )
+    engine.start()
+    # A client that hangs up (the user typed on) cancels its request, and with it the engine's work.
+    runner = web.AppRunner(
+        make_app(engine, api_key, args.deadline_ms, args.steps), handler_cancellation=True, access_log=None
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port)
+    await site.start()
+    if args.host not in ("127.0.0.1", "::1", "localhost"):
+        logger.warning("listening on %s: every machine that can reach it and has the key can use it", args.host)
+    host, port = runner.addresses[0][:2]
+    logger.info("diffgemma %s: http://%s:%d/v1/completions (API key from %s)", __version__, host, port, key_source)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+        await engine.close()
+
+
+def main(argv: list[str]) -> int:
+    """``diffgemma-lsp openai [--host H] [--port P] [--engine-socket PATH] [--model DIR]``."""
+    parser = argparse.ArgumentParser(prog="diffgemma-lsp openai", description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)")
+    parser.add_argument("--engine-socket", type=Path, default=protocol.default_socket_path())
+    parser.add_argument("--model", default=None, help="checkpoint folder for an engine this command starts")
+    parser.add_argument("--device", default="auto", help="device for an engine this command starts")
+    parser.add_argument("--deadline-ms", type=int, default=2000, help="denoising time limit per request (0: none)")
+    parser.add_argument("--steps", type=int, default=0, help="most denoising steps per request (0: the model's)")
+    parser.add_argument("--log-file", type=Path, default=None)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if args.log_file is not None:
+        args.log_file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(args.log_file))
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+    try:
+        asyncio.run(serve(args))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        logger.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
+        return 1
+    return 0

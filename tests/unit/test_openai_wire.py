@@ -1,0 +1,87 @@
+"""The /v1/completions request checks and the remote backend's request bodies (no I/O)."""
+
+from __future__ import annotations
+
+import pytest
+
+from diffgemma_lsp.openai_client import DEFAULT_MAX_TOKENS, OpenAIBackend
+from diffgemma_lsp.openai_server import canvas_for, insertion_text
+from diffgemma_lsp.openai_wire import ApiError, CompletionRequest, cut_at_stop, parse_completion_request
+from engine import protocol
+
+
+def test_a_full_request() -> None:
+    got = parse_completion_request(
+        {"model": "m", "prompt": ["p"], "suffix": "s", "max_tokens": 8, "stop": "\n", "stream": True, "top_p": 0.9}
+    )
+    assert got == CompletionRequest(model="m", prompt="p", suffix="s", max_tokens=8, stop=("\n",), stream=True)
+
+
+def test_nulls_take_defaults() -> None:
+    got = parse_completion_request({"prompt": "p", "temperature": None, "max_tokens": None, "stop": None})
+    assert got == CompletionRequest(model="", prompt="p")
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ("text", None),
+        ({}, "prompt"),
+        ({"prompt": ["a", "b"]}, "prompt"),
+        ({"prompt": "p", "max_tokens": True}, "max_tokens"),
+        ({"prompt": "p", "max_tokens": -1}, "max_tokens"),
+        ({"prompt": "p", "suffix": 1}, "suffix"),
+        ({"prompt": "p", "stop": [""]}, "stop"),
+        ({"prompt": "p", "stop": [1]}, "stop"),
+        ({"prompt": "p", "stream": "yes"}, "stream"),
+        ({"prompt": "p", "best_of": 2}, "n"),
+    ],
+)
+def test_bad_requests_name_the_field(body: object, param: str | None) -> None:
+    with pytest.raises(ApiError) as caught:
+        parse_completion_request(body)
+    assert caught.value.status == 400
+    assert caught.value.param == param
+    assert caught.value.body()["error"]["message"]
+
+
+def test_cut_at_the_first_stop_sequence() -> None:
+    assert cut_at_stop("a\nb;c", ("\n", ";")) == ("a", True)
+    assert cut_at_stop("abc", ("x",)) == ("abc", False)
+
+
+def test_canvas_for() -> None:
+    assert canvas_for(None, 32) == 0
+    assert canvas_for(256, 32) == 0
+    assert canvas_for(8, 32) == 8
+
+
+def test_insertion_text_never_repeats_the_closers_after_the_cursor() -> None:
+    # The rest of the line is ")": the edit would replace it, but this API can only insert.
+    for raw in ("2))", "2)"):
+        inserted = insertion_text("print(add(1, ", ")\n", raw)
+        assert "print(add(1, " + inserted + ")\n" == "print(add(1, 2))\n"
+    assert insertion_text("x = ", "\n", "") == ""
+
+
+def _infill(**fields: object) -> protocol.Infill:
+    return protocol.Infill(id="1", uri="file:///a.py", prefix="def f():\n", suffix="\nf()\n", **fields)
+
+
+def test_remote_request_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = OpenAIBackend("http://x/v1/completions", model="dg").request_body(_infill())
+    assert body == {
+        "model": "dg",
+        "prompt": "def f():\n",
+        "suffix": "\nf()\n",
+        "max_tokens": DEFAULT_MAX_TOKENS,
+        "stream": False,
+    }
+    body = OpenAIBackend("http://x", prompt_format="star_coder").request_body(_infill(canvas_length=16))
+    assert body["prompt"] == "<fim_prefix>def f():\n<fim_suffix>\nf()\n<fim_middle>"
+    assert body["max_tokens"] == 16 and "model" not in body and "suffix" not in body
+    assert body["stop"] == ["<fim_prefix>", "<fim_suffix>"]
+    monkeypatch.setenv("MY_KEY", "k1")
+    assert OpenAIBackend("http://x", api_key_env="MY_KEY")._headers() == {"Authorization": "Bearer k1"}
+    monkeypatch.delenv("MY_KEY")
+    assert OpenAIBackend("http://x", api_key_env="MY_KEY")._headers() == {}
