@@ -84,3 +84,13 @@ def end_of_line(context: InfillContext) -> types.Position:
     """The end of the cursor's line (before its line break), in the client's units."""
     rest = context.suffix.split("\n", 1)[0].rstrip("\r")
     return types.Position(line=context.position.line, character=context.position.character + _utf16_length(rest))
+
+
+BLOCK_OPENERS = (":", "{", "(", "[")
+"""A line that ends with one of these before the cursor is most likely followed by a block, not more line."""
+
+
+def cursor_scope(prefix: str) -> str:
+    """``line`` when code precedes the cursor on its line (the answer is the rest of it), else ``block``."""
+    before = prefix.rsplit("\n", 1)[-1].rstrip()
+    return "line" if before.strip() and not before.endswith(BLOCK_OPENERS) else "block"

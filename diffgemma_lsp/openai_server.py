@@ -23,6 +23,7 @@ from pathlib import Path
 from aiohttp import web
 
 from diffgemma_lsp import __version__
+from diffgemma_lsp.context import cursor_scope
 from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable
 from diffgemma_lsp.fim_formats import split_prompt
 from diffgemma_lsp.launcher import spawn_engine
@@ -143,6 +144,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         canvas_length=canvas_for(wanted.max_tokens, engine.hello.canvas_length),
         deadline_ms=request.app[DEADLINE_MS],
         max_steps=request.app[MAX_STEPS],
+        scope=cursor_scope(prefix),
     )
     try:
         result = await engine.infill(infill)

@@ -16,7 +16,14 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 
 from diffgemma_lsp import __version__
-from diffgemma_lsp.context import CHARS_PER_TOKEN, InfillContext, PositionError, build_context, end_of_line
+from diffgemma_lsp.context import (
+    CHARS_PER_TOKEN,
+    InfillContext,
+    PositionError,
+    build_context,
+    cursor_scope,
+    end_of_line,
+)
 from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable
 from diffgemma_lsp.extra_context import ExtraContext
 from diffgemma_lsp.launcher import spawn_engine
@@ -206,6 +213,7 @@ class DiffgemmaServer(LanguageServer):
             doc_version=context.version or 0,
             canvas_length=settings.canvas_length,
             max_steps=settings.steps,
+            scope=cursor_scope(context.prefix),
             deadline_ms=settings.deadline_ms,
         )
         if result is None or self.workspace.get_text_document(uri).version != context.version:

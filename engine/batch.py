@@ -17,6 +17,7 @@ from transformers import DynamicCache
 
 from engine import protocol
 from engine.denoise import denoise_canvas
+from engine.errors import BadRequestError
 from engine.infill import check_request, finish_row, prompt_ids
 from engine.jobs import Job
 from engine.model import LoadedModel
@@ -29,9 +30,10 @@ def compatible(first: Job, other: Job, loaded: LoadedModel) -> bool:
     a, b = first.request, other.request
     if a.seed is not None or b.seed is not None or other.cancel_reason is not None:
         return False
-    return (a.canvas_length or loaded.canvas_length) == (b.canvas_length or loaded.canvas_length) and (
-        a.max_steps or loaded.sampler.max_steps
-    ) == (b.max_steps or loaded.sampler.max_steps)
+    try:
+        return check_request(loaded, a) == check_request(loaded, b)  # the same canvas length and step count
+    except BadRequestError:
+        return False  # it fails on its own
 
 
 def stack_views(views: list[DynamicCache], text_config: object) -> tuple[DynamicCache, torch.Tensor]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Hashable
 
 import torch
@@ -38,10 +39,26 @@ def prompt_ids(loaded: LoadedModel, request: protocol.Infill) -> list[int]:
     return ids[-loaded.max_prompt_tokens :]
 
 
+SCOPES = ("", "line", "block")
+
+
 def check_request(loaded: LoadedModel, request: protocol.Infill) -> tuple[int, int]:
-    """The (canvas length, max steps) to use, or ``BadRequestError`` naming the bad value."""
-    canvas = request.canvas_length or loaded.canvas_length
-    steps = request.max_steps or loaded.sampler.max_steps
+    """The (canvas length, max steps) to use, or ``BadRequestError`` naming the bad value.
+
+    Unless the request says, the canvas is the model's own, or its ``line_canvas_length`` for the rest of a line;
+    the model's step count shrinks with a shorter canvas, so that each step still fixes as many tokens.
+    """
+    if request.scope not in SCOPES:
+        raise BadRequestError(f"scope must be one of {', '.join(map(repr, SCOPES))}, got {request.scope!r}")
+    canvas = request.canvas_length
+    if not canvas:
+        short = loaded.line_canvas_length if request.scope == "line" else None
+        canvas = min(short, loaded.canvas_length) if short else loaded.canvas_length
+    steps = request.max_steps
+    if not steps:
+        steps = loaded.sampler.max_steps
+        if canvas < loaded.canvas_length:
+            steps = max(1, math.ceil(steps * canvas / loaded.canvas_length))
     if not 1 <= canvas <= MAX_CANVAS_LENGTH:
         raise BadRequestError(f"canvas_length must be between 1 and {MAX_CANVAS_LENGTH}, got {canvas}")
     if not 1 <= steps <= MAX_STEPS:

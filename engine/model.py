@@ -21,8 +21,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 DEFAULT_MAX_PROMPT_TOKENS = 1024
 HINTS_FILE = "diffgemma.json"
-"""Optional serving hints in a checkpoint folder, e.g. ``{"max_prompt_tokens": 384}`` for a model trained on
-short prompts."""
+"""Optional serving hints in a checkpoint folder: ``max_prompt_tokens`` (e.g. 384 for a model trained on short
+prompts) and ``line_canvas_length`` (the canvas for requests whose scope is the rest of a line)."""
 
 
 class StepClock:
@@ -68,6 +68,8 @@ class LoadedModel:
     sampler: SamplerSettings
     max_prompt_tokens: int
     load_ms: float
+    line_canvas_length: int | None = None
+    """The canvas for ``scope = "line"`` requests (None: the model's own canvas)."""
     prefix_cache: PrefixCache | None = None
     """Encoded prompts kept per document, reused by the next keystroke."""
     clock: StepClock = field(default_factory=StepClock)
@@ -143,6 +145,7 @@ def load_model(
     hints_path = folder / HINTS_FILE
     hints = json.loads(hints_path.read_text()) if hints_path.is_file() else {}
     max_prompt_tokens = min(max_prompt_tokens, int(hints.get("max_prompt_tokens", max_prompt_tokens)))
+    line_canvas_length = hints.get("line_canvas_length")
     loaded = LoadedModel(
         model=model,
         tokenizer=tokenizer,
@@ -157,6 +160,7 @@ def load_model(
         max_prompt_tokens=max_prompt_tokens,
         load_ms=(time.perf_counter() - start) * 1000.0,
         prefix_cache=PrefixCache(model),
+        line_canvas_length=int(line_canvas_length) if line_canvas_length else None,
     )
     logger.info(
         "loaded %s on %s (%s, layout %s, canvas %d, %d steps) in %.0f ms",

@@ -148,9 +148,12 @@ class Infill:
     extra: list[Chunk] = attrs.field(factory=list)
     doc_version: int = 0
     canvas_length: int = 0
-    """0: the model's default."""
+    """0: the model's default for ``scope``."""
     max_steps: int = 0
-    """0: the model's default."""
+    """0: the model's default, scaled down with a canvas shorter than the model's own."""
+    scope: str = ""
+    """``line``: the cursor is inside a line and the answer is most likely the rest of it, so a model with a
+    ``line_canvas_length`` hint uses that shorter canvas; ``block`` or empty: the model's canvas."""
     deadline_ms: int = 0
     """0: no deadline. Otherwise the engine stops denoising this long after arrival."""
     seed: int | None = None

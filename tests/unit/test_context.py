@@ -6,7 +6,7 @@ import pytest
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
-from diffgemma_lsp.context import PositionError, build_context
+from diffgemma_lsp.context import PositionError, build_context, cursor_scope
 
 
 def _doc(text: str) -> TextDocument:
@@ -83,3 +83,19 @@ def test_end_of_line_for_replacing_closers() -> None:
     ctx = _at("print(f(😀x))\n", 0, 11)  # after "x": the emoji is two UTF-16 units
     assert ctx.suffix.startswith("))")
     assert end_of_line(ctx) == types.Position(line=0, character=13)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "scope"),
+    [
+        ("def f():\n    return x +", "line"),
+        ("def f():\n    ", "block"),
+        ("def f():", "block"),
+        ("if (x) {", "block"),
+        ("print(", "block"),
+        ("x = compute(a, b)", "line"),
+        ("", "block"),
+    ],
+)
+def test_cursor_scope(prefix: str, scope: str) -> None:
+    assert cursor_scope(prefix) == scope

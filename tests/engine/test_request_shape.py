@@ -1,0 +1,50 @@
+"""The canvas and step count a request gets: the model's own, a shorter canvas for the rest of a line."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from engine import protocol
+from engine.errors import BadRequestError
+from engine.infill import check_request
+from engine.model import DEFAULT_MODEL_DIR, HINTS_FILE
+
+
+def _model(line_canvas: int | None) -> SimpleNamespace:
+    return SimpleNamespace(canvas_length=32, line_canvas_length=line_canvas, sampler=SimpleNamespace(max_steps=16))
+
+
+def _request(**fields: object) -> protocol.Infill:
+    return protocol.Infill(id="1", uri="u", prefix="x", **fields)
+
+
+def test_the_rest_of_a_line_gets_the_short_canvas_and_proportionally_fewer_steps() -> None:
+    model = _model(16)
+    assert check_request(model, _request(scope="line")) == (16, 8)
+    assert check_request(model, _request(scope="block")) == (32, 16)
+    assert check_request(model, _request()) == (32, 16)
+
+
+def test_explicit_values_win() -> None:
+    model = _model(16)
+    assert check_request(model, _request(scope="line", canvas_length=24)) == (24, 12)
+    assert check_request(model, _request(scope="line", max_steps=3)) == (16, 3)
+    assert check_request(model, _request(canvas_length=64)) == (64, 16)  # longer: the model's step count
+
+
+def test_a_model_without_the_hint_keeps_its_canvas() -> None:
+    assert check_request(_model(None), _request(scope="line")) == (32, 16)
+    assert check_request(_model(64), _request(scope="line")) == (32, 16)  # never longer than the model's
+
+
+def test_unknown_scope_is_refused() -> None:
+    with pytest.raises(BadRequestError, match="scope"):
+        check_request(_model(16), _request(scope="file"))
+
+
+def test_the_shipped_model_has_the_hint() -> None:
+    hints = json.loads((DEFAULT_MODEL_DIR / HINTS_FILE).read_text())
+    assert hints["line_canvas_length"] == 16
