@@ -4,8 +4,10 @@ PYTHON ?= python3
 # The CPU build of torch kept on this kind of machine; on a GPU machine use e.g. TORCH_SPEC=torch.
 TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
+# Where `make test-editors` unpacks the editors that no package manager here has.
+EDITORS ?= .cache/editors
 
-.PHONY: help setup serve test lint fix
+.PHONY: help setup serve test test-editors lint fix
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -25,6 +27,14 @@ serve: setup  ## set up, then start the engine on the shipped default model (Ctr
 test: setup  ## run the whole test suite (unit, protocol, engine, end-to-end)
 	@$(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here" >&2; exit 1; fi; exit $$rc
+
+test-editors: setup  ## the real-editor tests CI skips: Neovim 0.12 ghost text, Helix, VS Code (installs them first)
+	command -v tmux >/dev/null || apt-get install -y -q tmux
+	bash editors/scripts/setup-sid-editors.sh $(EDITORS)
+	bash editors/vscode/scripts/setup-e2e.sh
+	DIFFGEMMA_NVIM012=$(abspath $(EDITORS))/nvim012 DIFFGEMMA_HX=$(abspath $(EDITORS))/hx-sid DIFFGEMMA_REQUIRE_VSCODE=1 \
+	DIFFGEMMA_REQUIRE_NVIM=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs \
+	  tests/e2e/test_neovim.py tests/e2e/test_helix.py tests/e2e/test_vscode.py
 
 lint: setup  ## ruff check and format check
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

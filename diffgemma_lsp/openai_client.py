@@ -89,6 +89,8 @@ class OpenAIBackend:
         body: dict[str, Any] = {"max_tokens": request.canvas_length or DEFAULT_MAX_TOKENS, "stream": False}
         if self.model:
             body["model"] = self.model
+        if request.candidates > 1:
+            body["n"] = request.candidates
         fmt = format_named(self.prompt_format)
         if fmt is None:
             body["prompt"], body["suffix"] = request.prefix, request.suffix
@@ -134,8 +136,8 @@ class OpenAIBackend:
         try:
             body = _json(text)
             choice = body["choices"][0]
-            completion = choice["text"]
-            if not isinstance(completion, str):
+            texts = [other["text"] for other in body["choices"]]
+            if not all(isinstance(completion, str) for completion in texts):
                 raise TypeError("text is not a string")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             reason = f"the completion server sent an answer that is not a completion: {exc}"
@@ -150,7 +152,8 @@ class OpenAIBackend:
         self._set_state(EngineState.READY)
         return protocol.Result(
             id=request_id,
-            text=completion,
+            text=texts[0],
+            alternatives=[other for other in texts[1:] if other and other != texts[0]],
             stop=protocol.StopReason.LENGTH if choice.get("finish_reason") == "length" else protocol.StopReason.EOS,
             timings=protocol.Timings(
                 denoise_ms=round(elapsed_ms, 1),

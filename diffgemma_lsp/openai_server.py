@@ -145,6 +145,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         deadline_ms=request.app[DEADLINE_MS],
         max_steps=request.app[MAX_STEPS],
         scope=cursor_scope(prefix),
+        candidates=wanted.n,
     )
     try:
         result = await engine.infill(infill)
@@ -153,17 +154,20 @@ async def completions(request: web.Request) -> web.StreamResponse:
     except EngineRequestError as exc:
         status = 429 if exc.error.code is protocol.ErrorCode.BUSY else 400
         raise ApiError(status, f"the engine refused the request: {exc.error.message}") from None
-    text, stopped = cut_at_stop(insertion_text(prefix, suffix, result.text), wanted.stop)
-    finish = "stop" if stopped or result.stop is protocol.StopReason.EOS else "length"
+    choices: list[tuple[str, str]] = []
+    for raw in (result.text, *result.alternatives):
+        text, stopped = cut_at_stop(insertion_text(prefix, suffix, raw), wanted.stop)
+        if choices and (not text or any(text == seen for seen, _ in choices)):
+            continue  # candidates that came out the same (or empty) after post-processing
+        choices.append((text, "stop" if stopped or result.stop is protocol.StopReason.EOS else "length"))
     model = engine.hello.model_id
-    answer = completion_body(
-        completion_id, model, text, finish, result.timings.prompt_tokens, result.timings.new_tokens
-    )
+    answer = completion_body(completion_id, model, choices, result.timings.prompt_tokens, result.timings.new_tokens)
     logger.info(
-        "%s: %d chars, %s, %d steps, %.0f ms in the engine",
+        "%s: %d choice(s), %d chars, %s, %d steps, %.0f ms in the engine",
         completion_id,
-        len(text),
-        finish,
+        len(choices),
+        len(choices[0][0]),
+        choices[0][1],
         result.timings.steps,
         result.timings.queue_ms + result.timings.encode_ms + result.timings.denoise_ms,
     )

@@ -1,7 +1,8 @@
 """The OpenAI-compatible ``/v1/completions`` wire types: request checking, responses, errors. Pure: no I/O.
 
 Only what code completion needs is honoured: ``prompt`` (one string; fill-in-the-middle sentinels or the
-``suffix`` field carry the text after the cursor), ``max_tokens``, ``stop``, ``stream`` and ``n`` = 1. Sampling
+``suffix`` field carry the text after the cursor), ``max_tokens``, ``stop``, ``stream`` and ``n`` (up to
+``MAX_CHOICES`` canvases denoised in one batch; only distinct answers come back, so there may be fewer). Sampling
 fields (``temperature``, ``top_p``, ...) are accepted and ignored: the engine's sampler follows the checkpoint's
 generation config. Unknown fields are ignored, as OpenAI-compatible servers do; wrong types are refused.
 """
@@ -15,6 +16,7 @@ from typing import Any
 import attrs
 
 MAX_STOP_SEQUENCES = 4
+MAX_CHOICES = 4
 
 
 class ApiError(Exception):
@@ -43,6 +45,7 @@ class CompletionRequest:
     """At most this many tokens; None: the model's canvas (not OpenAI's 16: a canvas is one pass anyway)."""
     stop: tuple[str, ...] = ()
     stream: bool = False
+    n: int = 1
 
 
 def _field(body: dict[str, Any], name: str, kinds: tuple[type, ...], default: Any) -> Any:
@@ -73,13 +76,16 @@ def parse_completion_request(body: object) -> CompletionRequest:
     stop = [stop] if isinstance(stop, str) else stop
     if len(stop) > MAX_STOP_SEQUENCES or not all(isinstance(item, str) and item for item in stop):
         raise ApiError(400, f"'stop' must be up to {MAX_STOP_SEQUENCES} non-empty strings", param="stop")
-    if _field(body, "n", (int,), 1) != 1 or _field(body, "best_of", (int,), 1) != 1:
-        raise ApiError(400, "only one completion per request is supported ('n' and 'best_of' must be 1)", param="n")
+    n = _field(body, "n", (int,), 1)
+    if not 1 <= n <= MAX_CHOICES:
+        raise ApiError(400, f"'n' must be between 1 and {MAX_CHOICES}, got {n}", param="n")
+    if _field(body, "best_of", (int,), n) != n:
+        raise ApiError(400, "'best_of' is not supported (leave it out, or equal to 'n')", param="best_of")
     if _field(body, "echo", (bool,), False):
         raise ApiError(400, "'echo' is not supported", param="echo")
     stream = _field(body, "stream", (bool,), False)
     return CompletionRequest(
-        model=model, prompt=prompt, suffix=suffix, max_tokens=max_tokens, stop=tuple(stop), stream=stream
+        model=model, prompt=prompt, suffix=suffix, max_tokens=max_tokens, stop=tuple(stop), stream=stream, n=n
     )
 
 
@@ -94,15 +100,22 @@ def new_completion_id() -> str:
 
 
 def completion_body(
-    completion_id: str, model: str, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int
+    completion_id: str,
+    model: str,
+    choices: list[tuple[str, str]],
+    prompt_tokens: int,
+    completion_tokens: int,
 ) -> dict[str, Any]:
-    """A ``text_completion`` object."""
+    """A ``text_completion`` object; ``choices`` holds (text, finish reason) pairs."""
     return {
         "id": completion_id,
         "object": "text_completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}],
+        "choices": [
+            {"index": index, "text": text, "finish_reason": finish, "logprobs": None}
+            for index, (text, finish) in enumerate(choices)
+        ],
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,

@@ -21,8 +21,9 @@ def label_for(text: str) -> str:
     return first if len(first) <= LABEL_MAX else first[: LABEL_MAX - 1] + "…"
 
 
-def completion_item(context: InfillContext, text: str, snippets: bool) -> types.CompletionItem:
-    """One menu item that replaces the word before the cursor by that word plus the completion.
+def completion_item(context: InfillContext, text: str, snippets: bool, rank: int = 0) -> types.CompletionItem:
+    """One menu item that replaces the word before the cursor by that word plus the completion (``rank`` 0 is
+    the best of several candidates, and the only one preselected).
 
     Multi-line text goes as a snippet where the client supports snippets: Neovim inserts only the first word
     or line of a multi-line plain-text edit.
@@ -43,8 +44,8 @@ def completion_item(context: InfillContext, text: str, snippets: bool) -> types.
         filter_text=new_text.split("\n", 1)[0] or context.word,
         insert_text_format=types.InsertTextFormat.Snippet if as_snippet else types.InsertTextFormat.PlainText,
         text_edit=edit,
-        sort_text="0",
-        preselect=True,
+        sort_text=str(rank),
+        preselect=rank == 0,
     )
 
 

@@ -187,21 +187,24 @@ class DiffgemmaServer(LanguageServer):
         except PositionError as exc:
             raise JsonRpcInvalidParams(str(exc)) from None
 
-    async def complete(self, uri: str, position: types.Position, automatic: bool) -> tuple[InfillContext, str] | None:
-        """The completion text at ``position``, or None (engine down, superseded, stale or empty)."""
+    async def complete(
+        self, uri: str, position: types.Position, automatic: bool, candidates: int = 1
+    ) -> list[tuple[InfillContext, str]]:
+        """The distinct completions at ``position`` from ``candidates`` canvases, best first; empty when there is
+        none (engine down, superseded, stale or nothing left after post-processing)."""
         settings = self.settings
         if not settings.enable:
-            return None
+            return []
         context = self.context_at(uri, position)
         document = self.workspace.get_text_document(uri)
         source = document.source
         previous = self.latest.pop(uri, None)
         if previous is not None:
             previous.cancel()
-        if (rest := self.shown.lookup(uri, source, context.offset)) is not None:
-            return context, rest  # the user is typing what we suggested: no model call
+        if candidates == 1 and (rest := self.shown.lookup(uri, source, context.offset)) is not None:
+            return [(context, rest)]  # the user is typing what we suggested: no model call
         if automatic and settings.debounce_ms and not await self._debounce(uri, settings.debounce_ms):
-            return None  # a newer request for this document came in while we waited
+            return []  # a newer request for this document came in while we waited
         self.extra.take_edits(uri, self._text_of)
         extra = self.extra.for_request(uri, settings.extra_context_tokens * CHARS_PER_TOKEN)
         result = await self._ask_engine(
@@ -214,17 +217,20 @@ class DiffgemmaServer(LanguageServer):
             canvas_length=settings.canvas_length,
             max_steps=settings.steps,
             scope=cursor_scope(context.prefix),
-            deadline_ms=settings.deadline_ms,
+            candidates=candidates,
         )
         if result is None or self.workspace.get_text_document(uri).version != context.version:
-            return None  # no answer, or the document changed while the model worked: the result is stale
-        edit = postprocess(context.prefix, context.suffix, result.text, document.language_id or "")
-        if edit is None:
-            return None
-        if edit.replace_to_eol:
-            context = attrs.evolve(context, replace_end=end_of_line(context))
-        self.shown.remember(uri, source, context.offset, edit.text)
-        return context, edit.text
+            return []  # no answer, or the document changed while the model worked: the result is stale
+        found: list[tuple[InfillContext, str]] = []
+        for raw in (result.text, *result.alternatives):
+            edit = postprocess(context.prefix, context.suffix, raw, document.language_id or "")
+            if edit is None or any(edit.text == text for _, text in found):
+                continue
+            end = end_of_line(context) if edit.replace_to_eol else None
+            found.append((attrs.evolve(context, replace_end=end), edit.text))
+        if found:
+            self.shown.remember(uri, source, context.offset, found[0][1])
+        return found
 
     async def _debounce(self, uri: str, debounce_ms: int) -> bool:
         """Wait ``debounce_ms``; False if a newer request for ``uri`` arrived meanwhile."""
@@ -312,26 +318,27 @@ def did_change_configuration(ls: DiffgemmaServer, params: types.DidChangeConfigu
     types.CompletionOptions(resolve_provider=False, trigger_characters=[".", "(", " ", "\n"]),
 )
 async def completion(ls: DiffgemmaServer, params: types.CompletionParams) -> types.CompletionList | None:
-    """One item carrying the whole multi-line completion as a text edit."""
+    """One item carrying the whole multi-line completion as a text edit.
+
+    Editors also ask for the menu as the user types, some of them as "invoked" (Helix), so the menu always
+    costs one canvas; candidates to cycle through come from an invoked inline completion.
+    """
     invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
     found = await ls.complete(params.text_document.uri, params.position, automatic=not invoked)
-    if found is None:
-        return types.CompletionList(is_incomplete=True, items=[])
-    context, text = found
-    return types.CompletionList(is_incomplete=True, items=[completion_item(context, text, _snippet_support(ls))])
+    snippets = _snippet_support(ls)
+    items = [completion_item(context, text, snippets, rank) for rank, (context, text) in enumerate(found)]
+    return types.CompletionList(is_incomplete=True, items=items)
 
 
 @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
 async def inline_completion(
     ls: DiffgemmaServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList | None:
-    """Ghost text at the cursor."""
+    """Ghost text at the cursor; when invoked explicitly, up to ``candidates`` of them to cycle through."""
     automatic = params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
-    found = await ls.complete(params.text_document.uri, params.position, automatic=automatic)
-    if found is None:
-        return types.InlineCompletionList(items=[])
-    context, text = found
-    return types.InlineCompletionList(items=[inline_item(context, text)])
+    candidates = 1 if automatic else ls.settings.candidates
+    found = await ls.complete(params.text_document.uri, params.position, automatic, candidates)
+    return types.InlineCompletionList(items=[inline_item(context, text) for context, text in found])
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)

@@ -53,6 +53,9 @@ class Settings:
     """Wait this long after an automatic request before asking the model; a newer request replaces it."""
     deadline_ms: int = attrs.field(default=2000, validator=_positive)
     """The engine stops denoising after this long and returns its best canvas; 0: no deadline."""
+    candidates: int = attrs.field(default=3, validator=[attrs.validators.ge(1), attrs.validators.le(4)])
+    """Completions computed in one batch for an explicitly invoked inline completion, to cycle through (1 to 4);
+    typing and the completion menu compute one."""
     backend: str = attrs.field(default="engine", validator=_one_of("engine", "openai"))
     """engine: the local engine (started when none runs); openai: an OpenAI-compatible server at openaiUrl."""
     openai_url: str = ""

@@ -30,6 +30,8 @@ def compatible(first: Job, other: Job, loaded: LoadedModel) -> bool:
     a, b = first.request, other.request
     if a.seed is not None or b.seed is not None or other.cancel_reason is not None:
         return False
+    if a.candidates > 1 or b.candidates > 1:
+        return False  # already a batch of its own
     try:
         return check_request(loaded, a) == check_request(loaded, b)  # the same canvas length and step count
     except BadRequestError:

@@ -40,6 +40,7 @@ def prompt_ids(loaded: LoadedModel, request: protocol.Infill) -> list[int]:
 
 
 SCOPES = ("", "line", "block")
+MAX_CANDIDATES = 4
 
 
 def check_request(loaded: LoadedModel, request: protocol.Infill) -> tuple[int, int]:
@@ -48,6 +49,8 @@ def check_request(loaded: LoadedModel, request: protocol.Infill) -> tuple[int, i
     Unless the request says, the canvas is the model's own, or its ``line_canvas_length`` for the rest of a line;
     the model's step count shrinks with a shorter canvas, so that each step still fixes as many tokens.
     """
+    if not 1 <= request.candidates <= MAX_CANDIDATES:
+        raise BadRequestError(f"candidates must be between 1 and {MAX_CANDIDATES}, got {request.candidates}")
     if request.scope not in SCOPES:
         raise BadRequestError(f"scope must be one of {', '.join(map(repr, SCOPES))}, got {request.scope!r}")
     canvas = request.canvas_length

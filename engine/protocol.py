@@ -151,6 +151,9 @@ class Infill:
     """0: the model's default for ``scope``."""
     max_steps: int = 0
     """0: the model's default, scaled down with a canvas shorter than the model's own."""
+    candidates: int = 1
+    """Canvases to denoise in one batch for this prompt (1 to 4); the distinct answers come back as ``text``
+    and ``alternatives``, for the editor to cycle through."""
     scope: str = ""
     """``line``: the cursor is inside a line and the answer is most likely the rest of it, so a model with a
     ``line_canvas_length`` hint uses that shorter canvas; ``block`` or empty: the model's canvas."""
@@ -207,6 +210,8 @@ class Result:
     text: str
     stop: StopReason
     timings: Timings = attrs.field(factory=Timings)
+    alternatives: list[str] = attrs.field(factory=list)
+    """With ``candidates`` > 1: the other distinct, non-empty answers."""
 
 
 @attrs.frozen(kw_only=True)

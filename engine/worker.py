@@ -14,7 +14,7 @@ import torch
 from engine import protocol
 from engine.batch import MAX_BATCH, compatible, run_batch
 from engine.errors import EngineError
-from engine.infill import run_infill
+from engine.infill import check_request, run_infill
 from engine.jobs import Job, JobQueue
 from engine.model import LoadedModel, load_model
 
@@ -110,7 +110,12 @@ class ModelWorker(threading.Thread):
             job.resolve_threadsafe(self._result(job, "", job.cancel_reason, protocol.Timings()))
             return
         try:
-            text, stop, timings = self._run_with_memory_fallback(loaded, request, job)
+            if request.candidates > 1:
+                check_request(loaded, request)
+                text, stop, timings, alternatives = self._run_candidates(loaded, job)
+            else:
+                text, stop, timings = self._run_with_memory_fallback(loaded, request, job)
+                alternatives = []
         except EngineError as exc:
             logger.warning("request %s refused: %s", request.id, exc)
             job.resolve_threadsafe(exc.to_wire(request.id))
@@ -128,15 +133,27 @@ class ModelWorker(threading.Thread):
             )
             return
         logger.info(
-            "request %s: %s, %d steps, %d tokens, encode %.1f ms, denoise %.1f ms",
+            "request %s: %s, %d steps, %d tokens, encode %.1f ms, denoise %.1f ms%s",
             request.id,
             stop.value,
             timings.steps,
             timings.new_tokens,
             timings.encode_ms,
             timings.denoise_ms,
+            f" ({request.candidates} candidates, {1 + len(alternatives)} distinct)" if request.candidates > 1 else "",
         )
-        job.resolve_threadsafe(self._result(job, text, stop, timings))
+        job.resolve_threadsafe(self._result(job, text, stop, timings, alternatives))
+
+    @staticmethod
+    def _run_candidates(loaded: LoadedModel, job: Job) -> tuple[str, protocol.StopReason, protocol.Timings, list[str]]:
+        """``candidates`` canvases for one prompt in one batch: the first row's answer and the other distinct ones."""
+        rows = run_batch(loaded, [job] * job.request.candidates)
+        text, stop, timings = rows[0]
+        alternatives: list[str] = []
+        for other, _, _ in rows[1:]:
+            if other and other != text and other not in alternatives:
+                alternatives.append(other)
+        return text, stop, timings, alternatives
 
     @staticmethod
     def _run_with_memory_fallback(
@@ -149,7 +166,7 @@ class ModelWorker(threading.Thread):
                 time_left_ms = (deadline - time.monotonic()) * 1000.0 if deadline is not None else None
                 return run_infill(loaded, request, job.should_stop, cache_key=job.key, time_left_ms=time_left_ms)
             except torch.OutOfMemoryError:
-                canvas = request.canvas_length or loaded.canvas_length
+                canvas, _ = check_request(loaded, request)
                 if canvas <= MIN_CANVAS:
                     raise
                 if loaded.device.type == "cuda":
@@ -159,6 +176,14 @@ class ModelWorker(threading.Thread):
                 request = attrs.evolve(request, canvas_length=smaller)
 
     @staticmethod
-    def _result(job: Job, text: str, stop: protocol.StopReason, timings: protocol.Timings) -> protocol.Result:
+    def _result(
+        job: Job,
+        text: str,
+        stop: protocol.StopReason,
+        timings: protocol.Timings,
+        alternatives: list[str] | None = None,
+    ) -> protocol.Result:
         timings = attrs.evolve(timings, queue_ms=round(job.queue_ms(), 3))
-        return protocol.Result(id=job.request.id, text=text, stop=stop, timings=timings)
+        return protocol.Result(
+            id=job.request.id, text=text, stop=stop, timings=timings, alternatives=alternatives or []
+        )

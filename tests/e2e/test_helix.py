@@ -25,7 +25,7 @@ HX_ENV = "DIFFGEMMA_HX"
 def _helix() -> str:
     hx = os.environ.get(HX_ENV) or shutil.which("hx")
     if not hx:
-        pytest.skip(f"Helix not found: set {HX_ENV} (setup_sid_editors.sh DIR writes DIR/hx-sid) or put hx on PATH")
+        pytest.skip(f"Helix not found: set {HX_ENV} or put hx on PATH (or run: make test-editors)")
     if not shutil.which("tmux"):
         pytest.skip("tmux is needed to drive Helix")
     return hx

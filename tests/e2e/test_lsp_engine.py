@@ -204,3 +204,33 @@ async def test_invalid_settings_are_reported_once_and_defaults_used(
     finally:
         await client.shutdown_session()
         _kill_engine(socket_path, signal.SIGTERM)
+
+
+async def test_an_invoked_request_offers_several_candidates(isolated_env: Path, random_model_dir: Path) -> None:
+    """An invoked inline completion denoises three canvases in one batch; the distinct ones come back."""
+    socket_path = isolated_env / "run" / "engine.sock"
+    client = await start_client(
+        server_command(socket_path, random_model_dir),
+        init_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, "candidates": 3}},
+    )
+    try:
+        open_document(client, URI, "def f():\n    \n")
+        await complete_when_ready(client, URI, 1, 4)
+
+        async def inline(trigger: types.InlineCompletionTriggerKind) -> types.InlineCompletionList:
+            return await client.text_document_inline_completion_async(
+                types.InlineCompletionParams(
+                    text_document=types.TextDocumentIdentifier(uri=URI),
+                    position=types.Position(line=1, character=4),
+                    context=types.InlineCompletionContext(trigger_kind=trigger),
+                )
+            )
+
+        invoked = await inline(types.InlineCompletionTriggerKind.Invoked)
+        texts = [item.insert_text for item in invoked.items]
+        assert 2 <= len(texts) <= 3 and len(set(texts)) == len(texts), texts  # random weights: they differ
+        assert len((await inline(types.InlineCompletionTriggerKind.Automatic)).items) == 1  # typing computes one
+        assert len((await complete(client, URI, 1, 4)).items) == 1  # so does the menu
+    finally:
+        await client.shutdown_session()
+        _kill_engine(socket_path, signal.SIGTERM)

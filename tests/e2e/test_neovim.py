@@ -279,7 +279,7 @@ def test_inline_completion_ghost_text_accepted_with_tab(
     """nvim 0.12 inline completion: ghost text appears on InsertEnter; the plugin's <Tab> accepts it."""
     nvim = os.environ.get(NVIM012_ENV)
     if not nvim:
-        pytest.skip(f"set {NVIM012_ENV} to an nvim 0.12+ binary (setup_sid_editors.sh DIR writes DIR/nvim012)")
+        pytest.skip(f"set {NVIM012_ENV} to an nvim 0.12+ binary (or run: make test-editors)")
     version = subprocess.run([nvim, "--version"], capture_output=True, text=True, timeout=30).stdout
     first_line = version.split("\n")[0]
     match = re.match(r"NVIM v(\d+)\.(\d+)", first_line)

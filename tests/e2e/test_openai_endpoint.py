@@ -104,6 +104,9 @@ def test_other_prompt_formats_and_streaming(endpoint: Endpoint) -> None:
     status, _, body = post(endpoint.url, {"prompt": prompt, "stop": "\n"})
     assert status == 200 and body["choices"][0]["text"] == MEMORIZED_MIDDLE.split("\n")[0]
     assert body["choices"][0]["finish_reason"] == "stop"
+    # n = 3: three canvases in one batch; this model answers the same three times, so one choice comes back.
+    status, _, body = post(endpoint.url, dict(ZED_REQUEST, n=3))
+    assert status == 200 and [choice["text"] for choice in body["choices"]] == [MEMORIZED_MIDDLE]
     # Server-sent events: one chunk, then [DONE].
     status, headers, text = post(endpoint.url, dict(ZED_REQUEST, stream=True))
     assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
@@ -134,7 +137,7 @@ def test_requests_without_the_key_are_refused(endpoint: Endpoint) -> None:
         ({"prompt": "x", "max_tokens": "many"}, None, 400, "'max_tokens' must be int"),
         ({"prompt": "x", "max_tokens": 0}, None, 400, "1 or more"),
         ({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, None, 400, "up to 4"),
-        ({"prompt": "x", "n": 3}, None, 400, "one completion"),
+        ({"prompt": "x", "n": 9}, None, 400, "'n' must be between 1 and 4"),
         ({"prompt": "x", "echo": True}, None, 400, "'echo' is not supported"),
         (None, b'{"prompt": "' + b"x" * (9 * 1024 * 1024) + b'"}', 413, "too large"),
     ],

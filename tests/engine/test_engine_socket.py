@@ -117,6 +117,28 @@ print("closed" if rest == b"" else "open")
     assert state == "closed"
 
 
+async def test_candidates_are_denoised_in_one_batch_and_come_back_distinct(random_engine: EngineProcess) -> None:
+    client = await RawClient.connect(random_engine.socket_path)
+    await client.send(_infill("three", seed=None, candidates=3))
+    result = await client.receive()
+    assert isinstance(result, protocol.Result)
+    texts = [result.text, *result.alternatives]
+    assert 2 <= len(texts) <= 3 and len(set(texts)) == len(texts), texts  # random weights: they differ
+    assert all(texts)
+    assert "(3 candidates" in random_engine.log()  # one batch: a decoder pass per step for all three
+    await client.send(_infill("five", candidates=5))
+    refused = await client.receive()
+    assert isinstance(refused, protocol.Error) and "candidates" in refused.message
+    await client.close()
+
+
+async def test_identical_candidates_collapse_to_one(client: RawClient) -> None:
+    await client.send(_infill("same", seed=None, candidates=3))
+    result = await client.receive()
+    assert isinstance(result, protocol.Result)
+    assert result.text == MEMORIZED_MIDDLE and result.alternatives == []
+
+
 async def test_cancel_mid_denoise_stops_within_a_step(random_engine: EngineProcess) -> None:
     client = await RawClient.connect(random_engine.socket_path)
     await client.send(_infill("slow", max_steps=200))

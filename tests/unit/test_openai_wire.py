@@ -17,6 +17,10 @@ def test_a_full_request() -> None:
     assert got == CompletionRequest(model="m", prompt="p", suffix="s", max_tokens=8, stop=("\n",), stream=True)
 
 
+def test_n_choices() -> None:
+    assert parse_completion_request({"prompt": "p", "n": 3, "best_of": 3}).n == 3
+
+
 def test_nulls_take_defaults() -> None:
     got = parse_completion_request({"prompt": "p", "temperature": None, "max_tokens": None, "stop": None})
     assert got == CompletionRequest(model="", prompt="p")
@@ -34,7 +38,9 @@ def test_nulls_take_defaults() -> None:
         ({"prompt": "p", "stop": [""]}, "stop"),
         ({"prompt": "p", "stop": [1]}, "stop"),
         ({"prompt": "p", "stream": "yes"}, "stream"),
-        ({"prompt": "p", "best_of": 2}, "n"),
+        ({"prompt": "p", "n": 5}, "n"),
+        ({"prompt": "p", "n": 0}, "n"),
+        ({"prompt": "p", "n": 2, "best_of": 3}, "best_of"),
     ],
 )
 def test_bad_requests_name_the_field(body: object, param: str | None) -> None:
@@ -81,6 +87,7 @@ def test_remote_request_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
     assert body["prompt"] == "<fim_prefix>def f():\n<fim_suffix>\nf()\n<fim_middle>"
     assert body["max_tokens"] == 16 and "model" not in body and "suffix" not in body
     assert body["stop"] == ["<fim_prefix>", "<fim_suffix>"]
+    assert OpenAIBackend("http://x").request_body(_infill(candidates=3))["n"] == 3
     monkeypatch.setenv("MY_KEY", "k1")
     assert OpenAIBackend("http://x", api_key_env="MY_KEY")._headers() == {"Authorization": "Bearer k1"}
     monkeypatch.delenv("MY_KEY")

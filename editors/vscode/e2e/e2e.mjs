@@ -1,0 +1,291 @@
+// End-to-end driver: a real VS Code (code-server) in headless Chromium, worked the way a user does, with the
+// packaged extension installed and the real diffgemma-lsp and engine behind it. tests/e2e/test_vscode.py starts
+// code-server, runs this script with its configuration in $DIFFGEMMA_E2E (JSON), and asserts on the JSON report
+// this script writes. The script never throws past main(): every failure ends in the report.
+//
+// Steps: open the workspace, wait for the extension's status bar item, open the file at the line after the
+// prefix, wait until the status bar says the engine is ready, trigger an inline suggestion, read the ghost text,
+// press Tab, save, and read the file back from disk; then wait for the status bar to show the latency.
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const cfg = JSON.parse(process.env.DIFFGEMMA_E2E ?? '{}');
+const t0 = Date.now();
+const report = { ok: false, phase: 'setup', log: [], console: [] };
+let page;
+
+function log(message) {
+  const line = `${((Date.now() - t0) / 1000).toFixed(2).padStart(6)} s  ${message}`;
+  report.log.push(line);
+  if (cfg.verbose) console.log(line);
+}
+
+class StepFailed extends Error {}
+
+/** Calls check() every intervalMs until it returns a truthy value (returned) or ms pass (StepFailed). */
+async function poll(phase, ms, check, intervalMs = 100) {
+  report.phase = phase;
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value) return value;
+      last = value;
+    } catch (error) {
+      last = `error: ${error instanceof Error ? error.message.split('\n')[0] : error}`;
+    }
+    if (Date.now() > deadline) throw new StepFailed(`${phase}: gave up after ${ms} ms (last: ${JSON.stringify(last)})`);
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
+
+async function shot(name) {
+  if (!cfg.shots || !page) return;
+  try {
+    mkdirSync(cfg.shots, { recursive: true });
+    await page.screenshot({ path: path.join(cfg.shots, `${name}.png`) });
+  } catch (error) {
+    log(`screenshot ${name} failed: ${error}`);
+  }
+}
+
+/** The extension's status bar item: its text without codicons (e.g. "DG 42 ms"), or "" while it is absent. */
+async function statusText() {
+  return page.evaluate(() => {
+    for (const item of document.querySelectorAll('.statusbar-item')) {
+      if (item.id && item.id.startsWith('diffgemma.diffgemma')) {
+        return (item.textContent ?? '').replace(/\u00a0/g, ' ').trim();
+      }
+    }
+    return '';
+  });
+}
+
+/** The ghost text in the active editor, normalised: its first line is decorations in the cursor's line, the others
+ * are the lines of a preview view zone (Monaco renders spaces as U+00A0). */
+async function ghostText() {
+  return page.evaluate(() => {
+    const editor =
+      document.querySelector('.editor-instance .monaco-editor.focused') ??
+      document.querySelector('.editor-instance .monaco-editor');
+    if (!editor) return '';
+    const decorations = '.view-lines .ghost-text-decoration, .view-lines .ghost-text-decoration-preview';
+    const inline = [...editor.querySelectorAll(decorations)]
+      .map((node) => node.textContent ?? '')
+      .join('');
+    const top = (node) => Number.parseFloat(node.style.top || '0');
+    const extra = [...editor.querySelectorAll('.suggest-preview-text .view-line')]
+      .sort((a, b) => top(a) - top(b))
+      .map((node) => node.textContent ?? '');
+    if (!inline && extra.length === 0) return '';
+    return [inline, ...extra].join('\n').replace(/\u00a0/g, ' ');
+  });
+}
+
+/** Where the dom has ghost text (for the report when it does not look as expected). */
+async function ghostDom() {
+  return page.evaluate(() =>
+    [...document.querySelectorAll('[class*="ghost-text"]')].map((node) => ({
+      cls: node.className,
+      parents: [node.parentElement, node.parentElement?.parentElement, node.parentElement?.parentElement?.parentElement]
+        .map((p) => p?.className)
+        .join(' < '),
+      text: node.textContent,
+    })),
+  );
+}
+
+/** Runs a command from the command palette: the row whose label is exactly `label`. */
+async function runCommand(label) {
+  await page.keyboard.press('F1');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: 10000 });
+  await input.fill(`>${label}`);
+  const row = page
+    .locator('.quick-input-list .monaco-list-row')
+    .filter({ has: page.locator('.label-name').getByText(label, { exact: true }) })
+    .first();
+  await row.waitFor({ state: 'visible', timeout: 10000 });
+  await row.click();
+  await page.locator('.quick-input-widget').waitFor({ state: 'hidden', timeout: 10000 });
+  log(`ran "${label}"`);
+}
+
+/** The user's steps; throws StepFailed (or Playwright's errors) when one does not happen in time. */
+async function steps(browser) {
+  const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+  page = await context.newPage();
+  page.on('console', (message) => {
+    if (message.type() === 'error' && report.console.length < 40) report.console.push(message.text().slice(0, 300));
+  });
+
+  report.phase = 'workbench';
+  await page.goto(`${cfg.url}/?folder=${encodeURIComponent(cfg.workspace)}`, { timeout: 60000 });
+  await page.locator('.monaco-workbench').waitFor({ state: 'visible', timeout: 60000 });
+  log('workbench loaded');
+
+  report.statusFirst = await poll('extension status bar item', 60000, statusText);
+  log(`status bar item: "${report.statusFirst}"`);
+
+  // Quick open "file:line" puts the cursor at the start of that line: the empty line after the prefix.
+  report.phase = 'open file';
+  await page.keyboard.press('Control+P');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: 10000 });
+  await input.fill(`${cfg.fileName}:${cfg.line}`);
+  await page
+    .locator('.quick-input-list .monaco-list-row', { hasText: cfg.fileName })
+    .first()
+    .waitFor({ state: 'visible', timeout: 20000 });
+  await page.keyboard.press('Enter');
+  await poll('editor focused', 20000, () =>
+    page.evaluate(
+      (name) =>
+        document.querySelector('.tab.active')?.textContent?.includes(name) &&
+        document.querySelector('.editor-instance .monaco-editor.focused') !== null,
+      cfg.fileName,
+    ),
+  );
+  report.cursor = await poll('cursor position', 10000, async () => {
+    const text = await page.locator('.statusbar-item[id="status.editor.selection"]').textContent();
+    return text && text.includes(`Ln ${cfg.line}, Col 1`) ? text.trim() : false;
+  });
+  log(`opened ${cfg.fileName}; cursor: ${report.cursor}`);
+
+  report.statusReady = await poll('engine ready', cfg.readyTimeoutMs, async () => {
+    const text = await statusText();
+    return /DG (ready|\d+ ms)/.test(text) ? text : false;
+  }, 250);
+  log(`engine ready: status bar "${report.statusReady}"`);
+  await shot('1-ready');
+
+  // Trigger until ghost text shows (the first request may come back empty while the engine warms up).
+  let triggers = 0;
+  report.ghost = await poll('ghost text', 60000, async () => {
+    const ghost = await ghostText();
+    if (ghost.trim()) return ghost;
+    if (triggers === 0 || (Date.now() - report.lastTrigger > 5000 && triggers < 8)) {
+      triggers += 1;
+      report.lastTrigger = Date.now();
+      await runCommand('Trigger Inline Suggestion');
+    }
+    return false;
+  }, 200);
+  report.triggers = triggers;
+  // Let the rest of a multi-line suggestion render, then read it again.
+  await poll('whole ghost text', 5000, async () => {
+    report.ghost = await ghostText();
+    return report.ghost === cfg.middle;
+  });
+  report.ghostDom = await ghostDom();
+  log(`ghost text: ${JSON.stringify(report.ghost)} after ${triggers} trigger(s)`);
+  await shot('2-ghost');
+
+  // Tab, as a user does. When the suggestion starts with at least a tab's worth of indentation, VS Code's first
+  // Tab indents the line (the ghost text stays, less that indentation) and the next Tab accepts.
+  report.phase = 'accept';
+  const cursorText = () => page.locator('.statusbar-item[id="status.editor.selection"]').textContent();
+  report.tabPresses = 0;
+  report.cursorAfterAccept = await poll('ghost text accepted', 15000, async () => {
+    const text = await cursorText();
+    if (text && text.includes(cfg.acceptedCursor)) return text.trim();
+    // A second Tab only while the ghost text is what is left of the suggestion (never a newer suggestion).
+    const rest = report.tabPresses === 1 ? await ghostText() : '';
+    if (report.tabPresses === 0 || (report.tabPresses === 1 && rest && cfg.middle.endsWith(rest))) {
+      report.tabPresses += 1;
+      await page.keyboard.press('Tab');
+      log(`Tab (${report.tabPresses}); cursor was at ${text?.trim()}`);
+      await page.waitForTimeout(300);
+    }
+    return false;
+  });
+  log('Tab accepted the suggestion');
+  await shot('3-accepted');
+
+  // VS Code asks again after every edit, the accept included: note whether a new suggestion shows (not asserted).
+  report.ghostAfterAccept = await poll('ghost text after accept', 3000, ghostText).catch(() => '');
+  log(`ghost text after accept: ${JSON.stringify(report.ghostAfterAccept)}`);
+
+  report.phase = 'save';
+  await page.keyboard.press('Escape'); // dismiss any new ghost text: saving must not accept anything
+  const savedText = () => {
+    const text = readFileSync(cfg.file, 'utf8');
+    return text !== cfg.original ? text : false;
+  };
+  await page.keyboard.press('Control+S');
+  try {
+    report.saved = await poll('file saved (Ctrl+S)', 5000, savedText);
+  } catch {
+    log('Ctrl+S did not save; using the command palette');
+    await runCommand('File: Save');
+    report.saved = await poll('file saved', 15000, savedText);
+  }
+  log(`saved: ${JSON.stringify(report.saved)}`);
+
+  report.statusAfter = await poll('status bar latency', 15000, async () => {
+    const text = await statusText();
+    return /DG \d+ ms/.test(text) ? text : false;
+  });
+  log(`status bar: "${report.statusAfter}"`);
+  await shot('4-done');
+}
+
+async function main() {
+  const browser = await chromium.launch({
+    executablePath: cfg.chromium,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-dev-shm-usage',
+      '--disable-background-networking',
+      '--disable-extensions',
+      '--no-first-run',
+    ],
+  });
+  // A last resort: a report before the test's own timeout, even if a step hangs.
+  let timer;
+  const watchdog = new Promise((_, reject) => {
+    const ms = cfg.timeoutMs ?? 300000;
+    timer = setTimeout(() => reject(new StepFailed(`timed out after ${ms} ms in phase "${report.phase}"`)), ms);
+  });
+  try {
+    await Promise.race([steps(browser), watchdog]);
+    report.ok = true;
+    report.phase = 'done';
+  } catch (error) {
+    report.why = error instanceof StepFailed ? error.message : String(error?.stack ?? error);
+    log(`FAIL (${report.phase}): ${report.why}`);
+    try {
+      report.statusAtFailure = await statusText();
+      report.ghostDomAtFailure = await ghostDom();
+      report.statusBarAtFailure = await page.evaluate(() =>
+        [...document.querySelectorAll('.statusbar-item')].map((node) => `${node.id}: ${node.textContent}`),
+      );
+      report.notifications = await page.evaluate(() =>
+        [...document.querySelectorAll('.notification-list-item-message')].map((node) => node.textContent),
+      );
+    } catch {
+      // the page may be gone
+    }
+    await shot('failure');
+  } finally {
+    clearTimeout(timer);
+    await browser.close().catch(() => {});
+  }
+}
+
+try {
+  if (!cfg.report || !existsSync(cfg.file)) {
+    throw new Error('DIFFGEMMA_E2E must name a report path and an existing file');
+  }
+  await main();
+} catch (error) {
+  report.why = String(error?.stack ?? error);
+} finally {
+  report.seconds = (Date.now() - t0) / 1000;
+  if (cfg.report) writeFileSync(cfg.report, JSON.stringify(report, null, 2));
+}
+process.exit(report.ok ? 0 : 1);

@@ -1,0 +1,424 @@
+// Unit tests for the compiled extension (out/), with `vscode` and `vscode-languageclient/node` replaced by mocks
+// through a Module._load hook. Run: npm run compile && npm test
+'use strict';
+
+const assert = require('node:assert/strict');
+const Module = require('node:module');
+const path = require('node:path');
+const { afterEach, beforeEach, describe, test } = require('node:test');
+
+const ROOT = path.join(__dirname, '..');
+const PACKAGE_JSON = require(path.join(ROOT, 'package.json'));
+
+// -- mocks --------------------------------------------------------------------------------------------------------
+
+/** Everything the mocks saw, reset before each test. */
+let seen;
+/** User settings under "diffgemma" (on top of package.json's defaults). */
+let userSettings;
+/** What the mocked server answers to diffgemma.status. */
+let serverStatus;
+
+function defaults() {
+  const values = {};
+  for (const [name, schema] of Object.entries(PACKAGE_JSON.contributes.configuration.properties)) {
+    values[name.slice('diffgemma.'.length)] = schema.default;
+  }
+  return values;
+}
+
+class Disposable {
+  constructor(fn) {
+    this.fn = fn;
+  }
+  dispose() {
+    this.fn?.();
+  }
+}
+
+class ThemeColor {
+  constructor(id) {
+    this.id = id;
+  }
+}
+
+const vscodeMock = {
+  StatusBarAlignment: { Left: 1, Right: 2 },
+  QuickPickItemKind: { Separator: -1, Default: 0 },
+  ThemeColor,
+  Disposable,
+  window: {
+    createOutputChannel(name, options) {
+      const channel = { name, options, lines: [], shown: false, disposed: false };
+      for (const level of ['trace', 'debug', 'info', 'warn', 'error', 'appendLine', 'append']) {
+        channel[level] = (message) => channel.lines.push(`${level}: ${message}`);
+      }
+      channel.show = () => (channel.shown = true);
+      channel.dispose = () => (channel.disposed = true);
+      seen.outputChannels.push(channel);
+      return channel;
+    },
+    createStatusBarItem(id, alignment, priority) {
+      const item = { id, alignment, priority, text: '', visible: false, disposed: false };
+      item.show = () => (item.visible = true);
+      item.hide = () => (item.visible = false);
+      item.dispose = () => (item.disposed = true);
+      seen.statusItems.push(item);
+      return item;
+    },
+    showErrorMessage: async (...args) => {
+      seen.errors.push(args);
+      return undefined;
+    },
+    showQuickPick: async (items, options) => {
+      seen.quickPicks.push({ items, options });
+      return undefined;
+    },
+  },
+  commands: {
+    registerCommand(id, fn) {
+      seen.commands.set(id, fn);
+      return new Disposable(() => seen.commands.delete(id));
+    },
+    executeCommand: async (...args) => {
+      seen.executed.push(args);
+    },
+  },
+  workspace: {
+    workspaceFolders: undefined,
+    getConfiguration(section) {
+      assert.equal(section, 'diffgemma');
+      const values = { ...defaults(), ...userSettings };
+      return { get: (key, fallback) => (key in values ? values[key] : fallback) };
+    },
+    onDidChangeConfiguration(listener) {
+      seen.configListeners.push(listener);
+      return new Disposable(() => {});
+    },
+  },
+};
+
+const State = { Stopped: 1, Starting: 3, Running: 2 };
+
+class LanguageClient {
+  constructor(id, name, serverOptions, clientOptions) {
+    Object.assign(this, { id, name, serverOptions, clientOptions });
+    this.state = State.Stopped;
+    this.stateListeners = [];
+    this.requests = [];
+    this.notifications = [];
+    this.stopped = false;
+    seen.clients.push(this);
+  }
+  onDidChangeState(listener) {
+    this.stateListeners.push(listener);
+    return new Disposable(() => {});
+  }
+  setState(newState) {
+    const oldState = this.state;
+    this.state = newState;
+    for (const listener of this.stateListeners) listener({ oldState, newState });
+  }
+  async start() {
+    if (seen.failStart) throw new Error(seen.failStart);
+    this.setState(State.Starting);
+    this.setState(State.Running);
+  }
+  async stop(timeout) {
+    this.stopped = true;
+    this.stopTimeout = timeout;
+    this.setState(State.Stopped);
+  }
+  async sendRequest(type, params) {
+    this.requests.push({ method: type.method, params });
+    if (type.method === 'workspace/executeCommand' && params.command === 'diffgemma.status') return serverStatus;
+    throw new Error(`unexpected request ${type.method}`);
+  }
+  async sendNotification(type, params) {
+    this.notifications.push({ method: type.method, params });
+  }
+}
+
+const languageClientMock = {
+  LanguageClient,
+  State,
+  TransportKind: { stdio: 0, ipc: 1, pipe: 2, socket: 3 },
+  RevealOutputChannelOn: { Debug: 0, Info: 1, Warn: 2, Error: 3, Never: 4 },
+  ExecuteCommandRequest: { type: { method: 'workspace/executeCommand' } },
+  DidChangeConfigurationNotification: { type: { method: 'workspace/didChangeConfiguration' } },
+};
+
+const originalLoad = Module._load;
+Module._load = function load(request, parent, isMain) {
+  if (request === 'vscode') return vscodeMock;
+  if (request === 'vscode-languageclient/node') return languageClientMock;
+  return originalLoad.call(this, request, parent, isMain);
+};
+
+if (!require('node:fs').existsSync(path.join(ROOT, 'out', 'extension.js'))) {
+  throw new Error('out/extension.js is missing: run `npm run compile` first');
+}
+const extension = require(path.join(ROOT, 'out', 'extension.js'));
+const { describeStatus, pollDelayMs } = require(path.join(ROOT, 'out', 'status.js'));
+const { serverCommand, serverSettingKeys } = require(path.join(ROOT, 'out', 'config.js'));
+
+// -- helpers ------------------------------------------------------------------------------------------------------
+
+function fakeContext() {
+  return { subscriptions: [], extension: { packageJSON: PACKAGE_JSON } };
+}
+
+async function activate() {
+  const context = fakeContext();
+  const controller = await extension.activate(context);
+  return { context, controller, client: seen.clients.at(-1), item: seen.statusItems.at(-1) };
+}
+
+const tick = () => new Promise((resolve) => setTimeout(resolve, 0));
+
+beforeEach(() => {
+  seen = {
+    outputChannels: [],
+    statusItems: [],
+    clients: [],
+    commands: new Map(),
+    configListeners: [],
+    executed: [],
+    errors: [],
+    quickPicks: [],
+    failStart: undefined,
+  };
+  userSettings = {};
+  serverStatus = { engine: 'ready', model: 'memorized-test', pending: 0, inflight: 0, lastLatencyMs: null };
+  vscodeMock.workspace.workspaceFolders = undefined;
+});
+
+afterEach(async () => {
+  await extension.deactivate();
+});
+
+// -- tests --------------------------------------------------------------------------------------------------------
+
+describe('activation', () => {
+  test('starts diffgemma-lsp over stdio by default', async () => {
+    const { client } = await activate();
+    assert.equal(seen.clients.length, 1);
+    assert.equal(client.id, 'diffgemma');
+    assert.deepEqual(client.serverOptions, { command: 'diffgemma-lsp', args: [], transport: 0 });
+    assert.equal(client.state, State.Running);
+  });
+
+  test('server command and args come from diffgemma.serverPath and diffgemma.serverArgs', async () => {
+    userSettings = {
+      serverPath: '~/venv/bin/diffgemma-lsp',
+      serverArgs: ['--engine-socket', '${workspaceFolder}/dg.sock', '--model', '/models/dg'],
+    };
+    vscodeMock.workspace.workspaceFolders = [{ uri: { fsPath: '/ws' } }];
+    const { client } = await activate();
+    const home = require('node:os').homedir();
+    assert.equal(client.serverOptions.command, `${home}/venv/bin/diffgemma-lsp`);
+    assert.deepEqual(client.serverOptions.args, ['--engine-socket', '/ws/dg.sock', '--model', '/models/dg']);
+    assert.equal(client.serverOptions.transport, languageClientMock.TransportKind.stdio);
+  });
+
+  test('every file, saved or untitled, whatever its language', async () => {
+    const { client } = await activate();
+    assert.deepEqual(client.clientOptions.documentSelector, [{ scheme: 'file' }, { scheme: 'untitled' }]);
+  });
+
+  test('initializationOptions carry the server settings, not the extension-only ones', async () => {
+    userSettings = { debounceMs: 10, extraContextTokens: 0, model: '', serverPath: '/x/diffgemma-lsp' };
+    const { client } = await activate();
+    let options = client.clientOptions.initializationOptions;
+    if (typeof options === 'function') options = options();
+    const expected = { ...defaults(), debounceMs: 10, extraContextTokens: 0, model: null };
+    delete expected.serverPath;
+    delete expected.serverArgs;
+    assert.deepEqual(options, { diffgemma: expected });
+  });
+
+  test('settings changes reach the server (configurationSection, filtered by the middleware)', async () => {
+    userSettings = { deadlineMs: 500 };
+    const { client } = await activate();
+    assert.equal(client.clientOptions.synchronize.configurationSection, 'diffgemma');
+    await client.clientOptions.middleware.workspace.didChangeConfiguration(['diffgemma'], async () => {
+      assert.fail('the unfiltered section must not be sent');
+    });
+    const [sent] = client.notifications;
+    assert.equal(sent.method, 'workspace/didChangeConfiguration');
+    assert.equal(sent.params.settings.diffgemma.deadlineMs, 500);
+    assert.equal('serverPath' in sent.params.settings.diffgemma, false);
+    assert.equal('serverArgs' in sent.params.settings.diffgemma, false);
+  });
+
+  test('logs go to an output channel that the client also uses', async () => {
+    const { client } = await activate();
+    const [channel] = seen.outputChannels;
+    assert.equal(client.clientOptions.outputChannel, channel);
+    assert.deepEqual(channel.options, { log: true });
+    assert.ok(channel.lines.some((line) => line.includes('diffgemma-lsp --stdio')), channel.lines.join('\n'));
+  });
+
+  test('registers the contributed commands', async () => {
+    await activate();
+    const contributed = PACKAGE_JSON.contributes.commands.map((command) => command.command).sort();
+    assert.deepEqual([...seen.commands.keys()].sort(), contributed);
+    assert.ok(seen.commands.has('diffgemma.restart'));
+    assert.ok(seen.commands.has('diffgemma.showStatus'));
+    // The server's own command is registered by vscode-languageclient: the extension must not take its name.
+    assert.equal(seen.commands.has('diffgemma.status'), false);
+  });
+
+  test('a server that does not start: error status and a message pointing at serverPath', async () => {
+    seen.failStart = 'spawn diffgemma-lsp ENOENT';
+    const { item } = await activate();
+    assert.equal(item.text, '$(error) DG');
+    assert.match(item.tooltip, /ENOENT/);
+    assert.match(seen.errors[0][0], /diffgemma\.serverPath/);
+  });
+});
+
+describe('status bar', () => {
+  test('shows the engine state, then the latency after an inline completion', async () => {
+    serverStatus = { engine: 'loading', model: '', lastLatencyMs: null };
+    const { client, controller, item } = await activate();
+    assert.equal(item.visible, true);
+    assert.equal(item.command, 'diffgemma.showStatus');
+    await controller.refreshStatus();
+    assert.equal(item.text, '$(sync~spin) DG loading');
+
+    serverStatus = {
+      engine: 'ready',
+      model: 'memorized-test',
+      lastLatencyMs: 41.6,
+      lastTimings: { queue_ms: 1, encode_ms: 5, denoise_ms: 30, steps: 4, new_tokens: 9, cached_tokens: 0 },
+    };
+    const items = [{ insertText: 'x' }];
+    const result = await client.clientOptions.middleware.provideInlineCompletionItems(
+      {},
+      {},
+      {},
+      {},
+      async () => items,
+    );
+    assert.equal(result, items, 'the middleware passes the result through');
+    for (let i = 0; i < 50 && item.text !== '$(sparkle) DG 42 ms'; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.equal(item.text, '$(sparkle) DG 42 ms');
+    assert.match(item.tooltip, /engine ready/);
+    assert.match(item.tooltip, /Model: memorized-test/);
+    assert.match(item.tooltip, /denoise 30 ms; 4 steps/);
+    const statusRequests = client.requests.filter((r) => r.params.command === 'diffgemma.status');
+    assert.ok(statusRequests.length >= 2);
+    assert.deepEqual(statusRequests[0], {
+      method: 'workspace/executeCommand',
+      params: { command: 'diffgemma.status', arguments: [] },
+    });
+  });
+
+  test('describeStatus covers each state', () => {
+    const view = (input) => describeStatus({ phase: 'running', enabled: true, ...input });
+    assert.equal(view({ status: { engine: 'ready', lastLatencyMs: null } }).text, '$(sparkle) DG ready');
+    assert.equal(view({ status: { engine: 'ready', lastLatencyMs: 1234.4 } }).text, '$(sparkle) DG 1234 ms');
+    assert.equal(view({ status: { engine: 'connecting' } }).text, '$(sync~spin) DG starting');
+    assert.equal(view({ status: { engine: 'not started' } }).text, '$(sync~spin) DG starting');
+    assert.equal(view({ status: { engine: 'disconnected' } }).text, '$(warning) DG disconnected');
+    assert.equal(view({ status: { engine: 'failed' } }).severity, 'warning');
+    assert.equal(view({ status: undefined }).text, '$(sync~spin) DG');
+    assert.equal(view({ enabled: false, status: { engine: 'ready' } }).text, '$(circle-slash) DG off');
+    assert.equal(view({ phase: 'stopped' }).text, '$(circle-slash) DG off');
+    assert.equal(view({ phase: 'failed', error: 'boom' }).severity, 'error');
+  });
+
+  test('polls while the engine starts or reconnects, not once it is ready', () => {
+    assert.equal(pollDelayMs(undefined), 2000);
+    assert.equal(pollDelayMs({ engine: 'loading' }), 2000);
+    assert.equal(pollDelayMs({ engine: 'disconnected' }), 2000);
+    assert.equal(pollDelayMs({ engine: 'failed' }), 5000);
+    assert.equal(pollDelayMs({ engine: 'ready' }), undefined);
+  });
+
+  test('keeps polling while the engine loads, and stops once it is ready', async () => {
+    serverStatus = { engine: 'loading' };
+    const { client, controller, item } = await activate();
+    await controller.refreshStatus();
+    assert.equal(item.text, '$(sync~spin) DG loading');
+    const before = client.requests.length;
+    serverStatus = { engine: 'ready', lastLatencyMs: null };
+    for (let i = 0; i < 100 && item.text !== '$(sparkle) DG ready'; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    assert.equal(item.text, '$(sparkle) DG ready', 'the poll picked up the ready engine');
+    assert.ok(client.requests.length > before);
+    const settled = client.requests.length;
+    await new Promise((resolve) => setTimeout(resolve, 2300));
+    assert.equal(client.requests.length, settled, 'no polling once ready');
+  });
+});
+
+describe('lifecycle', () => {
+  test('deactivate stops the client', async () => {
+    const { client, item } = await activate();
+    await extension.deactivate();
+    assert.equal(client.stopped, true);
+    assert.equal(item.disposed, true);
+  });
+
+  test('diffgemma.restart stops the client and starts a new one', async () => {
+    const { client } = await activate();
+    await seen.commands.get('diffgemma.restart')();
+    assert.equal(client.stopped, true);
+    assert.equal(seen.clients.length, 2);
+    assert.equal(seen.clients[1].state, State.Running);
+  });
+
+  test('changing serverPath restarts the server; other settings do not', async () => {
+    await activate();
+    const change = (key) => ({ affectsConfiguration: (section) => section === 'diffgemma' || section === key });
+    seen.configListeners[0](change('diffgemma.deadlineMs'));
+    await tick();
+    assert.equal(seen.clients.length, 1);
+    userSettings = { serverPath: '/opt/dg/bin/diffgemma-lsp' };
+    seen.configListeners[0](change('diffgemma.serverPath'));
+    for (let i = 0; i < 50 && seen.clients.length < 2; i++) await tick();
+    assert.equal(seen.clients.length, 2);
+    assert.equal(seen.clients[1].serverOptions.command, '/opt/dg/bin/diffgemma-lsp');
+  });
+
+  test('showStatus offers restart, log and settings', async () => {
+    await activate();
+    await seen.commands.get('diffgemma.showStatus')();
+    const labels = seen.quickPicks[0].items.map((item) => item.label);
+    assert.ok(labels.includes('DiffusionGemma: engine ready'), labels.join('\n'));
+    assert.ok(labels.some((label) => label.includes('Restart')));
+    assert.ok(labels.some((label) => label.includes('log')));
+  });
+});
+
+describe('package.json', () => {
+  test('name, publisher, engine and entry point', () => {
+    assert.equal(PACKAGE_JSON.name, 'diffgemma');
+    assert.equal(PACKAGE_JSON.publisher, 'diffgemma');
+    assert.equal(PACKAGE_JSON.engines.vscode, '^1.100.0');
+    assert.equal(PACKAGE_JSON.main, './out/extension.js');
+  });
+
+  test('server settings are the contributed ones less serverPath/serverArgs', () => {
+    const keys = serverSettingKeys(PACKAGE_JSON);
+    assert.ok(keys.includes('debounceMs'));
+    assert.equal(keys.includes('serverPath'), false);
+    assert.equal(keys.includes('serverArgs'), false);
+    for (const [name, schema] of Object.entries(PACKAGE_JSON.contributes.configuration.properties)) {
+      assert.ok(schema.description || schema.markdownDescription, `${name} has no description`);
+    }
+  });
+
+  test('serverCommand falls back to diffgemma-lsp and drops non-string args', () => {
+    const config = (values) => ({ get: (key) => values[key] });
+    assert.deepEqual(serverCommand(config({ serverPath: '  ', serverArgs: ['-v', 3] }), '/home/u'), {
+      command: 'diffgemma-lsp',
+      args: ['-v'],
+    });
+  });
+});

@@ -1,0 +1,308 @@
+"""Real VS Code (code-server 4.100.3 = VS Code 1.100.3) in headless Chromium, with the packaged extension
+(editors/vscode) and the real server and engine.
+
+The test packages the extension as a .vsix, installs it into a private extensions dir, starts code-server in
+its own process group with private settings, and runs the Playwright driver (editors/vscode/e2e/e2e.mjs). The
+driver works the editor the way a user does (open the file at the line after the prefix, trigger an inline
+suggestion, Tab, save) and writes a JSON report that the test asserts on.
+
+Needs node/npm, Chromium and code-server: ``bash editors/vscode/scripts/setup-e2e.sh`` installs them. Without
+them the test skips, unless DIFFGEMMA_REQUIRE_VSCODE=1 makes that a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_lsp_engine import _kill_engine
+from tests.support.lsp import READY_TIMEOUT_S
+from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+from tests.unit.test_vscode_extension import EXTENSION, ROOT, ensure_node_modules, run_npm
+
+pytestmark = pytest.mark.e2e
+CODE_SERVER_ENV = "DIFFGEMMA_CODE_SERVER"
+"""The code-server package dir, or its entry script (out/node/entry.js, or bin/code-server)."""
+CHROMIUM_ENV = "DIFFGEMMA_CHROMIUM"
+REQUIRE_ENV = "DIFFGEMMA_REQUIRE_VSCODE"
+ARTIFACTS_ENV = "DIFFGEMMA_E2E_ARTIFACTS"
+"""A folder to keep the run's report, screenshots and logs in (they are deleted with the temp dir otherwise)."""
+DEFAULT_CODE_SERVER = ROOT / ".cache" / "editors" / "code-server-4.100.3"
+SETUP = "bash editors/vscode/scripts/setup-e2e.sh"
+DRIVER = EXTENSION / "e2e" / "e2e.mjs"
+LISTENING = re.compile(r"HTTP server listening on (http://127\.0\.0\.1:\d+)")
+
+
+def _missing(what: str) -> None:
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{what}, and {REQUIRE_ENV}=1 requires it (install: {SETUP})")
+    pytest.skip(f"{what} (install: {SETUP}; {REQUIRE_ENV}=1 makes this a failure)")
+
+
+def _code_server(node: str) -> list[str]:
+    """The command that runs code-server."""
+    location = Path(os.environ.get(CODE_SERVER_ENV) or DEFAULT_CODE_SERVER)
+    if location.is_dir():
+        location = location / "out" / "node" / "entry.js"
+    if not location.is_file():
+        _missing(f"code-server is not at {location} (set {CODE_SERVER_ENV})")
+    return [node, str(location)] if location.suffix in (".js", ".mjs") else [str(location)]
+
+
+def _chromium() -> str:
+    for candidate in (os.environ.get(CHROMIUM_ENV), "chromium", "chromium-browser", "google-chrome"):
+        if candidate and (found := shutil.which(candidate)):
+            return found
+    _missing(f"Chromium is not on PATH (set {CHROMIUM_ENV})")
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="session")
+def vscode_tools() -> tuple[str, str, list[str], str]:
+    """node, npm, code-server's command and chromium; skips (or fails) when one is missing.
+
+    Session-scoped and requested first, so that a skip comes before the test model is built."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        _missing("node/npm are not on PATH")
+    assert node is not None and npm is not None
+    return node, npm, _code_server(node), _chromium()
+
+
+def _processes_mentioning(needle: str) -> list[str]:
+    """Command lines of live processes that contain ``needle``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmdline and int(pid) != os.getpid():
+            found.append(f"{pid}: {cmdline.strip()}")
+    return found
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM code-server's whole process group (its extension hosts and the LSP servers outlive the browser),
+    then SIGKILL what is left."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def _run_driver(command: list[str], env: dict[str, str]) -> tuple[int | str, str]:
+    """Run the Playwright driver; on a timeout, SIGTERM it first (Playwright then closes Chromium, which runs in
+    a process group of its own), and SIGKILL its group if that is not enough."""
+    driver = subprocess.Popen(
+        command,
+        cwd=EXTENSION,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = driver.communicate(timeout=READY_TIMEOUT_S + 180)
+        return driver.returncode, output
+    except subprocess.TimeoutExpired:
+        driver.terminate()
+        try:
+            output, _ = driver.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            output, _ = driver.communicate()
+        return "timeout", output
+
+
+def _wait_for_url(proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if match := LISTENING.search(text):
+            return match[1]
+        if proc.poll() is not None:
+            raise AssertionError(f"code-server exited ({proc.returncode}):\n{text[-3000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"code-server did not listen within {timeout} s:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def _cursor_after(text: str) -> str:
+    """VS Code's status bar position (1-based) at the end of ``text``."""
+    lines = text.split("\n")
+    return f"Ln {len(lines)}, Col {len(lines[-1]) + 1}"
+
+
+def _tail(path: Path, chars: int = 4000) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.exists() else "(none)"
+
+
+def test_inline_completion_in_vscode_ghost_text_accepted_with_tab(
+    vscode_tools: tuple[str, str, list[str], str],
+    memorized_model_dir: Path,
+    isolated_env: Path,
+) -> None:
+    """code-server: the extension starts the server; ghost text shows the memorized middle, Tab inserts it all."""
+    node, npm, code_server, chromium = vscode_tools
+    ensure_node_modules(npm)
+    if not (EXTENSION / "node_modules" / "playwright-core").is_dir():
+        _missing("playwright-core is not installed in editors/vscode")
+    tmp = isolated_env
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+
+    # The .vsix, as a user installs it.
+    vsix = tmp / "diffgemma.vsix"
+    run_npm(npm, "run", "package", "--", "--out", str(vsix))
+    timings["packaged_after_s"] = time.monotonic() - started
+    user_data, extensions = tmp / "user-data", tmp / "extensions"
+    install = subprocess.run(
+        [*code_server, "--user-data-dir", str(user_data), "--extensions-dir", str(extensions)]
+        + ["--install-extension", str(vsix), "--force"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert any(extensions.glob("diffgemma.diffgemma-*")), install.stdout + install.stderr
+    timings["installed_after_s"] = time.monotonic() - started
+
+    server = Path(sys.executable).parent / "diffgemma-lsp"
+    assert server.is_file(), f"{server} is missing: pip install -e . in this venv"
+    socket_path = tmp / "run" / "engine.sock"
+    lsp_log = tmp / "lsp.log"
+    settings = {
+        "diffgemma.serverPath": str(server),
+        "diffgemma.serverArgs": ["--engine-socket", str(socket_path), "--model", str(memorized_model_dir)]
+        + ["--log-file", str(lsp_log)],
+        "diffgemma.extraContextTokens": 0,
+        # A quiet, predictable workbench.
+        "workbench.startupEditor": "none",
+        "workbench.tips.enabled": False,
+        "workbench.enableExperiments": False,
+        "security.workspace.trust.enabled": False,
+        "telemetry.telemetryLevel": "off",
+        "extensions.autoCheckUpdates": False,
+        "extensions.autoUpdate": False,
+        "update.mode": "none",
+        "files.autoSave": "off",
+        "editor.quickSuggestions": {"other": False, "comments": False, "strings": False},
+        "editor.suggestOnTriggerCharacters": False,
+        "chat.commandCenter.enabled": False,
+    }
+    (user_data / "User").mkdir(parents=True, exist_ok=True)
+    (user_data / "User" / "settings.json").write_text(json.dumps(settings, indent=2))
+
+    workspace = tmp / "ws"
+    workspace.mkdir()
+    source = workspace / "example.py"
+    original = MEMORIZED_PREFIX + MEMORIZED_SUFFIX
+    source.write_text(original)
+    expected = MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX
+
+    cs_log = tmp / "code-server.log"
+    report_path = tmp / "report.json"
+    report: dict = {"ok": False, "why": "the driver wrote no report"}
+    with cs_log.open("wb") as cs_out:
+        proc = subprocess.Popen(
+            [*code_server, "--auth", "none", "--bind-addr", "127.0.0.1:0"]
+            + ["--user-data-dir", str(user_data), "--extensions-dir", str(extensions)]
+            + ["--disable-telemetry", "--disable-update-check", "--disable-workspace-trust"]
+            + ["--disable-getting-started-override", "--ignore-last-opened", str(workspace)],
+            cwd=workspace,
+            stdout=cs_out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: killed whole at the end
+        )
+    try:
+        url = _wait_for_url(proc, cs_log)
+        timings["code_server_up_after_s"] = time.monotonic() - started
+        cfg = {
+            "url": url,
+            "workspace": str(workspace),
+            "file": str(source),
+            "fileName": source.name,
+            "line": 2,  # 1-based: the empty line right after "def add(a, b):"
+            "original": original,
+            "middle": MEMORIZED_MIDDLE,
+            "acceptedCursor": _cursor_after(MEMORIZED_PREFIX + MEMORIZED_MIDDLE),
+            "chromium": chromium,
+            "report": str(report_path),
+            "shots": str(tmp / "shots"),
+            "readyTimeoutMs": READY_TIMEOUT_S * 1000,
+            "timeoutMs": (READY_TIMEOUT_S + 150) * 1000,  # the driver's own watchdog, before _run_driver's
+        }
+        exit_code, output = _run_driver([node, str(DRIVER)], dict(os.environ, DIFFGEMMA_E2E=json.dumps(cfg)))
+        if report_path.exists():
+            report = json.loads(report_path.read_text())
+        report["driver_exit"] = exit_code
+        report["driver_output"] = output[-3000:]
+        timings["driver_done_after_s"] = time.monotonic() - started
+    finally:
+        _stop_group(proc)
+        _kill_engine(socket_path, signal.SIGTERM)
+    leftovers = _processes_mentioning(str(socket_path))
+    for _ in range(50):
+        if not leftovers:
+            break
+        time.sleep(0.1)
+        leftovers = _processes_mentioning(str(socket_path))
+    report["timings"] = {name: round(value, 1) for name, value in timings.items()}
+    report["leftovers"] = leftovers
+    report["code_server_log"] = _tail(cs_log)
+    report["lsp_log"] = _tail(lsp_log)
+    report["engine_log"] = _tail(tmp / "xdg_state_home" / "diffgemma" / "engine.log")
+    explain = json.dumps(report, indent=2)
+    if artifacts := os.environ.get(ARTIFACTS_ENV):
+        keep = Path(artifacts)
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / "report.json").write_text(explain)
+        if (tmp / "shots").is_dir():
+            shutil.copytree(tmp / "shots", keep / "shots", dirs_exist_ok=True)
+    print(json.dumps({"timings": report["timings"], "log": report.get("log")}, indent=2))
+
+    assert report["ok"], f"the editor run failed: {report.get('why')}\n{explain}"
+    # The ghost text showed both lines of the memorized middle, at the cursor.
+    assert report["ghost"] == MEMORIZED_MIDDLE, explain
+    # VS Code's Tab: the suggestion starts with a tab's worth of indentation, so the first Tab indents the empty
+    # line and the second accepts the rest; the cursor lands at the end of the inserted text.
+    assert report["tabPresses"] in (1, 2), explain
+    assert _cursor_after(MEMORIZED_PREFIX + MEMORIZED_MIDDLE) in report["cursorAfterAccept"], explain
+    # Tab inserted all of it, and nothing else: the saved file is exactly prefix + middle + suffix.
+    assert source.read_text().replace("\u00a0", " ") == expected, explain
+    assert report["saved"] == expected, explain
+    # The status bar item shows the last completion's latency.
+    assert re.fullmatch(r"DG \d+ ms", report["statusAfter"]), explain
+    assert not leftovers, f"processes outlived code-server: {leftovers}\n{explain}"
