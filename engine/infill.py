@@ -12,7 +12,7 @@ from engine import protocol
 from engine.denoise import StopCheck, cut_at_eos, run_canvas
 from engine.errors import BadRequestError
 from engine.model import LoadedModel
-from engine.prompt import Layout, PromptParts, build_fim_prompt, chat_user_text, trim_chars
+from engine.prompt import PromptParts, trim_chars
 
 MAX_CANVAS_LENGTH = 512
 MAX_STEPS = 256
@@ -28,15 +28,7 @@ def prompt_ids(loaded: LoadedModel, request: protocol.Infill) -> list[int]:
     )
     # Never tokenize more text than could fit: a few characters per token at most.
     parts = trim_chars(parts, loaded.max_prompt_tokens * CHARS_PER_TOKEN * 2)
-    if loaded.layout is Layout.FIM:
-        assert loaded.special is not None
-        return build_fim_prompt(parts, loaded.encode, loaded.special, loaded.max_prompt_tokens).ids
-    messages = [{"role": "user", "content": chat_user_text(parts)}]
-    ids = loaded.tokenizer.apply_chat_template(  # type: ignore[attr-defined]
-        messages, add_generation_prompt=True, tokenize=True
-    )
-    ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
-    return ids[-loaded.max_prompt_tokens :]
+    return loaded.layout.ids(parts, loaded.max_prompt_tokens)
 
 
 SCOPES = ("", "line", "block")

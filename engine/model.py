@@ -14,7 +14,7 @@ import torch
 from engine.denoise import SamplerSettings
 from engine.errors import ModelLoadError
 from engine.prefix_cache import PrefixCache
-from engine.prompt import Layout, SpecialIds, special_ids_from
+from engine.prompt import PromptLayout, layout_for
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +60,8 @@ class LoadedModel:
     tokenizer: object  # a transformers PreTrainedTokenizerBase
     model_id: str
     device: torch.device
-    layout: Layout
-    special: SpecialIds | None
+    layout: PromptLayout
+    """The checkpoint's prompt strategy (FIM sentinels, or an instruction in its chat template)."""
     eos_ids: set[int]
     pad_id: int | None
     canvas_length: int
@@ -125,7 +125,6 @@ def load_model(
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load the checkpoint in {folder}: {exc}") from exc
     model = model.to(torch_device).eval()
-    special = special_ids_from(tokenizer.get_vocab().get)
     generation = model.generation_config
     eos = generation.eos_token_id if generation.eos_token_id is not None else tokenizer.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
@@ -151,8 +150,7 @@ def load_model(
         tokenizer=tokenizer,
         model_id=str(folder.resolve()) if model_dir is not None else "default",
         device=torch_device,
-        layout=Layout.FIM if special is not None else Layout.CHAT,
-        special=special,
+        layout=layout_for(tokenizer),
         eos_ids=eos_ids,
         pad_id=generation.pad_token_id if generation.pad_token_id is not None else tokenizer.pad_token_id,
         canvas_length=model.config.canvas_length,
@@ -167,7 +165,7 @@ def load_model(
         loaded.model_id,
         torch_device,
         torch_dtype,
-        loaded.layout.value,
+        loaded.layout.name,
         loaded.canvas_length,
         sampler.max_steps,
         loaded.load_ms,

@@ -1,6 +1,7 @@
-"""Lay out an infill request as prompt token ids. Pure: takes an ``encode`` function, imports no torch.
+"""Lay out an infill request as prompt token ids. Pure: takes tokenizer functions, imports no torch.
 
-Two layouts:
+A layout is a per-checkpoint strategy (``PromptLayout``), chosen when the model loads (``layout_for``) from what
+its tokenizer offers; the engine calls ``layout.ids(parts, budget)`` and never asks which one it holds. Two exist:
 
 * ``fim``, for checkpoints whose tokenizer has the fill-in-the-middle sentinels (the shipped default model)::
 
@@ -16,8 +17,8 @@ Two layouts:
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Protocol
 
 import attrs
 
@@ -27,13 +28,6 @@ Encode = Callable[[str], list[int]]
 
 CURSOR_MARK = "<CURSOR>"
 CHAT_INSTRUCTION = "Fill in the code at {mark}. Answer with only the missing code, no explanation and no code fence."
-
-
-class Layout(enum.Enum):
-    """How a checkpoint expects its infill prompt."""
-
-    FIM = "fim"
-    CHAT = "chat"
 
 
 @attrs.frozen(kw_only=True)
@@ -130,6 +124,53 @@ def chat_user_text(parts: PromptParts) -> str:
     extra = "".join(f"File {name}:\n```\n{text}\n```\n\n" for name, text in parts.extra)
     instruction = CHAT_INSTRUCTION.format(mark=CURSOR_MARK)
     return f"{extra}{instruction}\n\n```\n{parts.prefix}{CURSOR_MARK}{parts.suffix}\n```"
+
+
+class PromptLayout(Protocol):
+    """How one checkpoint wants its infill prompt."""
+
+    name: ClassVar[str]
+
+    def ids(self, parts: PromptParts, max_tokens: int) -> list[int]:
+        """Encoder input ids for ``parts``, at most ``max_tokens`` of them."""
+        ...
+
+
+@attrs.frozen
+class FimLayout:
+    """Fill-in-the-middle sentinels in SPM order (a tokenizer with FIM tokens: the shipped model)."""
+
+    name: ClassVar[str] = "fim"
+    encode: Encode
+    special: SpecialIds
+
+    def ids(self, parts: PromptParts, max_tokens: int) -> list[int]:
+        return build_fim_prompt(parts, self.encode, self.special, max_tokens).ids
+
+
+@attrs.frozen
+class ChatLayout:
+    """An instruction in the user turn of the checkpoint's chat template (the released DiffusionGemma-IT)."""
+
+    name: ClassVar[str] = "chat"
+    apply_chat_template: Callable[[list[dict[str, str]]], list[int]]
+
+    def ids(self, parts: PromptParts, max_tokens: int) -> list[int]:
+        ids = self.apply_chat_template([{"role": "user", "content": chat_user_text(parts)}])
+        return ids[-max_tokens:]
+
+
+def layout_for(tokenizer: Any) -> PromptLayout:
+    """The layout a (transformers) tokenizer supports: FIM when it has the sentinels, else its chat template."""
+    special = special_ids_from(tokenizer.get_vocab().get)
+    if special is not None:
+        return FimLayout(encode=lambda text: tokenizer.encode(text, add_special_tokens=False), special=special)
+
+    def apply_chat_template(messages: list[dict[str, str]]) -> list[int]:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+
+    return ChatLayout(apply_chat_template=apply_chat_template)
 
 
 def trim_chars(parts: PromptParts, max_chars: int) -> PromptParts:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from engine.prompt import (
+    CURSOR_MARK,
+    ChatLayout,
+    FimLayout,
     PromptParts,
     SpecialIds,
     build_fim_prompt,
     chat_user_text,
+    layout_for,
     special_ids_from,
     trim_chars,
 )
@@ -70,3 +74,34 @@ def test_trim_chars_keeps_the_text_next_to_the_cursor() -> None:
     parts = trim_chars(PromptParts(prefix="a" * 10 + "B", suffix="C" + "d" * 10), 8)
     assert parts.prefix.endswith("B") and len(parts.prefix) == 6
     assert parts.suffix.startswith("C") and len(parts.suffix) == 2
+
+
+class _Tokenizer:
+    """A stand-in with just the surface ``layout_for`` reads (the real ones are exercised by the engine tests)."""
+
+    def __init__(self, vocab: dict[str, int]) -> None:
+        self.vocab = vocab
+        self.templated: list[object] = []
+
+    def get_vocab(self) -> dict[str, int]:
+        return self.vocab
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [100 + ord(char) for char in text]
+
+    def apply_chat_template(self, messages: list[dict[str, str]], **_: object) -> dict[str, list[int]]:
+        self.templated.append(messages)
+        return {"input_ids": [9, *self.encode(messages[0]["content"]), 10]}
+
+
+def test_the_layout_is_chosen_from_the_tokenizer() -> None:
+    fim = layout_for(_Tokenizer({"<bos>": 2, "<fim_prefix>": 4, "<fim_suffix>": 5, "<fim_middle>": 6}))
+    assert isinstance(fim, FimLayout) and fim.name == "fim"
+    assert fim.ids(PromptParts(prefix="a", suffix="b"), 64) == [2, 5, 100 + ord("b"), 4, 100 + ord("a"), 6]
+    tokenizer = _Tokenizer({"<bos>": 2})
+    chat = layout_for(tokenizer)
+    assert isinstance(chat, ChatLayout) and chat.name == "chat"
+    ids = chat.ids(PromptParts(prefix="def f(", suffix=")"), 1000)
+    assert ids[0] == 9 and ids[-1] == 10
+    assert CURSOR_MARK in tokenizer.templated[0][0]["content"]
+    assert chat.ids(PromptParts(prefix="x" * 500), 50)[-1] == 10  # a cut keeps the end, where the answer starts
