@@ -88,6 +88,7 @@ class DiffgemmaServer(LanguageServer):
         previous, self.settings = self.settings, settings
         if self.engine is not None and previous.backend_key() != settings.backend_key():
             old, self.engine = self.engine, None  # the next completion connects to the new backend
+            old.on_state = None  # its requests failing as it closes are not an outage to report
             asyncio.ensure_future(old.close())
         if problems:
             message = "diffgemma: " + "; ".join(problems)
