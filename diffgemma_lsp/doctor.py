@@ -89,13 +89,16 @@ def render(report: dict[str, object]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``diffgemma-lsp doctor [--engine-socket PATH] [--probe] [--json]``."""
+    """``diffgemma-lsp doctor [--engine-socket PATH | --model DIR [--device D]] [--probe] [--json]``."""
     parser = argparse.ArgumentParser(prog="diffgemma-lsp doctor", description=__doc__.splitlines()[0])
-    parser.add_argument("--engine-socket", type=Path, default=protocol.default_socket_path())
+    parser.add_argument("--engine-socket", type=Path, default=None, help="the engine to check")
+    parser.add_argument("--model", default=None, help="check the engine that serves this model (the model setting)")
+    parser.add_argument("--device", default="auto", help="... on this device (the device setting)")
     parser.add_argument("--probe", action="store_true", help="also time one test completion")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
-    report, status = asyncio.run(gather(args.engine_socket.expanduser(), args.probe))
+    socket_path = args.engine_socket or protocol.socket_path_for(args.model, args.device)
+    report, status = asyncio.run(gather(socket_path.expanduser(), args.probe))
     print(json.dumps(report, indent=2) if args.json else render(report))
     return status
 

@@ -197,12 +197,13 @@ def make_app(engine: EngineClient, api_key: str, deadline_ms: int = 2000, max_st
 async def serve(args: argparse.Namespace) -> None:
     """Run until cancelled."""
     api_key, key_source = load_api_key()
+    socket_path = args.engine_socket or protocol.socket_path_for(args.model, args.device)
 
     async def start_engine() -> None:
-        spawn_engine(args.engine_socket, args.model, args.device)
+        spawn_engine(socket_path, args.model, args.device)
 
     engine = EngineClient(
-        args.engine_socket,
+        socket_path,
         start_engine,
         lambda state, detail: logger.info("engine %s%s", state.value, f": {detail}" if detail else ""),
         client_name="diffgemma-openai",
@@ -231,7 +232,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="diffgemma-lsp openai", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)")
-    parser.add_argument("--engine-socket", type=Path, default=protocol.default_socket_path())
+    parser.add_argument("--engine-socket", type=Path, default=None, help="default: the engine for --model/--device")
     parser.add_argument("--model", default=None, help="checkpoint folder for an engine this command starts")
     parser.add_argument("--device", default="auto", help="device for an engine this command starts")
     parser.add_argument("--deadline-ms", type=int, default=2000, help="denoising time limit per request (0: none)")

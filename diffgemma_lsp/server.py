@@ -57,7 +57,8 @@ class DiffgemmaServer(LanguageServer):
 
     def __init__(self, engine_socket: Path | None = None, model: str | None = None) -> None:
         super().__init__("diffgemma-lsp", __version__, protocol_cls=DiffgemmaProtocol)
-        self.engine_socket = engine_socket or protocol.default_socket_path()
+        self.engine_socket = engine_socket
+        """The engine to use (``--engine-socket``); None: the one for the model and device settings."""
         self.settings = Settings(model=model)
         self.cli_model = model
         self.engine: EngineClient | OpenAIBackend | None = None
@@ -116,10 +117,12 @@ class DiffgemmaServer(LanguageServer):
             self.engine.start()
             return
 
-        async def start_engine() -> None:
-            spawn_engine(self.engine_socket, self.settings.model, self.settings.device)
+        socket_path = self.engine_socket or protocol.socket_path_for(settings.model, settings.device)
 
-        self.engine = EngineClient(self.engine_socket, start_engine, self.on_engine_state)
+        async def start_engine() -> None:
+            spawn_engine(socket_path, settings.model, settings.device)
+
+        self.engine = EngineClient(socket_path, start_engine, self.on_engine_state)
         self.engine.start()
 
     def on_engine_state(self, state: EngineState, detail: str) -> None:

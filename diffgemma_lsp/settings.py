@@ -68,9 +68,10 @@ class Settings:
     """With backend openai: suffix (prompt plus suffix field), or a FIM format: star_coder, qwen, code_llama, ..."""
 
     def backend_key(self) -> tuple[str, ...]:
-        """What identifies the backend: when it changes, the server connects anew."""
+        """What identifies the backend: when it changes, the server connects anew (to another engine, when the
+        model or device changed: each (model, device) has its own engine)."""
         if self.backend == "engine":
-            return (self.backend,)
+            return (self.backend, self.model or "", self.device)
         return (self.backend, self.openai_url, self.openai_model, self.openai_api_key_env, self.openai_prompt_format)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
 import json
 import os
 import struct
@@ -340,3 +341,13 @@ def runtime_dir() -> Path:
 def default_socket_path() -> Path:
     """Where the engine listens unless told otherwise: one engine per user."""
     return runtime_dir() / "engine.sock"
+
+
+def socket_path_for(model: str | None, device: str = "auto") -> Path:
+    """The socket of the engine that serves ``model`` on ``device``: the per-user default for the shipped model
+    on ``auto``, else one per (model, device), so that a changed model setting reaches an engine that serves it."""
+    if not model and device == "auto":
+        return default_socket_path()
+    folder = str(Path(model).expanduser().resolve()) if model else ""
+    key = hashlib.sha1(f"{folder}\0{device}".encode()).hexdigest()[:12]
+    return runtime_dir() / f"engine-{key}.sock"

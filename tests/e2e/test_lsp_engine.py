@@ -13,6 +13,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
+from engine import protocol
 from tests.support.lsp import complete, complete_when_ready, open_document, server_command, start_client
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
@@ -234,3 +235,29 @@ async def test_an_invoked_request_offers_several_candidates(isolated_env: Path, 
     finally:
         await client.shutdown_session()
         _kill_engine(socket_path, signal.SIGTERM)
+
+
+async def test_changing_the_model_setting_switches_engines(
+    isolated_env: Path, memorized_model_dir: Path, random_model_dir: Path
+) -> None:
+    """Each (model, device) has its own engine: the new setting takes effect without restarting the editor."""
+    command = [arg for arg in server_command(isolated_env / "unused.sock", None) if "unused" not in arg]
+    command.remove("--engine-socket")
+    settings = {"debounceMs": 0, "extraContextTokens": 0, "model": str(memorized_model_dir)}
+    client = await start_client(command, init_options={"diffgemma": settings})
+    sockets = [protocol.socket_path_for(str(memorized_model_dir)), protocol.socket_path_for(str(random_model_dir))]
+    try:
+        open_document(client, URI, SOURCE)
+        result = await complete_when_ready(client, URI, *CURSOR)
+        assert [item.text_edit.new_text for item in result.items] == [MEMORIZED_MIDDLE]
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"diffgemma": dict(settings, model=str(random_model_dir))})
+        )
+        await complete_when_ready(client, URI, *CURSOR)
+        status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
+        assert status["model"] == str(random_model_dir), status
+        assert all(_engine_pid(path) is not None for path in sockets)  # the first still serves other windows
+    finally:
+        await client.shutdown_session()
+        for path in sockets:
+            _kill_engine(path, signal.SIGTERM)

@@ -5,7 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import attrs
+import pytest
+
 from diffgemma_lsp.settings import WIRE_KEYS, Settings, parse_settings
+from engine.protocol import default_socket_path, socket_path_for
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -39,3 +43,14 @@ def test_none_means_defaults() -> None:
 def test_readme_documents_every_setting() -> None:
     documented = set(re.findall(r"^\| `(\w+)` \|", README.read_text(), flags=re.MULTILINE))
     assert documented >= set(WIRE_KEYS), f"undocumented: {set(WIRE_KEYS) - documented}"
+
+
+def test_each_model_and_device_has_its_own_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert socket_path_for(None) == default_socket_path()
+    one, two = socket_path_for(str(tmp_path / "a")), socket_path_for(str(tmp_path / "b"))
+    assert len({default_socket_path(), one, two, socket_path_for(str(tmp_path / "a"), "cpu")}) == 4
+    assert socket_path_for(str(tmp_path / "x" / ".." / "a")) == one  # the same folder, however it is spelled
+    base = Settings()
+    assert base.backend_key() != attrs.evolve(base, model="/m").backend_key()
+    assert base.backend_key() == attrs.evolve(base, debounce_ms=5).backend_key()
