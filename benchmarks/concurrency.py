@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.plots import bars  # noqa: E402
 from engine import protocol  # noqa: E402
 from tests.support.engine import RawClient  # noqa: E402
 
@@ -97,6 +98,13 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
+    bars(
+        args.out.with_suffix(".png"),
+        f"one engine: throughput 4 clients / 1 client = {figures['throughput_ratio_4_vs_1']}",
+        ["1 client", "4 clients"],
+        [figures["one_client"]["per_s"], figures["four_clients"]["per_s"]],
+        "completions/s",
+    )
 
 
 if __name__ == "__main__":

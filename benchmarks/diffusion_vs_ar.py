@@ -26,6 +26,7 @@ from transformers import DynamicCache, Gemma4ForCausalLM, Gemma4TextConfig
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.plots import bars  # noqa: E402
 from engine.denoise import run_canvas  # noqa: E402
 from engine.model import load_model  # noqa: E402
 
@@ -123,6 +124,13 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
+    bars(
+        args.out.with_suffix(".png"),
+        f"{figures['tokens']} new tokens, same model size: ratio {figures['tokens_per_s_ratio']}",
+        ["autoregressive (greedy, KV cache)", f"canvas ({figures['denoising_steps']} steps)"],
+        [figures["ar"]["tokens_per_s"], figures["diffusion"]["tokens_per_s"]],
+        "tokens/s",
+    )
 
 
 if __name__ == "__main__":

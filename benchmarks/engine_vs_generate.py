@@ -27,6 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.plots import bars  # noqa: E402
 from engine import protocol  # noqa: E402
 from engine.denoise import cut_at_eos, run_canvas  # noqa: E402
 from engine.infill import prompt_ids  # noqa: E402
@@ -110,6 +111,13 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
+    bars(
+        args.out.with_suffix(".png"),
+        f"median latency per completion, same prompts and settings: speedup {figures['speedup_median']}",
+        ["model.generate", "engine"],
+        [figures["generate_ms_median"], figures["engine_ms_median"]],
+        "ms",
+    )
 
 
 if __name__ == "__main__":

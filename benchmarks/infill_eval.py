@@ -1,7 +1,7 @@
 """HumanEval-infilling pass@1 of a DiffusionGemma checkpoint, one canvas per task.
 
     python -m benchmarks.infill_eval [--model DIR] [--split single-line|multi-line|both] [--n 60]
-                                     [--steps S] [--canvas C] [--json PATH] [--raw] [--random-init]
+                                     [--steps S [S ...]] [--canvas C [C ...]] [--json PATH] [--raw] [--random-init]
 
 Each task's prompt (text before the gap) and suffix (text after it) go through the engine's prompt layout
 (``engine.prompt.build_fim_prompt``); ``model.generate`` denoises one canvas with the checkpoint's generation
@@ -12,6 +12,8 @@ suffix`` is run with the task's tests in a subprocess with a timeout: pass@1 (on
 forward, and the do-nothing floor (the gap filled with ``pass`` at the right indentation).
 
 ``--n`` takes N tasks spread evenly over the file (deterministic); ``--limit N`` takes the first N instead.
+``--steps`` and ``--canvas`` take several values to sweep (every combination is run); the JSON holds every run
+(the top-level figures are the first run's) and a PNG plots pass@1 against the steps, with the floor.
 Without ``--raw`` each completion goes through the language server's post-processing
 (``diffgemma_lsp.postprocess``) first, as it would before reaching the editor; ``--raw`` scores the model's text.
 Data: ../shared/data/humaneval-infilling (``--data`` takes any .jsonl[.gz] of the same fields). Never train on it.
@@ -101,6 +103,91 @@ def load_model(model_dir: Path, random_init: bool, seed: int):
     return model.float().eval(), tokenizer
 
 
+def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: dict, args, with_floor: bool) -> dict:  # noqa: ANN001
+    """pass@1, exact match and speed of one setting on ``tasks`` (and the do-nothing floor if asked)."""
+    from engine.prompt import PromptParts, build_fim_prompt
+
+    passed = exact = floor_passed = 0
+    latencies, n_tokens, tpfs, samples = [], 0, [], []
+    for i, task in enumerate(tasks):
+        prompt = build_fim_prompt(
+            PromptParts(prefix=task["prompt"], suffix=task["suffix"]), encode, special, args.max_prompt_tokens
+        )
+        torch.manual_seed(args.seed + i)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(input_ids=torch.tensor([prompt.ids]), **gen_kwargs)
+        latencies.append(time.perf_counter() - t0)
+        new = out.sequences[0, len(prompt.ids) :].tolist()
+        if EOS in new:
+            new = new[: new.index(EOS)]
+        new = [t for t in new if t != PAD]
+        n_tokens += len(new)
+        tpfs.append(float(out.tokens_per_forward[0]))
+        completion, suffix = finish(task, tokenizer.decode(new, skip_special_tokens=True), args.raw)
+        ok = run_tests(program_for(task, completion, suffix), args.timeout)
+        passed += ok
+        exact += completion.strip() == task["canonical_solution"].strip()
+        if with_floor:
+            floor_passed += run_tests(program_for(task, floor_middle(task)), args.timeout)
+        if len(samples) < 8:
+            samples.append(
+                {"task_id": task.get("task_id"), "want": task["canonical_solution"], "got": completion, "passed": ok}
+            )
+    n = len(tasks)
+    return {
+        "n_tasks": n,
+        "pass_at_1": passed / n,
+        "exact_match": exact / n,
+        "floor_pass_at_1": floor_passed / n if with_floor else None,
+        "tokens_per_s": n_tokens / sum(latencies),
+        "ms_per_completion": 1000 * sum(latencies) / n,
+        "latency_ms_median": 1000 * statistics.median(latencies),
+        "tokens_per_forward": sum(tpfs) / n,
+        "tokens_per_completion": n_tokens / n,
+        "samples": samples,
+    }
+
+
+def plot_steps(report: dict, path: Path) -> None:
+    """pass@1 against denoising steps, one line per split and canvas, the floor dashed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot", file=sys.stderr)
+        return
+    figure, axes = plt.subplots(figsize=(6, 4))
+    names = list(report["runs"][0]["splits"])
+    for name in names:
+        for canvas in sorted({run["canvas"] for run in report["runs"]}):
+            runs = sorted((r for r in report["runs"] if r["canvas"] == canvas), key=lambda r: r["steps"])
+            xs = [r["steps"] for r in runs]
+            axes.plot(
+                xs, [100 * r["splits"][name]["pass_at_1"] for r in runs], marker="o", label=f"{name}, canvas {canvas}"
+            )
+        floor = report["runs"][0]["splits"][name]["floor_pass_at_1"]
+        if floor is not None:
+            axes.axhline(100 * floor, linestyle="--", linewidth=1, color="grey")
+            axes.annotate(
+                f"do-nothing floor, {name}", (0.01, 100 * floor), xycoords=("axes fraction", "data"), fontsize=7
+            )
+    values = [100 * r["splits"][n]["pass_at_1"] for r in report["runs"] for n in names]
+    floors = [100 * (report["runs"][0]["splits"][n]["floor_pass_at_1"] or 0) for n in names]
+    axes.set_ylim(0, max(10.0, 1.2 * max(values + floors)))
+    axes.set_xticks(sorted({run["steps"] for run in report["runs"]}))
+    axes.set_xlabel("denoising steps (max)")
+    axes.set_ylabel("pass@1 (%)")
+    axes.set_title(f"HumanEval-infilling, {Path(report['model']).name}{' (raw)' if report['raw'] else ''}")
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=REPO / "engine" / "default_model")
@@ -108,8 +195,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="a .jsonl[.gz] of HumanEval-infilling tasks (overrides --split)")
     parser.add_argument("--n", type=int, default=60, help="tasks per split, spread evenly over the file")
     parser.add_argument("--limit", type=int, help="take the first N tasks instead")
-    parser.add_argument("--steps", type=int, help="max denoising steps (default: the checkpoint's)")
-    parser.add_argument("--canvas", type=int, help="canvas length (default: the checkpoint's)")
+    parser.add_argument("--steps", type=int, nargs="+", help="max denoising steps, one or more (default: the model's)")
+    parser.add_argument("--canvas", type=int, nargs="+", help="canvas length, one or more (default: the model's)")
     parser.add_argument(
         "--max-prompt-tokens", type=int, default=None, help="prompt budget (default: the engine's for this checkpoint)"
     )
@@ -120,9 +207,12 @@ def main() -> None:
     parser.add_argument("--random-init", action="store_true", help="same config, random weights (a baseline)")
     parser.add_argument("--no-floor", action="store_true", help="skip the do-nothing floor")
     parser.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/infill_eval[_raw].json")
+    parser.add_argument("--plot", type=Path, default=None, help="default: the --json path with .png")
     args = parser.parse_args()
     if args.json is None:
         args.json = REPO / "benchmarks" / "results" / ("infill_eval_raw.json" if args.raw else "infill_eval.json")
+    if args.plot is None:
+        args.plot = args.json.with_suffix(".png")
 
     torch.set_num_threads(args.threads)
     sys.path.insert(0, str(REPO))
@@ -132,12 +222,11 @@ def main() -> None:
         hints = args.model / HINTS_FILE
         hint = json.loads(hints.read_text()).get("max_prompt_tokens") if hints.is_file() else None
         args.max_prompt_tokens = min(DEFAULT_MAX_PROMPT_TOKENS, hint or DEFAULT_MAX_PROMPT_TOKENS)
-    from engine.prompt import PromptParts, build_fim_prompt, special_ids_from
+    from engine.prompt import special_ids_from
 
     model, tokenizer = load_model(args.model, args.random_init, args.seed)
-    if args.canvas:
-        model.config.canvas_length = args.canvas
-    canvas = model.config.canvas_length
+    canvases = args.canvas or [model.config.canvas_length]
+    steps_list = args.steps or [model.generation_config.max_denoising_steps]
     known = tokenizer.get_vocab()
     special = special_ids_from(lambda tok: known.get(tok))
     if special is None:
@@ -145,11 +234,6 @@ def main() -> None:
 
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False) if text else []
-
-    gen_kwargs = {"max_new_tokens": canvas}
-    if args.steps:
-        gen_kwargs["max_denoising_steps"] = args.steps
-    steps = args.steps or model.generation_config.max_denoising_steps
 
     splits = (
         {args.data.name: args.data}
@@ -160,73 +244,40 @@ def main() -> None:
         "model": str(args.model),
         "random_init": args.random_init,
         "raw": args.raw,
-        "canvas": canvas,
-        "steps": steps,
         "max_prompt_tokens": args.max_prompt_tokens,
         "threads": args.threads,
         "params": sum(p.numel() for p in model.parameters()),
-        "splits": {},
+        "runs": [],
     }
-    # warm-up (first calls allocate)
-    with torch.no_grad():
-        model.generate(
-            input_ids=torch.tensor([[special.bos, special.fim_suffix, special.fim_prefix, special.fim_middle]]),
-            **gen_kwargs,
-        )
-    for name, path in splits.items():
-        tasks = pick(load_tasks(path), args.n, args.limit)
-        passed = exact = floor_passed = 0
-        latencies, n_tokens, tpfs, samples = [], 0, [], []
-        for i, task in enumerate(tasks):
-            prompt = build_fim_prompt(
-                PromptParts(prefix=task["prompt"], suffix=task["suffix"]), encode, special, args.max_prompt_tokens
-            )
-            torch.manual_seed(args.seed + i)
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                out = model.generate(input_ids=torch.tensor([prompt.ids]), **gen_kwargs)
-            latencies.append(time.perf_counter() - t0)
-            new = out.sequences[0, len(prompt.ids) :].tolist()
-            if EOS in new:
-                new = new[: new.index(EOS)]
-            new = [t for t in new if t != PAD]
-            n_tokens += len(new)
-            tpfs.append(float(out.tokens_per_forward[0]))
-            completion, suffix = finish(task, tokenizer.decode(new, skip_special_tokens=True), args.raw)
-            ok = run_tests(program_for(task, completion, suffix), args.timeout)
-            passed += ok
-            exact += completion.strip() == task["canonical_solution"].strip()
-            if not args.no_floor:
-                floor_passed += run_tests(program_for(task, floor_middle(task)), args.timeout)
-            if len(samples) < 8:
-                samples.append(
-                    {
-                        "task_id": task.get("task_id"),
-                        "want": task["canonical_solution"],
-                        "got": completion,
-                        "passed": ok,
-                    }
+    floors: dict[str, float | None] = {}
+    for canvas in canvases:
+        model.config.canvas_length = canvas
+        for steps in steps_list:
+            gen_kwargs = {"max_new_tokens": canvas, "max_denoising_steps": steps}
+            with torch.no_grad():  # warm-up (first calls allocate)
+                model.generate(
+                    input_ids=torch.tensor([[special.bos, special.fim_suffix, special.fim_prefix, special.fim_middle]]),
+                    **gen_kwargs,
                 )
-        n = len(tasks)
-        result = {
-            "n_tasks": n,
-            "pass_at_1": passed / n,
-            "exact_match": exact / n,
-            "floor_pass_at_1": None if args.no_floor else floor_passed / n,
-            "tokens_per_s": n_tokens / sum(latencies),
-            "ms_per_completion": 1000 * sum(latencies) / n,
-            "latency_ms_median": 1000 * statistics.median(latencies),
-            "tokens_per_forward": sum(tpfs) / n,
-            "tokens_per_completion": n_tokens / n,
-            "samples": samples,
-        }
-        report["splits"][name] = result
-        print(json.dumps({"split": name, **{k: v for k, v in result.items() if k != "samples"}}), flush=True)
-    # top-level figures of the first split, for tools that read one result
-    first = next(iter(report["splits"].values()))
+            run = {"canvas": canvas, "steps": steps, "splits": {}}
+            for name, path in splits.items():
+                tasks = pick(load_tasks(path), args.n, args.limit)
+                with_floor = not args.no_floor and name not in floors
+                result = evaluate(model, tokenizer, tasks, encode, special, gen_kwargs, args, with_floor)
+                if with_floor:
+                    floors[name] = result["floor_pass_at_1"]
+                result["floor_pass_at_1"] = floors.get(name)
+                run["splits"][name] = result
+                summary = {k: v for k, v in result.items() if k != "samples"}
+                print(json.dumps({"split": name, "canvas": canvas, "steps": steps, **summary}), flush=True)
+            report["runs"].append(run)
+    # the first run's figures at the top level, for tools that read one result
+    first = report["runs"][0]
+    report.update({"canvas": first["canvas"], "steps": first["steps"], "splits": first["splits"]})
+    first_split = next(iter(first["splits"].values()))
     report.update(
         {
-            k: first[k]
+            k: first_split[k]
             for k in (
                 "pass_at_1",
                 "exact_match",
@@ -238,6 +289,7 @@ def main() -> None:
             )
         }
     )
+    plot_steps(report, args.plot)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.json}")

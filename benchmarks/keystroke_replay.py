@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.plots import cdf  # noqa: E402
 from tests.support.lsp import RawLsp, server_command  # noqa: E402
 
 SOURCES = ["textwrap.py", "json/encoder.py", "argparse.py", "difflib.py", "shlex.py", "fractions.py"]
@@ -143,6 +144,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
         "prefix_reuse_rate": round(sum(c > 0 for c in cached) / len(cached), 3),
         "shown_completion_reuse_rate": round(sum(c < 0 for c in cached) / len(cached), 3),
         "machine": f"{sys.platform}, torch threads default",
+        "samples_ms": {"end_to_end": [round(v, 1) for v in latencies], "engine": [round(v, 1) for v in engine_ms]},
     }
 
 
@@ -158,7 +160,13 @@ def main() -> None:
     figures = asyncio.run(replay(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    samples = figures.pop("samples_ms")
     print(json.dumps(figures, indent=2))
+    cdf(
+        args.out.with_suffix(".png"),
+        f"keystroke replay, {figures['requests']} requests: p50 {figures['p50_ms']} ms, p95 {figures['p95_ms']} ms",
+        {"end to end (client)": samples["end_to_end"], "engine (queue + encode + denoise)": samples["engine"]},
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,57 @@
+"""Small PNG charts for the benchmark scripts (matplotlib, Agg backend); a missing matplotlib skips the plot."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _pyplot():  # noqa: ANN202
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot", file=sys.stderr)
+        return None
+    return plt
+
+
+def bars(path: Path, title: str, labels: Sequence[str], values: Sequence[float], unit: str) -> None:
+    """One bar per label, its value written on it."""
+    plt = _pyplot()
+    if plt is None:
+        return
+    figure, axes = plt.subplots(figsize=(6, 3.6))
+    drawn = axes.bar(list(labels), list(values), color="#4c72b0")
+    axes.bar_label(drawn, labels=[f"{value:.3g} {unit}" for value in values], fontsize=8)
+    axes.set_ylabel(unit)
+    axes.set_title(title, fontsize=10)
+    axes.set_ylim(0, 1.2 * max(values))
+    _save(figure, path)
+
+
+def cdf(path: Path, title: str, series: dict[str, Sequence[float]], unit: str = "ms") -> None:
+    """The cumulative share of samples under each value, one line per series."""
+    plt = _pyplot()
+    if plt is None:
+        return
+    figure, axes = plt.subplots(figsize=(6, 3.6))
+    for label, samples in series.items():
+        ordered = sorted(samples)
+        axes.plot(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], label=label)
+    axes.set_xlabel(unit)
+    axes.set_ylabel("share of requests")
+    axes.set_title(title, fontsize=10)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    _save(figure, path)
+
+
+def _save(figure, path: Path) -> None:  # noqa: ANN001
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    print(f"wrote {path}")
