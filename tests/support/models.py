@@ -33,8 +33,12 @@ def build_random(out_dir: Path, steps: int = 8, seed: int = 0) -> Path:
     return out_dir
 
 
-def build_memorized(out_dir: Path, train_steps: int = 500, seed: int = 0) -> Path:
-    """A checkpoint that completes ``MEMORIZED_PREFIX``/``MEMORIZED_SUFFIX`` with ``MEMORIZED_MIDDLE``."""
+def build_memorized(out_dir: Path, train_steps: int = 1000, seed: int = 0) -> Path:
+    """A checkpoint that completes ``MEMORIZED_PREFIX``/``MEMORIZED_SUFFIX`` with ``MEMORIZED_MIDDLE``.
+
+    Its sampler is the real one (temperature 0.8 -> 0.4), so an answer is a draw: after 500 steps 1 in 200 draws
+    was wrong (tests flaked); after 1,000 steps 0 in 1,400 were.
+    """
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)
     vocab_size = len(tokenizer)
