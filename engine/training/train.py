@@ -1,6 +1,6 @@
 """Train the shipped default DiffusionGemma on code with the full-sequence block-diffusion objective.
 
-    python -m engine.training.train --out DIR [--resume] [--minutes N] [--size S] [--threads 1]
+    python -m engine.training.train --out DIR [--resume] [--minutes N] [--size S] [--threads 1] [--device auto]
 
 Objective (DiffusionGemma, notes §8): uniform-state corruption with one level t ~ U(eps, 1) per (example, block),
 cross-entropy on every position of every block (prompt blocks, the middle, its <eos> and the <pad> after it), and
@@ -10,6 +10,9 @@ canvas-sized blocks at once, each against the clean tokens before it, through a 
 
 Writes into DIR: ``state.pt`` (model, optimizer, step, data position; ``--resume`` continues from it),
 ``train.log`` (JSON lines: train loss, held-out figures), ``best/`` and ``last/`` (``from_pretrained`` folders).
+
+On CUDA (``--device auto`` picks it when present) the forward passes run under bfloat16 autocast with fp32
+master weights and optimizer state; on CPU everything is fp32.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ def block_masks(start: torch.Tensor, block: torch.Tensor, window: int) -> dict[s
     inference cache holds) and the noisy keys of its own block, bidirectionally.
     """
     S = start.shape[1]
-    j = torch.arange(S)[None, None, :]
+    j = torch.arange(S, device=start.device)[None, None, :]
     st = start[:, :, None]
     clean_full = j < st
     clean_slide = clean_full & (j >= st - (window - 1))
@@ -88,28 +91,39 @@ def diffusion_forward(model, batch, sc_prob=0.5, eps=1e-3, t_override=None, self
     x0, block = batch["ids"], batch["block"]
     B, S = x0.shape
     V = model.config.text_config.vocab_size
+    device = x0.device
     cache = DynamicCache()  # config-less: keeps every position of every layer, with gradients
     model.model.encoder(input_ids=x0, cache=cache)
     # one level t per (example, block)
     if t_override is None:
-        t_blk = torch.empty(B, S).uniform_(eps, 1.0)
+        t_blk = torch.empty(B, S, device=device).uniform_(eps, 1.0)
         t = torch.gather(t_blk, 1, (block - block.min(1, keepdim=True).values).clamp(max=S - 1))
     else:
-        t = torch.full((B, S), float(t_override))
-    xt = torch.where(torch.rand(B, S) < t, torch.randint(0, V, (B, S)), x0)
+        t = torch.full((B, S), float(t_override), device=device)
+    xt = torch.where(torch.rand(B, S, device=device) < t, torch.randint(0, V, (B, S), device=device), x0)
     masks = block_masks(batch["start"], block, model.config.text_config.sliding_window)
-    pos = torch.arange(S)[None].expand(B, S)
+    pos = torch.arange(S, device=device)[None].expand(B, S)
     kw = dict(decoder_input_ids=xt, cache=cache, decoder_attention_mask=masks, decoder_position_ids=pos)
     sc_logits = sc_mask = None
     if self_condition:
         with torch.no_grad():
             sc_logits = model(**kw).logits
-        sc_mask = torch.rand(B) < sc_prob
+        sc_mask = torch.rand(B, device=device) < sc_prob
     logits = model(**kw, self_conditioning_logits=sc_logits, self_conditioning_mask=sc_mask).logits
     return logits, xt
 
 
+def autocast(device: torch.device) -> torch.autocast:
+    """bfloat16 forward passes on CUDA; nothing changes on CPU."""
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()}
+
+
 def weighted_ce(logits, batch, middle_weight: float):
+    logits = logits.float()
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["ids"].reshape(-1), reduction="none")
     w = batch["scored"].float() * (1.0 + (middle_weight - 1.0) * batch["middle"].float())
     return (ce * w.reshape(-1)).sum() / w.sum()
@@ -133,7 +147,7 @@ def infill(model, tokenizer, prompt_ids: list[int], seed: int = 0) -> tuple[str,
     """One canvas with ``model.generate`` (the engine's sampler settings); text up to the first <eos>."""
     torch.manual_seed(seed)
     C = model.config.canvas_length
-    out = model.generate(input_ids=torch.tensor([prompt_ids]), max_new_tokens=C)
+    out = model.generate(input_ids=torch.tensor([prompt_ids], device=model.device), max_new_tokens=C)
     new = out.sequences[0, len(prompt_ids) :].tolist()
     if EOS in new:
         new = new[: new.index(EOS)]
@@ -149,12 +163,14 @@ def evaluate(model, tokenizer, eval_batches, em_examples, middle_weight) -> dict
     torch.manual_seed(1234)  # the same corruption every evaluation
     losses, mid_losses, acc_all, acc_mid, n_all, n_mid = [], [], 0, 0, 0, 0
     for batch in eval_batches:
-        logits, _ = diffusion_forward(model, batch, sc_prob=0.5)
+        with autocast(model.device):
+            logits, _ = diffusion_forward(model, batch, sc_prob=0.5)
         losses.append(weighted_ce(logits, batch, 1.0).item())
         mid_losses.append(weighted_ce(logits, {**batch, "scored": batch["middle"]}, 1.0).item())
         # fully corrupted canvases (t = 1), one decoder pass without self-conditioning: what the first
         # denoising step sees
-        logits, _ = diffusion_forward(model, batch, t_override=1.0, self_condition=False)
+        with autocast(model.device):
+            logits, _ = diffusion_forward(model, batch, t_override=1.0, self_condition=False)
         hit = logits.argmax(-1) == batch["ids"]
         m = batch["middle"]
         acc_all += hit[m].sum().item()
@@ -206,7 +222,8 @@ def main() -> None:
     )
     parser.add_argument("--minutes", type=float, default=100.0, help="training time budget of this run")
     parser.add_argument("--size", default="mini", choices=sorted(configs.SIZES))
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     parser.add_argument("--canvas", type=int, default=32)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-3)
@@ -220,6 +237,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -239,7 +257,9 @@ def main() -> None:
     # fixed held-out sets
     held = ExampleStream(entries, maker, held_out=True, seed=12345)
     eval_examples = [next(held) for _ in range(args.n_eval)]
-    eval_batches = [pad_batch(eval_examples[i : i + 8], args.canvas) for i in range(0, len(eval_examples), 8)]
+    eval_batches = [
+        to_device(pad_batch(eval_examples[i : i + 8], args.canvas), device) for i in range(0, len(eval_examples), 8)
+    ]
     em_examples = []
     while len(em_examples) < args.n_em:
         ex = next(held)
@@ -253,21 +273,23 @@ def main() -> None:
     if args.init is not None and not (args.resume and state_file.exists()):
         # the shipped model's weights, with a fresh optimizer: how a later session continues training it
         model.load_state_dict(DiffusionGemmaForBlockDiffusion.from_pretrained(args.init).state_dict())
+    model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     step, trained_s, tokens, best = 0, 0.0, 0, None
     if args.resume and state_file.exists():
-        state = torch.load(state_file, weights_only=False)
+        state = torch.load(state_file, weights_only=False, map_location=device)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         step, trained_s, tokens, best = state["step"], state["trained_s"], state["tokens"], state["best"]
         stream.set_state(state["data_rng"])
-        torch.random.set_rng_state(state["torch_rng"])
+        torch.random.set_rng_state(state["torch_rng"].cpu())
         log({"event": "resume", "step": step, "trained_s": trained_s})
     else:
         n_params = sum(p.numel() for p in model.parameters())
         log(
             {
                 "event": "start",
+                "device": str(device),
                 "size": args.size,
                 "params": n_params,
                 "args": {k: str(v) for k, v in vars(args).items()},
@@ -330,10 +352,11 @@ def main() -> None:
             random.Random(step).shuffle(chunks)
             pending = [e for c in chunks for e in c]
         examples, pending = pending[: args.batch], pending[args.batch :]
-        batch = pad_batch(examples, args.canvas)
+        batch = to_device(pad_batch(examples, args.canvas), device)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, time.perf_counter() - run_start, budget, args.lr, args.warmup)
-        logits, _ = diffusion_forward(model, batch)
+        with autocast(device):
+            logits, _ = diffusion_forward(model, batch)
         loss = weighted_ce(logits, batch, args.middle_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
