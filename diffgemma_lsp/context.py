@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import attrs
 from lsprotocol import types
@@ -40,9 +41,11 @@ def _utf16_length(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-def clamp_position(document: TextDocument, position: types.Position) -> types.Position:
+def clamp_position(
+    document: TextDocument, position: types.Position, lines: Sequence[str] | None = None
+) -> types.Position:
     """The position with its character clamped to the line (as LSP says), or ``PositionError``."""
-    lines = document.lines
+    lines = document.lines if lines is None else lines
     if position.line < 0 or position.character < 0:
         raise PositionError(f"position {position.line}:{position.character} is negative")
     if position.line >= len(lines):
@@ -56,9 +59,11 @@ def clamp_position(document: TextDocument, position: types.Position) -> types.Po
 
 def build_context(document: TextDocument, position: types.Position, context_tokens: int) -> InfillContext:
     """Prefix and suffix around ``position`` within about ``context_tokens`` tokens (3/4 prefix, 1/4 suffix)."""
-    position = clamp_position(document, position)
+    lines = document.lines  # pygls splits the text anew on every access: once per request is enough
+    position = clamp_position(document, position, lines)
     source = document.source
-    offset = document.offset_at_position(position)
+    server = document.position_codec.position_from_client_units(lines, position)
+    offset = server.character + sum(map(len, lines[: server.line]))
     budget = max(context_tokens, 1) * CHARS_PER_TOKEN
     suffix_budget = budget // 4
     start = max(0, offset - (budget - suffix_budget))

@@ -43,9 +43,10 @@ class Token:
     opens: bool
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, eq=False)
 class Language:
-    """What post-processing knows about one language."""
+    """What post-processing knows about one language (one instance per language: compared and hashed by
+    identity, which keeps the ``code_of`` cache cheap)."""
 
     name: str
     blocks: Blocks
@@ -271,8 +272,12 @@ def scan(text: str, language: Language, state: State = None) -> tuple[list[Token
     return tokens, starts, state
 
 
+@functools.lru_cache(maxsize=8192)
 def code_of(line: str, language: Language) -> str:
-    """The line without a trailing line comment (approximate: the line is scanned on its own)."""
+    """The line without a trailing line comment (approximate: the line is scanned on its own).
+
+    Cached: the scope walks ask for the same lines of the prefix many times per request, and again on the
+    next keystroke."""
     _, comment = _scan_line(line, 0, language, None, [])
     return line if comment < 0 else line[:comment]
 
