@@ -171,7 +171,7 @@ def test_an_engine_that_dies_mid_request(isolated_env: Path, random_model_dir: P
         assert "engine" in body["error"]["message"] and "retry" in body["error"]["message"]
         deadline = time.monotonic() + 120
         while True:
-            status, _, body = post(server.url, {"prompt": "x = ", "max_tokens": 4})
+            status, _, body = post(server.url, {"prompt": "x = ", "max_tokens": 1}, timeout=120)
             if status == 200 or time.monotonic() > deadline:
                 break
             assert status == 503, body  # loading: "retry shortly", never a hang or a 500
@@ -191,14 +191,14 @@ def test_a_client_that_hangs_up_cancels_the_engines_work(isolated_env: Path, ran
             headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
         )
         time.sleep(1.0)
+        dropped = time.monotonic()
         connection.close()  # the user typed on: the editor drops the request
-        # The next request is answered promptly: the dropped one no longer holds the model for 250 steps.
-        started = time.monotonic()
-        status, _, body = post(server.url, {"prompt": "x = ", "max_tokens": 4})
-        assert status == 200, body
-        stats = _engine_stats(server.socket_path)
-        assert stats.replies.get("cancelled", 0) >= 1, stats
-        print(f"dropped request cancelled in the engine; next answer after {time.monotonic() - started:.2f} s")
+        # The engine stops denoising it (250 steps would take many seconds) and counts it as cancelled.
+        while (stats := _engine_stats(server.socket_path)).replies.get("cancelled", 0) < 1:
+            assert time.monotonic() - dropped < 60, stats
+            time.sleep(0.2)
+        assert stats.replies.get("length", 0) + stats.replies.get("eos", 0) == 0  # it did not run to the end
+        print(f"dropped request cancelled in the engine {time.monotonic() - dropped:.2f} s after the hang-up")
 
 
 def _engine_stats(socket_path: Path):  # noqa: ANN202
