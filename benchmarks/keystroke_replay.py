@@ -106,7 +106,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
                     {
                         "textDocument": {"uri": uri},
                         "position": {"line": line, "character": character},
-                        "context": {"triggerKind": 1},
+                        "context": {"triggerKind": 2},  # Automatic: the user is typing
                     },
                 )
                 await lsp.reply(request_id)
