@@ -1,0 +1,82 @@
+"""Time from starting ``diffgemma-engine serve`` (shipped model, CPU) to an engine ready to answer, and to the
+first completion.
+
+    python benchmarks/startup.py [--model DIR] [--runs 3] [--threads N]
+
+Each run starts a fresh engine process on a private socket, connects as the language server does, and records
+when the socket appears, when the model is loaded and warmed up (``ready``), and when a first infill has come
+back. Writes ``benchmarks/results/startup.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine import protocol  # noqa: E402
+
+
+async def one_run(model: Path | None, threads: int | None) -> dict[str, float]:
+    socket_path = Path(tempfile.mkdtemp(prefix="dg-start-", dir="/tmp")) / "engine.sock"
+    command = [sys.executable, "-m", "engine", "--log-level", "warning", "serve", "--socket", str(socket_path)]
+    command += ["--model", str(model)] if model else []
+    command += ["--threads", str(threads)] if threads else []
+    started = time.perf_counter()
+    engine = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
+    try:
+        while not socket_path.exists():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        listening = time.perf_counter()
+        reader, writer = await asyncio.open_unix_connection(str(socket_path))
+        writer.write(protocol.encode(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="startup")))
+        hello = await protocol.read_message(reader)
+        assert isinstance(hello, protocol.HelloOk), hello
+        if not hello.ready:
+            ready_message = await protocol.read_message(reader)
+            assert isinstance(ready_message, protocol.Ready), ready_message
+        ready = time.perf_counter()
+        writer.write(protocol.encode(protocol.Infill(id="1", uri="file:///a.py", prefix="def add(a, b):\n")))
+        result = await protocol.read_message(reader)
+        assert isinstance(result, protocol.Result), result
+        answered = time.perf_counter()
+        writer.close()
+    finally:
+        engine.terminate()
+        engine.wait(10)
+    return {
+        "socket_s": round(listening - started, 3),
+        "ready_s": round(ready - started, 3),
+        "first_completion_s": round(answered - started, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "startup.json")
+    args = parser.parse_args()
+    runs = [asyncio.run(one_run(args.model, args.threads)) for _ in range(args.runs)]
+    figures = {
+        "model": str(args.model or "default"),
+        "runs": runs,
+        **{f"{key}_median": statistics.median(run[key] for run in runs) for key in runs[0]},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
