@@ -83,7 +83,8 @@ async def errors_and_auth(request: web.Request, handler):  # noqa: ANN001, ANN20
         if request.path != "/health":
             given = request.headers.get("Authorization", "")
             scheme, _, token = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), request.app[API_KEY]):
+            wanted = request.app[API_KEY].encode()
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(errors="replace"), wanted):
                 raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", kind="auth_error")
         return await handler(request)
     except ApiError as exc:
@@ -100,9 +101,14 @@ async def health(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "engine": engine.state.value})
 
 
+def model_name(engine: EngineClient) -> str:
+    """The model's name for clients: its folder's name, not the server's path to it."""
+    model_id = engine.hello.model_id if engine.hello else ""
+    return Path(model_id).name or "diffgemma"
+
+
 async def models(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE]
-    return web.json_response(models_body(engine.hello.model_id if engine.hello else "diffgemma"))
+    return web.json_response(models_body(model_name(request.app[ENGINE])))
 
 
 def insertion_text(prefix: str, suffix: str, raw: str) -> str:
@@ -160,8 +166,9 @@ async def completions(request: web.Request) -> web.StreamResponse:
         if choices and (not text or any(text == seen for seen, _ in choices)):
             continue  # candidates that came out the same (or empty) after post-processing
         choices.append((text, "stop" if stopped or result.stop is protocol.StopReason.EOS else "length"))
-    model = engine.hello.model_id
-    answer = completion_body(completion_id, model, choices, result.timings.prompt_tokens, result.timings.new_tokens)
+    answer = completion_body(
+        completion_id, model_name(engine), choices, result.timings.prompt_tokens, result.timings.new_tokens
+    )
     logger.info(
         "%s: %d choice(s), %d chars, %s, %d steps, %.0f ms in the engine",
         completion_id,

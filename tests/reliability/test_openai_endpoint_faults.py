@@ -4,12 +4,15 @@ endpoint keeps serving; its key file is private."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
 import stat
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -73,6 +76,18 @@ def test_fuzzed_requests_get_clear_answers(endpoint: Endpoint) -> None:
     print(f"endpoint fuzz: {FUZZED_REQUESTS} requests from 8 clients -> {dict(sorted(statuses.items()))}")
     assert set(statuses) <= {200, 400}, statuses
     assert statuses.get(200, 0) > 0 and statuses.get(400, 0) > 0
+    status, _, answer = post(endpoint.url, GOOD)
+    assert status == 200 and answer["choices"][0]["text"] == MEMORIZED_MIDDLE
+
+
+def test_odd_authorization_headers_are_refused_cleanly(endpoint: Endpoint) -> None:
+    for value in ["Bearer ünïcode", "Bearer", "Basic dXNlcjpwYXNz", "bearer  " + "x" * 5000, "Bearer \t"]:
+        request = urllib.request.Request(
+            endpoint.url, data=json.dumps(GOOD).encode(), method="POST", headers={"Authorization": value}
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 401, value
     status, _, answer = post(endpoint.url, GOOD)
     assert status == 200 and answer["choices"][0]["text"] == MEMORIZED_MIDDLE
 
