@@ -68,6 +68,9 @@ class EngineClient:
         self.client_name = client_name
         self.state = EngineState.DISCONNECTED
         self.hello: protocol.HelloOk | None = None
+        self.load_failure: str | None = None
+        """Why the engine could not load its model; set, no engine is started again (a new client is needed,
+        e.g. after the model setting changes), so a bad model folder is not reloaded every few seconds."""
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[str, asyncio.Future[protocol.Result]] = {}
         self._ids = itertools.count(1)
@@ -106,6 +109,9 @@ class EngineClient:
             try:
                 reader = await self._connect()
             except (OSError, EOFError, TimeoutError, EngineRequestError, protocol.ProtocolError) as exc:
+                if isinstance(exc, EngineRequestError) and exc.error.code is protocol.ErrorCode.MODEL_ERROR:
+                    self._model_failed(exc.error.message)  # an engine whose model failed: do not retry it
+                    return
                 delay = RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]
                 attempt += 1
                 self._set_state(EngineState.FAILED, f"cannot reach the engine: {exc}")
@@ -115,6 +121,8 @@ class EngineClient:
             await self._read_loop(reader)
             self._writer = None
             self._fail_pending("the engine connection closed")
+            if self.load_failure is not None:
+                return  # reported when it arrived; the engine has exited
             if not self._closed:
                 self._set_state(EngineState.DISCONNECTED, "the engine connection closed; reconnecting")
 
@@ -196,7 +204,7 @@ class EngineClient:
         if message.id is None:
             logger.warning("engine: %s", message.message if isinstance(message, protocol.Error) else message)
             if isinstance(message, protocol.Error) and message.code is protocol.ErrorCode.MODEL_ERROR:
-                self._set_state(EngineState.FAILED, message.message)
+                self._model_failed(message.message)
             return
         future = self._pending.pop(message.id, None)
         if future is None or future.done():
@@ -205,6 +213,10 @@ class EngineClient:
             future.set_exception(EngineRequestError(message))
         else:
             future.set_result(message)
+
+    def _model_failed(self, message: str) -> None:
+        self.load_failure = f"{message.rstrip('.')} (check the model setting)"
+        self._set_state(EngineState.FAILED, self.load_failure)
 
     def _fail_pending(self, reason: str) -> None:
         pending, self._pending = self._pending, {}
@@ -225,6 +237,8 @@ class EngineClient:
     async def infill(self, request: protocol.Infill) -> protocol.Result:
         """Send ``request`` and wait for its result. Cancelling the caller cancels the engine's work."""
         writer = self._writer
+        if self.load_failure is not None:
+            raise EngineUnavailable(self.load_failure)
         if self.state is not EngineState.READY or writer is None:
             self.start()
             raise EngineUnavailable(f"the engine is {self.state.value}")

@@ -261,3 +261,31 @@ async def test_changing_the_model_setting_switches_engines(
         await client.shutdown_session()
         for path in sockets:
             _kill_engine(path, signal.SIGTERM)
+
+
+async def test_a_model_that_cannot_load_is_reported_once_and_not_retried(isolated_env: Path) -> None:
+    """A bad model folder: one message that says why, empty completions, and no engine restarted every few s."""
+    not_a_model = isolated_env / "not-a-model"
+    not_a_model.mkdir()
+    (not_a_model / "config.json").write_text("{}")
+    socket_path = isolated_env / "run" / "engine.sock"
+    log_file = isolated_env / "lsp.log"
+    command = [*server_command(socket_path, not_a_model), "--log-file", str(log_file)]
+    client = await start_client(command, init_options={"diffgemma": {"debounceMs": 0}})
+    try:
+        open_document(client, URI, SOURCE)
+        deadline = asyncio.get_running_loop().time() + 120
+        while not client.messages:
+            assert asyncio.get_running_loop().time() < deadline, log_file.read_text()
+            assert len((await complete(client, URI, *CURSOR)).items) == 0
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(8)  # long enough for several restarts, had there been any
+        for _ in range(5):
+            assert len((await complete(client, URI, *CURSOR)).items) == 0
+        assert len(client.messages) == 1, client.messages
+        message = client.messages[0].message
+        assert "failed to load" in message and "check the model setting" in message, message
+        assert log_file.read_text().count("starting engine") == 1
+    finally:
+        await client.shutdown_session()
+        _kill_engine(socket_path, signal.SIGTERM)
