@@ -17,6 +17,7 @@ PSM order (prefix first) instead of the engine's SPM order.
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import re
@@ -41,6 +42,8 @@ class FileEntry:
     chars: int
     language: str
     held_out: bool
+    text: str | None = None
+    """The file's text when it comes from a packed corpus (``engine.training.pack``); else read from ``path``."""
 
 
 def _usable(text: str) -> bool:
@@ -63,6 +66,13 @@ def build_file_list(cache_file: Path) -> list[FileEntry]:
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     cache_file.write_text(json.dumps([e.__dict__ for e in entries]))
     return entries
+
+
+def load_pack(path: Path) -> list[FileEntry]:
+    """The entries of a packed corpus (``engine.training.pack``), texts included: for a machine without the
+    sources this one has (a lent GPU machine)."""
+    with gzip.open(path, "rt", encoding="utf-8") as rows:
+        return [FileEntry(**json.loads(row)) for row in rows]
 
 
 def corpus_summary(entries: list[FileEntry]) -> dict:
@@ -196,7 +206,7 @@ class ExampleStream:
             files = self.groups[group] or self.groups["python"]
             entry = files[self.rng.randrange(len(files))]
             try:
-                text = Path(entry.path).read_text(encoding="utf-8")
+                text = entry.text if entry.text is not None else Path(entry.path).read_text(encoding="utf-8")
             except OSError:
                 continue
             example = self.maker.make(text, self.rng)

@@ -30,7 +30,16 @@ import torch
 import torch.nn.functional as F
 
 from engine.training import configs
-from engine.training.data import EOS, PAD, Example, ExampleMaker, ExampleStream, build_file_list, corpus_summary
+from engine.training.data import (
+    EOS,
+    PAD,
+    Example,
+    ExampleMaker,
+    ExampleStream,
+    build_file_list,
+    corpus_summary,
+    load_pack,
+)
 
 TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "default_model"
 EVAL_STEPS = 16  # denoising steps of the shipped generation config
@@ -234,6 +243,7 @@ def main() -> None:
     parser.add_argument("--n-eval", type=int, default=64, help="held-out examples for loss and accuracy")
     parser.add_argument("--n-em", type=int, default=40, help="held-out single-line infills for exact match")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--corpus", type=Path, default=None, help="a packed corpus (engine.training.pack)")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -251,7 +261,10 @@ def main() -> None:
         sys.stdout.flush()
 
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-    entries = build_file_list(Path(os.environ.get("DG_CACHE", ".cache/train")) / "files.json")
+    if args.corpus is not None:
+        entries = load_pack(args.corpus)
+    else:
+        entries = build_file_list(Path(os.environ.get("DG_CACHE", ".cache/train")) / "files.json")
     maker = ExampleMaker(tokenizer, args.canvas)
     stream = ExampleStream(entries, maker, held_out=False, seed=args.seed)
     # fixed held-out sets
