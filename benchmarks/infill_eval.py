@@ -11,6 +11,8 @@ suffix`` is run with the task's tests in a subprocess with a timeout: pass@1 (on
 (completion == canonical solution, ignoring leading/trailing blank space), tokens/s, ms per completion, tokens per
 forward, and the do-nothing floor (the gap filled with ``pass`` at the right indentation).
 
+``--pin-suffix N`` also holds the suffix's first N tokens fixed at the end of the canvas (notes §6.3), where the
+bidirectional decoder sees them at every step; the middle is what comes before them.
 ``--n`` takes N tasks spread evenly over the file (deterministic); ``--limit N`` takes the first N instead.
 ``--steps`` and ``--canvas`` take several values to sweep (every combination is run); the JSON holds every run
 (the top-level figures are the first run's) and a PNG plots pass@1 against the steps, with the floor.
@@ -103,6 +105,30 @@ def load_model(model_dir: Path, random_init: bool, seed: int):
     return model.float().eval(), tokenizer
 
 
+class PinCanvasTokens:
+    """A logits processor that holds canvas positions at fixed tokens (-1: free) at every denoising step: a
+    one-hot distribution there is sampled, accepted first (entropy 0) and fed back through self-conditioning."""
+
+    def __init__(self, pinned: torch.Tensor) -> None:
+        self.pinned = pinned
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:  # no **kwargs: see notes §6.3
+        forced = torch.full_like(scores, -1e9).scatter_(-1, self.pinned.clamp(min=0).unsqueeze(-1), 0.0)
+        return torch.where((self.pinned >= 0).unsqueeze(-1), forced, scores)
+
+
+def pin_suffix_kwargs(suffix_ids: list[int], canvas: int) -> dict:
+    """``generate`` arguments that pin ``suffix_ids`` at the end of the canvas (notes §6.3); {} when empty."""
+    if not suffix_ids:
+        return {}
+    from transformers import LogitsProcessorList
+
+    pinned = torch.full((1, canvas), -1, dtype=torch.long)
+    pinned[0, canvas - len(suffix_ids) :] = torch.tensor(suffix_ids)
+    start = torch.where(pinned >= 0, pinned, torch.randint(0, 8192, (1, canvas)))
+    return {"decoder_input_ids": start, "logits_processor": LogitsProcessorList([PinCanvasTokens(pinned)])}
+
+
 def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: dict, args, with_floor: bool) -> dict:  # noqa: ANN001
     """pass@1, exact match and speed of one setting on ``tasks`` (and the do-nothing floor if asked)."""
     from engine.prompt import PromptParts, build_fim_prompt
@@ -114,11 +140,14 @@ def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: d
             PromptParts(prefix=task["prompt"], suffix=task["suffix"]), encode, special, args.max_prompt_tokens
         )
         torch.manual_seed(args.seed + i)
+        extra = pin_suffix_kwargs(encode(task["suffix"])[: args.pin_suffix], gen_kwargs["max_new_tokens"])
         t0 = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(input_ids=torch.tensor([prompt.ids]), **gen_kwargs)
+            out = model.generate(input_ids=torch.tensor([prompt.ids]), **gen_kwargs, **extra)
         latencies.append(time.perf_counter() - t0)
         new = out.sequences[0, len(prompt.ids) :].tolist()
+        if extra:  # the pinned suffix tokens end the canvas; the middle is what comes before them
+            new = new[: len(new) - args.pin_suffix]
         if EOS in new:
             new = new[: new.index(EOS)]
         new = [t for t in new if t != PAD]
@@ -204,6 +233,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--raw", action="store_true", help="no post-processing of completions")
+    parser.add_argument(
+        "--pin-suffix", type=int, default=0, help="hold the suffix's first N tokens at the end of the canvas too"
+    )
     parser.add_argument("--random-init", action="store_true", help="same config, random weights (a baseline)")
     parser.add_argument("--no-floor", action="store_true", help="skip the do-nothing floor")
     parser.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/infill_eval[_raw].json")
@@ -244,6 +276,7 @@ def main() -> None:
         "model": str(args.model),
         "random_init": args.random_init,
         "raw": args.raw,
+        "pin_suffix": args.pin_suffix,
         "max_prompt_tokens": args.max_prompt_tokens,
         "threads": args.threads,
         "params": sum(p.numel() for p in model.parameters()),
