@@ -180,13 +180,10 @@ def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: d
 
 def plot_steps(report: dict, path: Path) -> None:
     """pass@1 against denoising steps, one line per split and canvas, the floor dashed."""
-    try:
-        import matplotlib
+    from benchmarks.plots import pyplot, save
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     figure, axes = plt.subplots(figsize=(6, 4))
     names = list(report["runs"][0]["splits"])
@@ -211,10 +208,7 @@ def plot_steps(report: dict, path: Path) -> None:
     axes.set_ylabel("pass@1 (%)")
     axes.set_title(f"HumanEval-infilling, {Path(report['model']).name}{' (raw)' if report['raw'] else ''}")
     axes.legend(fontsize=7)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    print(f"wrote {path}")
+    save(figure, path)
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def _pyplot():  # noqa: ANN202
+def pyplot():  # noqa: ANN202
     try:
         import matplotlib
 
@@ -21,7 +21,7 @@ def _pyplot():  # noqa: ANN202
 
 def bars(path: Path, title: str, labels: Sequence[str], values: Sequence[float], unit: str) -> None:
     """One bar per label, its value written on it."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return
     figure, axes = plt.subplots(figsize=(6, 3.6))
@@ -30,12 +30,12 @@ def bars(path: Path, title: str, labels: Sequence[str], values: Sequence[float],
     axes.set_ylabel(unit)
     axes.set_title(title, fontsize=10)
     axes.set_ylim(0, 1.2 * max(values))
-    _save(figure, path)
+    save(figure, path)
 
 
 def cdf(path: Path, title: str, series: dict[str, Sequence[float]], unit: str = "ms") -> None:
     """The cumulative share of samples under each value, one line per series."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return
     figure, axes = plt.subplots(figsize=(6, 3.6))
@@ -47,10 +47,10 @@ def cdf(path: Path, title: str, series: dict[str, Sequence[float]], unit: str = 
     axes.set_title(title, fontsize=10)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
-    _save(figure, path)
+    save(figure, path)
 
 
-def _save(figure, path: Path) -> None:  # noqa: ANN001
+def save(figure, path: Path) -> None:  # noqa: ANN001
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

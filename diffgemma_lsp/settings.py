@@ -23,14 +23,6 @@ def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
         raise ValueError(f"{attribute.name} must be 0 or more, got {value}")
 
 
-def _one_of(*choices: str):  # noqa: ANN202 - an attrs validator factory
-    def check(_: object, attribute: attrs.Attribute[str], value: str) -> None:
-        if value not in choices:
-            raise ValueError(f"{attribute.name} must be one of {', '.join(choices)}; got {value!r}")
-
-    return check
-
-
 @attrs.frozen(kw_only=True)
 class Settings:
     """What a user can configure."""
@@ -56,7 +48,7 @@ class Settings:
     candidates: int = attrs.field(default=3, validator=[attrs.validators.ge(1), attrs.validators.le(4)])
     """Completions computed in one batch for an explicitly invoked inline completion, to cycle through (1 to 4);
     typing and the completion menu compute one."""
-    backend: str = attrs.field(default="engine", validator=_one_of("engine", "openai"))
+    backend: str = attrs.field(default="engine", validator=attrs.validators.in_(("engine", "openai")))
     """engine: the local engine (started when none runs); openai: an OpenAI-compatible server at openaiUrl."""
     openai_url: str = ""
     """With backend openai: the server's completions URL, e.g. http://gpu-box:8000/v1/completions."""
@@ -64,7 +56,7 @@ class Settings:
     """With backend openai: the model name the server expects (vLLM: the served model name)."""
     openai_api_key_env: str = "DIFFGEMMA_API_KEY"
     """With backend openai: the environment variable that holds the API key (the key never goes in settings)."""
-    openai_prompt_format: str = attrs.field(default="suffix", validator=_one_of(*PROMPT_FORMATS))
+    openai_prompt_format: str = attrs.field(default="suffix", validator=attrs.validators.in_(PROMPT_FORMATS))
     """With backend openai: suffix (prompt plus suffix field), or a FIM format: star_coder, qwen, code_llama, ..."""
 
     def backend_key(self) -> tuple[str, ...]:

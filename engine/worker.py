@@ -111,7 +111,6 @@ class ModelWorker(threading.Thread):
             return
         try:
             if request.candidates > 1:
-                check_request(loaded, request)
                 text, stop, timings, alternatives = self._run_candidates(loaded, job)
             else:
                 text, stop, timings = self._run_with_memory_fallback(loaded, request, job)

@@ -124,6 +124,16 @@ class ExampleMaker:
         if len(starts) < 4:
             return None
         line_end = lambda s: (text.find("\n", s) + 1) or len(text)  # noqa: E731
+
+        def after_lines(start: int, count: int) -> int:
+            """The end of the ``count`` lines from ``start`` (fewer at the end of the text)."""
+            end = start
+            for _ in range(count):
+                if end >= len(text):
+                    break
+                end = line_end(end)
+            return end
+
         r = rng.random()
         # avoid blank lines as single-line middles most of the time
         for _ in range(8):
@@ -134,12 +144,7 @@ class ExampleMaker:
         if r < 0.50:
             return s, line_end(s), "line"
         if r < 0.75:
-            e = s
-            for _ in range(rng.randint(2, 6)):
-                if e >= len(text):
-                    break
-                e = line_end(e)
-            return s, e, "lines"
+            return s, after_lines(s, rng.randint(2, 6)), "lines"
         if r < 0.88:
             e = line_end(s)
             line = text[s:e]
@@ -147,12 +152,7 @@ class ExampleMaker:
             if e - s - indent < 4:
                 return s, e, "line"
             return rng.randint(s + indent + 1, e - 2), e, "partial"
-        e = s
-        for _ in range(rng.randint(1, 3)):
-            if e >= len(text):
-                break
-            e = line_end(e)
-        return s, e, "continuation"
+        return s, after_lines(s, rng.randint(1, 3)), "continuation"
 
     def make(self, text: str, rng: random.Random) -> Example | None:
         choice = self._choose_middle(text, rng)
