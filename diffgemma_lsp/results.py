@@ -21,9 +21,8 @@ def label_for(text: str) -> str:
     return first if len(first) <= LABEL_MAX else first[: LABEL_MAX - 1] + "…"
 
 
-def completion_item(context: InfillContext, text: str, snippets: bool, rank: int = 0) -> types.CompletionItem:
-    """One menu item that replaces the word before the cursor by that word plus the completion (``rank`` 0 is
-    the best of several candidates, and the only one preselected).
+def completion_item(context: InfillContext, text: str, snippets: bool) -> types.CompletionItem:
+    """One menu item that replaces the word before the cursor by that word plus the completion.
 
     Multi-line text goes as a snippet where the client supports snippets: Neovim inserts only the first word
     or line of a multi-line plain-text edit.
@@ -44,8 +43,8 @@ def completion_item(context: InfillContext, text: str, snippets: bool, rank: int
         filter_text=new_text.split("\n", 1)[0] or context.word,
         insert_text_format=types.InsertTextFormat.Snippet if as_snippet else types.InsertTextFormat.PlainText,
         text_edit=edit,
-        sort_text=str(rank),
-        preselect=rank == 0,
+        sort_text="0",
+        preselect=True,
     )
 
 

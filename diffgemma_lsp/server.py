@@ -330,7 +330,7 @@ async def completion(ls: DiffgemmaServer, params: types.CompletionParams) -> typ
     invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
     found = await ls.complete(params.text_document.uri, params.position, automatic=not invoked)
     snippets = _snippet_support(ls)
-    items = [completion_item(context, text, snippets, rank) for rank, (context, text) in enumerate(found)]
+    items = [completion_item(context, text, snippets) for context, text in found]  # one canvas: at most one
     return types.CompletionList(is_incomplete=True, items=items)
 
 
