@@ -4,7 +4,7 @@
 
 Each keystroke is a ``didChange`` followed by an inline completion request at the cursor, answered before the
 next keystroke (a user who pauses on every character: the worst case for the engine). For each request it
-records the end-to-end latency seen by the client and the engine's own time (queue + encode + denoise, from
+records the end-to-end latency seen by the client and the engine's own time (queue + tokenize + encode + denoise, from
 the server's ``diffgemma.status`` command); their difference is the language server's overhead.
 ``cache_hit_rate`` counts requests that reused work: the engine's encoded prefix (``prefix_reuse_rate``) or the
 completion already shown, when the user typed what it suggested (``shown_completion_reuse_rate``).
@@ -121,7 +121,9 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
                     cached.append(-1)
                     continue
                 timings = status["lastTimings"]
-                engine_ms.append(timings["queue_ms"] + timings["encode_ms"] + timings["denoise_ms"])
+                engine_ms.append(
+                    timings["queue_ms"] + timings["tokenize_ms"] + timings["encode_ms"] + timings["denoise_ms"]
+                )
                 steps.append(timings["steps"])
                 cached.append(timings["cached_tokens"])
                 prompt_tokens.append(timings["prompt_tokens"])

@@ -80,9 +80,9 @@ def render(report: dict[str, object]) -> str:
     if "probe" in report:
         probe = report["probe"]
         assert isinstance(probe, dict)
+        own_ms = probe["tokenize_ms"] + probe["encode_ms"] + probe["denoise_ms"]
         lines.append(
-            f"test completion {probe['stop']}: {probe['encode_ms'] + probe['denoise_ms']:.0f} ms, "
-            f"{probe['steps']} steps, {probe['new_tokens']} tokens"
+            f"test completion {probe['stop']}: {own_ms:.0f} ms, {probe['steps']} steps, {probe['new_tokens']} tokens"
         )
     lines.append(f"status          {'PROBLEM: ' + str(report['problem']) if 'problem' in report else 'ok'}")
     return "\n".join(lines)

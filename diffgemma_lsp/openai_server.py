@@ -176,7 +176,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         len(choices[0][0]),
         choices[0][1],
         result.timings.steps,
-        result.timings.queue_ms + result.timings.encode_ms + result.timings.denoise_ms,
+        result.timings.total_ms,
     )
     if not wanted.stream:
         return web.json_response(answer)

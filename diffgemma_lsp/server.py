@@ -273,11 +273,13 @@ class DiffgemmaServer(LanguageServer):
         self.last_timings = result.timings
         timings = result.timings
         logger.info(
-            "request %s: %s in %.0f ms (queue %.0f, encode %.0f, denoise %.0f ms, %d steps, %d tokens, %d cached)",
+            "request %s: %s in %.0f ms (queue %.0f, tokenize %.1f, encode %.0f, denoise %.0f ms, %d steps, %d tokens,"
+            " %d cached)",
             request.id,
             result.stop.value,
             self.last_latency_ms,
             timings.queue_ms,
+            timings.tokenize_ms,
             timings.encode_ms,
             timings.denoise_ms,
             timings.steps,

@@ -64,12 +64,14 @@ def run_batch(loaded: LoadedModel, jobs: list[Job]) -> list[tuple[str, protocol.
     assert loaded.prefix_cache is not None
     canvas_length, steps = check_request(loaded, jobs[0].request)
     device = loaded.device
-    views, reused, prompt_lengths, encode_ms = [], [], [], []
+    views, reused, prompt_lengths, tokenize_ms, encode_ms = [], [], [], [], []
     for job in jobs:
-        ids = prompt_ids(loaded, job.request)
         start = time.perf_counter()
+        ids = prompt_ids(loaded, job.request)
+        tokenized = time.perf_counter()
         view, cached = loaded.prefix_cache.prepare(job.key, ids)
-        encode_ms.append((time.perf_counter() - start) * 1000)
+        tokenize_ms.append((tokenized - start) * 1000)
+        encode_ms.append((time.perf_counter() - tokenized) * 1000)
         views.append(view)
         reused.append(cached)
         prompt_lengths.append(len(ids))
@@ -96,6 +98,7 @@ def run_batch(loaded: LoadedModel, jobs: list[Job]) -> list[tuple[str, protocol.
             loaded,
             denoised.tokens[row].tolist(),
             denoised.row_stops[row],
+            tokenize_ms=tokenize_ms[row],
             encode_ms=encode_ms[row],
             denoise_ms=denoise_ms,
             steps=denoised.row_steps[row],

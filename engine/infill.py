@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Hashable
 
 import torch
@@ -79,7 +80,9 @@ def run_infill(
     canvas_length, steps = check_request(loaded, request)
     if time_left_ms is not None:
         steps = loaded.clock.step_budget(canvas_length, steps, time_left_ms)
+    started = time.perf_counter()
     ids = prompt_ids(loaded, request)
+    tokenize_ms = (time.perf_counter() - started) * 1000
     generator = None
     if request.seed is not None:
         generator = torch.Generator(device=loaded.device).manual_seed(request.seed)
@@ -100,6 +103,7 @@ def run_infill(
         loaded,
         out.tokens[0].tolist(),
         out.stopped_by,
+        tokenize_ms=tokenize_ms,
         encode_ms=out.encode_ms,
         denoise_ms=out.denoise_ms,
         steps=out.steps,

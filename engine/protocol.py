@@ -87,6 +87,8 @@ class Timings:
 
     queue_ms: float = 0.0
     """From arrival to the start of work."""
+    tokenize_ms: float = 0.0
+    """Prompt layout and tokenization."""
     encode_ms: float = 0.0
     """Prompt prefill into the cache."""
     denoise_ms: float = 0.0
@@ -98,6 +100,11 @@ class Timings:
     """Tokens in the completion, end-of-sequence excluded."""
     cached_tokens: int = 0
     """Prompt tokens whose encoding was reused from an earlier request."""
+
+    @property
+    def total_ms(self) -> float:
+        """The engine's own time for the request: queue, tokenization, prefill and denoising."""
+        return self.queue_ms + self.tokenize_ms + self.encode_ms + self.denoise_ms
 
 
 @attrs.frozen(kw_only=True)

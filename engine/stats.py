@@ -38,7 +38,7 @@ class ReplyLog:
             self.counts[reply.stop.value] += 1
             timings = reply.timings
             if reply.stop in (protocol.StopReason.EOS, protocol.StopReason.LENGTH, protocol.StopReason.DEADLINE):
-                self.recent_ms.append(timings.queue_ms + timings.encode_ms + timings.denoise_ms)
+                self.recent_ms.append(timings.total_ms)
         else:
             self.counts[reply.code.value] += 1
             self.last_error = f"{reply.code.value}: {reply.message}"

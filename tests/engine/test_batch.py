@@ -59,6 +59,7 @@ async def test_run_batch_serves_each_row_and_stops_a_cancelled_one(memorized_mod
     assert results[0][1] is protocol.StopReason.EOS
     assert results[3][1] is protocol.StopReason.CANCELLED and results[3][0] == "" and results[3][2].steps == 0
     assert results[1][2].prompt_tokens > results[0][2].prompt_tokens
+    assert all(timings.tokenize_ms > 0 for _, _, timings in results[:3])
     seeded = Job(
         request=protocol.Infill(id="s", uri="u", prefix="x", seed=1),
         key=(1, "u"),

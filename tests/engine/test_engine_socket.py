@@ -58,6 +58,9 @@ async def test_infill_returns_the_multi_line_middle_with_timings(client: RawClie
     assert result.timings.new_tokens > 0
     assert result.timings.prompt_tokens > 0
     assert result.timings.denoise_ms > 0
+    assert result.timings.tokenize_ms > 0
+    own = result.timings
+    assert own.total_ms == own.queue_ms + own.tokenize_ms + own.encode_ms + own.denoise_ms
 
 
 async def test_next_keystroke_reuses_the_encoded_prefix(client: RawClient) -> None:
