@@ -1,12 +1,12 @@
 """Pack the training corpus into one gzip file, for a machine that does not have this one's sources.
 
-    python -m engine.training.pack --out .cache/train/corpus.jsonl.gz [--max-mb 56] [--seed 0]
+    python -m engine.training.pack --out .cache/gpu/corpus.jsonl.gz [--max-mb 34] [--seed 0]
 
-A lent GPU machine starts bare and takes at most 64 MiB of files along with the repository, so the corpus that
+A lent GPU machine starts bare and takes at most 64 MiB of files, the repository included, so the corpus that
 ``train.py`` reads from this machine's files (``.cache/train/files.json``) travels as JSON lines of
 ``{path, chars, language, held_out, text}``: every held-out file (so held-out figures stay comparable), then
 training files in a seeded random order until the compressed size reaches ``--max-mb``. Train from it with
-``python -m engine.training.train --corpus PACK ...``.
+``python -m engine.training.train --corpus PACK ...`` (``engine/training/device_train.sh`` does, on a lent GPU).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def pack(entries: list, out: Path, max_bytes: int, seed: int) -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--max-mb", type=float, default=56.0, help="compressed size to stop at")
+    parser.add_argument("--max-mb", type=float, default=34.0, help="compressed size to stop at")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     entries = build_file_list(Path(os.environ.get("DG_CACHE", ".cache/train")) / "files.json")

@@ -18,12 +18,15 @@ master weights and optimizer state; on CPU everything is fp32.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
+import multiprocessing
 import os
 import random
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -138,6 +141,41 @@ def weighted_ce(logits, batch, middle_weight: float):
     return (ce * w.reshape(-1)).sum() / w.sum()
 
 
+def batch_group(stream, batch: int, canvas: int, seed: int) -> list[dict[str, torch.Tensor]]:
+    """Four batches from ``stream``: its next 4 x ``batch`` examples sorted by length, so that the rows of a batch
+    have similar lengths (little row padding), in an order shuffled by ``seed``."""
+    examples = sorted((next(stream) for _ in range(4 * batch)), key=lambda e: len(e.ids))
+    chunks = [examples[i : i + batch] for i in range(0, len(examples), batch)]
+    random.Random(seed).shuffle(chunks)
+    return [pad_batch(chunk, canvas) for chunk in chunks]
+
+
+_worker_stream: ExampleStream | None = None
+
+
+def _worker_group(job: tuple[int, int, int, int]) -> list[dict[str, torch.Tensor]]:
+    """A worker's ``batch_group``, its examples drawn from an RNG seeded by the group number alone."""
+    assert _worker_stream is not None
+    seed, group, batch, canvas = job
+    _worker_stream.rng.seed(seed * 1_000_003 + group)
+    return batch_group(_worker_stream, batch, canvas, group)
+
+
+def worker_batches(entries: list, tokenizer, args: argparse.Namespace, start: int) -> Iterator[dict]:
+    """Batches made by ``args.workers`` forked processes (on a GPU, making and tokenizing examples in one CPU
+    process would be the bottleneck). Group n is the same whatever the number of workers; a resumed run
+    continues at group ``start``, so its examples differ from the in-process stream's."""
+    global _worker_stream
+    _worker_stream = ExampleStream(entries, ExampleMaker(tokenizer, args.canvas), held_out=False, seed=args.seed)
+    pool = multiprocessing.get_context("fork").Pool(args.workers)  # the workers inherit the corpus
+    jobs = ((args.seed, group, args.batch, args.canvas) for group in itertools.count(start))
+    try:
+        for group in pool.imap(_worker_group, jobs, chunksize=1):
+            yield from group
+    finally:
+        pool.terminate()
+
+
 def lr_at(step: int, elapsed: float, budget: float, peak: float, warmup: int) -> float:
     """Linear warm-up over ``warmup`` steps, then cosine from peak to 10% over the time budget of this run."""
     warm = min(1.0, (step + 1) / warmup)
@@ -244,6 +282,9 @@ def main() -> None:
     parser.add_argument("--n-em", type=int, default=40, help="held-out single-line infills for exact match")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--corpus", type=Path, default=None, help="a packed corpus (engine.training.pack)")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="processes that make the batches (0: in this process, resumable)"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -355,17 +396,13 @@ def main() -> None:
     last_save = last_eval = time.perf_counter()
     run_eval() if step == 0 else None
     window_loss, window_n, window_t = 0.0, 0, time.perf_counter()
-    pending: list[Example] = []
+    if args.workers:
+        batches = worker_batches(entries, tokenizer, args, start=step)
+    else:
+        batches = (b for n in itertools.count(step) for b in batch_group(stream, args.batch, args.canvas, n))
     while time.perf_counter() - run_start < budget:
         t0 = time.perf_counter()
-        # draw 4 batches' worth, sort by length so rows of a batch have similar lengths (little row padding)
-        if not pending:
-            pending = sorted((next(stream) for _ in range(4 * args.batch)), key=lambda e: len(e.ids))
-            chunks = [pending[i : i + args.batch] for i in range(0, len(pending), args.batch)]
-            random.Random(step).shuffle(chunks)
-            pending = [e for c in chunks for e in c]
-        examples, pending = pending[: args.batch], pending[args.batch :]
-        batch = to_device(pad_batch(examples, args.canvas), device)
+        batch = to_device(next(batches), device)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, time.perf_counter() - run_start, budget, args.lr, args.warmup)
         with autocast(device):

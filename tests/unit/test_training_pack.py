@@ -39,3 +39,27 @@ def test_pack_round_trip_and_examples(tmp_path: Path) -> None:
 def test_a_size_cap_keeps_every_held_out_file(tmp_path: Path) -> None:
     kept = pack(_entries(tmp_path), tmp_path / "small.jsonl.gz", max_bytes=1, seed=0)
     assert [entry.held_out for entry in kept] == [True, False]  # all held-out files, then one past the cap
+
+
+def test_worker_batches_do_not_depend_on_the_number_of_workers(tmp_path: Path) -> None:
+    import argparse
+    import itertools
+
+    import torch
+
+    from engine.training.train import worker_batches
+
+    entries = _entries(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)
+
+    def first(workers: int, start: int) -> list[dict[str, torch.Tensor]]:
+        args = argparse.Namespace(workers=workers, seed=3, batch=2, canvas=32)
+        batches = worker_batches(entries, tokenizer, args, start=start)
+        taken = list(itertools.islice(batches, 8))  # two groups of four batches
+        batches.close()  # ends the worker pool
+        return taken
+
+    one, two = first(1, start=0), first(2, start=0)
+    assert all(torch.equal(a["ids"], b["ids"]) for a, b in zip(one, two, strict=True))
+    assert all(a["ids"].shape[0] == 2 for a in one)
+    assert not torch.equal(first(1, start=5)[0]["ids"], one[0]["ids"])  # a resumed run continues elsewhere

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Continue training the shipped model on a lent GPU machine, as ONE call of the `device` tool.
+#
+# That machine starts bare, reaches no network, takes at most 64 MiB of files with the repository, and gives back
+# at most 8 files of 16 MiB from $OUT. So, here first (see engine/training/README.md, "On a lent GPU"):
+#
+#   python -m engine.training.pack --out .cache/gpu/corpus.jsonl.gz --max-mb 34
+#   python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux2014_x86_64 -d .cache/gpu/whl transformers==5.24.0
+#
+# then   run(command="bash engine/training/device_train.sh 7", carry=[".cache/gpu"], timeout_s=600)
+# and    python -m engine.training.export --src <files_at>/model    (or copy its three files into engine/default_model)
+#
+# It trains from engine/default_model's weights for MINUTES (first argument, default 7) with a fresh optimizer,
+# after a 30-second smoke run that fails fast, and leaves in $OUT: model/ (config, weights, generation config)
+# and train.log. DEVICE, PYTHON, BATCH and WORKERS can be overridden, e.g. for a dry run on a CPU:
+#   DEVICE=cpu PYTHON=.venv/bin/python BATCH=8 WORKERS=2 OUT=/tmp/out bash engine/training/device_train.sh 0.3
+set -euo pipefail
+
+MINUTES=${1:-7}
+DEVICE=${DEVICE:-cuda}
+PYTHON=${PYTHON:-python3}
+BATCH=${BATCH:-256}
+WORKERS=${WORKERS:-12}
+OUT=${OUT:?set OUT to the folder that comes back}
+SITE=$(mktemp -d)
+
+"$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .cache/gpu/whl/*.whl
+export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
+"$PYTHON" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, \
+'cuda', torch.cuda.is_available() and torch.cuda.get_device_name())"
+
+common=(--device "$DEVICE" --corpus .cache/gpu/corpus.jsonl.gz --init engine/default_model --workers "$WORKERS"
+    --batch "$BATCH" --lr 2e-3 --warmup 100 --save-minutes 1000)
+"$PYTHON" -m engine.training.train "${common[@]}" --out "$SITE/smoke" --minutes 0.5 --eval-minutes 1000 --n-em 2 \
+    | grep -v '"event": "train"' | cut -c1-400
+"$PYTHON" -m engine.training.train "${common[@]}" --out "$SITE/run" --minutes "$MINUTES" --eval-minutes 2 \
+    | grep -v '"event": "train"' | cut -c1-600
+"$PYTHON" -m engine.training.export --src "$SITE/run/last" --dst "$OUT/model"
+cp "$SITE/run/train.log" "$OUT/train.log"
