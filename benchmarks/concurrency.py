@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import machine_report  # noqa: E402
 from benchmarks.plots import bars  # noqa: E402
 from engine import protocol  # noqa: E402
 from tests.support.engine import RawClient  # noqa: E402
@@ -94,8 +95,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "concurrency.json")
     args = parser.parse_args()
+    machine = machine_report()  # before the benchmark loads the machine
     figures = asyncio.run(run(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    figures["machine"] = machine
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
     bars(

@@ -26,6 +26,7 @@ from transformers import DynamicCache, Gemma4ForCausalLM, Gemma4TextConfig
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import machine_report  # noqa: E402
 from benchmarks.plots import bars  # noqa: E402
 from engine.denoise import run_canvas  # noqa: E402
 from engine.model import load_model  # noqa: E402
@@ -70,6 +71,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "diffusion_vs_ar.json")
     args = parser.parse_args()
+    machine = machine_report()  # before the benchmark loads the machine
     if args.threads:
         torch.set_num_threads(args.threads)
     loaded = load_model(args.model)
@@ -122,6 +124,7 @@ def main() -> None:
         "tokens_per_s_ratio": round(ar_total / dg_total, 3),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    figures["machine"] = machine
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
     bars(

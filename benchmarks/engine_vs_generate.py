@@ -27,6 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import machine_report  # noqa: E402
 from benchmarks.plots import bars  # noqa: E402
 from engine import protocol  # noqa: E402
 from engine.denoise import cut_at_eos, run_canvas  # noqa: E402
@@ -61,6 +62,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "engine_vs_generate.json")
     args = parser.parse_args()
+    machine = machine_report()  # before the benchmark loads the machine
     if args.threads:
         torch.set_num_threads(args.threads)
     loaded = load_model(args.model)
@@ -109,6 +111,7 @@ def main() -> None:
         "encode_ms_median": round(statistics.median(encode_ms), 2),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    figures["machine"] = machine
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
     bars(

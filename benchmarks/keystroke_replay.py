@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import machine_report  # noqa: E402
 from benchmarks.plots import cdf  # noqa: E402
 from tests.support.lsp import RawLsp, server_command  # noqa: E402
 
@@ -145,7 +146,6 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
         "cache_hit_rate": round(sum(c != 0 for c in cached) / len(cached), 3),
         "prefix_reuse_rate": round(sum(c > 0 for c in cached) / len(cached), 3),
         "shown_completion_reuse_rate": round(sum(c < 0 for c in cached) / len(cached), 3),
-        "machine": f"{sys.platform}, torch threads default",
         "samples_ms": {"end_to_end": [round(v, 1) for v in latencies], "engine": [round(v, 1) for v in engine_ms]},
     }
 
@@ -159,8 +159,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "keystroke_replay.json")
     args = parser.parse_args()
+    machine = machine_report()  # before the benchmark loads the machine
     figures = asyncio.run(replay(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    figures["machine"] = machine
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     samples = figures.pop("samples_ms")
     print(json.dumps(figures, indent=2))

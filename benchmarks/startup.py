@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import machine_report  # noqa: E402
 from engine import protocol  # noqa: E402
 
 
@@ -67,6 +68,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "startup.json")
     args = parser.parse_args()
+    machine = machine_report()  # before the benchmark loads the machine
     runs = [asyncio.run(one_run(args.model, args.threads)) for _ in range(args.runs)]
     figures = {
         "model": str(args.model or "default"),
@@ -74,6 +76,7 @@ def main() -> None:
         **{f"{key}_median": statistics.median(run[key] for run in runs) for key in runs[0]},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    figures["machine"] = machine
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
 
