@@ -26,6 +26,7 @@ from transformers import (
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.plots import pyplot, save  # noqa: E402
 from engine.denoise import SamplerSettings, run_canvas  # noqa: E402
 from engine.prefix_cache import PrefixCache  # noqa: E402
 from engine.training.configs import text_only_config  # noqa: E402
@@ -90,6 +91,26 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+def plot(figures: dict, path: Path) -> None:
+    """Milliseconds per completion against denoising steps, one line per canvas (dashed: no prefix reuse)."""
+    plt = pyplot()
+    if plt is None:
+        return
+    figure, axes = plt.subplots(figsize=(6, 3.6))
+    for canvas in sorted({row["canvas"] for row in figures["rows"]}):
+        for reuse, style in ((True, "-"), (False, "--")):
+            rows = [r for r in figures["rows"] if r["canvas"] == canvas and r["prefix_reuse"] == reuse]
+            label = f"canvas {canvas}" + ("" if reuse else ", no reuse")
+            steps, ms = [r["steps"] for r in rows], [r["ms_per_completion"] for r in rows]
+            axes.plot(steps, ms, style, marker="o", label=label)
+    axes.set_xlabel("denoising steps (all run)")
+    axes.set_ylabel("ms per completion")
+    axes.set_title(f"{figures['shape']} shape, {figures['dtype']}, {figures['device']}", fontsize=10)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7)
+    save(figure, path)
+
+
 def main() -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -145,6 +166,7 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    plot(figures, args.out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

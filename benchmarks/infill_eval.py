@@ -8,8 +8,9 @@ Each task's prompt (text before the gap) and suffix (text after it) go through t
 config (the same entropy-bound sampler, linear temperature and stable-and-confident stop the engine uses), after
 ``torch.manual_seed``. The completion is the canvas text up to the first <eos>. The program ``prompt + completion +
 suffix`` is run with the task's tests in a subprocess with a timeout: pass@1 (one sample). Also reported: exact match
-(completion == canonical solution, ignoring leading/trailing blank space), tokens/s, ms per completion, tokens per
-forward, and the do-nothing floor (the gap filled with ``pass`` at the right indentation).
+(completion == canonical solution, ignoring leading/trailing blank space), ``parses`` (the share of filled-in
+programs that are valid Python, tests aside: whether the completions read as code), tokens/s, ms per
+completion, tokens per forward, and the do-nothing floor (the gap filled with ``pass`` at the right indentation).
 
 ``--pin-suffix N`` also holds the suffix's first N tokens fixed at the end of the canvas (notes §6.3), where the
 bidirectional decoder sees them at every step; the middle is what comes before them.
@@ -64,6 +65,15 @@ def run_tests(program: str, timeout: float) -> bool:
         except subprocess.TimeoutExpired:
             return False
         return done.returncode == 0
+
+
+def compiles(program: str) -> bool:
+    """Whether the filled-in program is valid Python (whatever its tests say): does the completion read as code."""
+    try:
+        compile(program, "<task>", "exec")
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def program_for(task: dict, middle: str, suffix: str | None = None) -> str:
@@ -133,8 +143,8 @@ def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: d
     """pass@1, exact match and speed of one setting on ``tasks`` (and the do-nothing floor if asked)."""
     from engine.prompt import PromptParts, build_fim_prompt
 
-    passed = exact = floor_passed = 0
-    latencies, n_tokens, tpfs, samples = [], 0, [], []
+    passed = exact = floor_passed = parses = 0
+    latencies, n_tokens, tpfs, samples, passed_ids = [], 0, [], [], []
     for i, task in enumerate(tasks):
         prompt = build_fim_prompt(
             PromptParts(prefix=task["prompt"], suffix=task["suffix"]), encode, special, args.max_prompt_tokens
@@ -154,8 +164,12 @@ def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: d
         n_tokens += len(new)
         tpfs.append(float(out.tokens_per_forward[0]))
         completion, suffix = finish(task, tokenizer.decode(new, skip_special_tokens=True), args.raw)
-        ok = run_tests(program_for(task, completion, suffix), args.timeout)
+        program = program_for(task, completion, suffix)
+        ok = run_tests(program, args.timeout)
+        parses += compiles(program)
         passed += ok
+        if ok:
+            passed_ids.append(task.get("task_id", str(i)))
         exact += completion.strip() == task["canonical_solution"].strip()
         if with_floor:
             floor_passed += run_tests(program_for(task, floor_middle(task)), args.timeout)
@@ -168,6 +182,7 @@ def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: d
         "n_tasks": n,
         "pass_at_1": passed / n,
         "exact_match": exact / n,
+        "parses": parses / n,
         "floor_pass_at_1": floor_passed / n if with_floor else None,
         "tokens_per_s": n_tokens / sum(latencies),
         "ms_per_completion": 1000 * sum(latencies) / n,
@@ -175,6 +190,7 @@ def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: d
         "tokens_per_forward": sum(tpfs) / n,
         "tokens_per_completion": n_tokens / n,
         "samples": samples,
+        "passed_task_ids": passed_ids,
     }
 
 
@@ -295,7 +311,7 @@ def main() -> None:
                     floors[name] = result["floor_pass_at_1"]
                 result["floor_pass_at_1"] = floors.get(name)
                 run["splits"][name] = result
-                summary = {k: v for k, v in result.items() if k != "samples"}
+                summary = {k: v for k, v in result.items() if k not in ("samples", "passed_task_ids")}
                 print(json.dumps({"split": name, "canvas": canvas, "steps": steps, **summary}), flush=True)
             report["runs"].append(run)
     # the first run's figures at the top level, for tools that read one result

@@ -8,19 +8,19 @@
 #   python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux2014_x86_64 -d .cache/gpu/whl transformers==5.24.0
 #
-# then   run(command="bash engine/training/device_train.sh 7", carry=[".cache/gpu"], timeout_s=600)
+# then   run(command="export OUT; bash engine/training/device_train.sh 6", carry=[".cache/gpu"], timeout_s=570)
 # and    python -m engine.training.export --src <files_at>/model    (or copy its three files into engine/default_model)
 #
-# It trains from engine/default_model's weights for MINUTES (first argument, default 7) with a fresh optimizer,
+# It trains from engine/default_model's weights for MINUTES (first argument, default 6) with a fresh optimizer,
 # after a 30-second smoke run that fails fast, and leaves in $OUT: model/ (config, weights, generation config)
 # and train.log. DEVICE, PYTHON, BATCH and WORKERS can be overridden, e.g. for a dry run on a CPU:
 #   DEVICE=cpu PYTHON=.venv/bin/python BATCH=8 WORKERS=2 OUT=/tmp/out bash engine/training/device_train.sh 0.3
 set -euo pipefail
 
-MINUTES=${1:-7}
+MINUTES=${1:-6}
 DEVICE=${DEVICE:-cuda}
 PYTHON=${PYTHON:-python3}
-BATCH=${BATCH:-256}
+BATCH=${BATCH:-512}
 WORKERS=${WORKERS:-12}
 OUT=${OUT:?set OUT to the folder that comes back}
 SITE=$(mktemp -d)

@@ -153,12 +153,15 @@ def batch_group(stream, batch: int, canvas: int, seed: int) -> list[dict[str, to
 _worker_stream: ExampleStream | None = None
 
 
-def _worker_group(job: tuple[int, int, int, int]) -> list[dict[str, torch.Tensor]]:
+def _worker_group(job: tuple[int, int, int, int]) -> list[dict]:
     """A worker's ``batch_group``, its examples drawn from an RNG seeded by the group number alone."""
     assert _worker_stream is not None
     seed, group, batch, canvas = job
     _worker_stream.rng.seed(seed * 1_000_003 + group)
-    return batch_group(_worker_stream, batch, canvas, group)
+    # numpy arrays travel by value; tensors would go through file descriptors shared between processes
+    return [
+        {name: tensor.numpy() for name, tensor in b.items()} for b in batch_group(_worker_stream, batch, canvas, group)
+    ]
 
 
 def worker_batches(entries: list, tokenizer, args: argparse.Namespace, start: int) -> Iterator[dict]:
@@ -171,7 +174,8 @@ def worker_batches(entries: list, tokenizer, args: argparse.Namespace, start: in
     jobs = ((args.seed, group, args.batch, args.canvas) for group in itertools.count(start))
     try:
         for group in pool.imap(_worker_group, jobs, chunksize=1):
-            yield from group
+            for arrays in group:
+                yield {name: torch.from_numpy(array) for name, array in arrays.items()}
     finally:
         pool.terminate()
 
