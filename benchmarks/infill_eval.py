@@ -19,6 +19,8 @@ bidirectional decoder sees them at every step; the middle is what comes before t
 (the top-level figures are the first run's) and a PNG plots pass@1 against the steps, with the floor.
 Without ``--raw`` each completion goes through the language server's post-processing
 (``diffgemma_lsp.postprocess``) first, as it would before reaching the editor; ``--raw`` scores the model's text.
+``--also-raw`` tests both on the same completions (``raw_pass_at_1`` beside ``pass_at_1``, and the tasks that
+only one of them passes): the paired measure of what post-processing adds.
 Data: ../shared/data/humaneval-infilling (``--data`` takes any .jsonl[.gz] of the same fields). Never train on it.
 """
 
@@ -143,8 +145,10 @@ def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: d
     """pass@1, exact match and speed of one setting on ``tasks`` (and the do-nothing floor if asked)."""
     from engine.prompt import PromptParts, build_fim_prompt
 
-    passed = exact = floor_passed = parses = 0
+    passed = exact = floor_passed = parses = raw_passed = 0
     latencies, n_tokens, tpfs, samples, passed_ids = [], 0, [], [], []
+    only_processed: list[str] = []  # with --also-raw: passed with post-processing only, or raw only
+    only_raw: list[str] = []
     for i, task in enumerate(tasks):
         prompt = build_fim_prompt(
             PromptParts(prefix=task["prompt"], suffix=task["suffix"]), encode, special, args.max_prompt_tokens
@@ -163,13 +167,20 @@ def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: d
         new = [t for t in new if t != PAD]
         n_tokens += len(new)
         tpfs.append(float(out.tokens_per_forward[0]))
-        completion, suffix = finish(task, tokenizer.decode(new, skip_special_tokens=True), args.raw)
+        text = tokenizer.decode(new, skip_special_tokens=True)
+        completion, suffix = finish(task, text, args.raw)
         program = program_for(task, completion, suffix)
         ok = run_tests(program, args.timeout)
         parses += compiles(program)
         passed += ok
+        task_id = task.get("task_id", str(i))
         if ok:
-            passed_ids.append(task.get("task_id", str(i)))
+            passed_ids.append(task_id)
+        if args.also_raw and not args.raw:  # the same completion, as the model wrote it
+            raw_ok = run_tests(program_for(task, text), args.timeout)
+            raw_passed += raw_ok
+            if ok != raw_ok:
+                (only_processed if ok else only_raw).append(task_id)
         exact += completion.strip() == task["canonical_solution"].strip()
         if with_floor:
             floor_passed += run_tests(program_for(task, floor_middle(task)), args.timeout)
@@ -191,6 +202,11 @@ def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: d
         "tokens_per_completion": n_tokens / n,
         "samples": samples,
         "passed_task_ids": passed_ids,
+        **(
+            {"raw_pass_at_1": raw_passed / n, "passed_only_processed": only_processed, "passed_only_raw": only_raw}
+            if args.also_raw and not args.raw
+            else {}
+        ),
     }
 
 
@@ -243,6 +259,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--raw", action="store_true", help="no post-processing of completions")
+    parser.add_argument(
+        "--also-raw",
+        action="store_true",
+        help="also test each completion as the model wrote it: both pass@1 figures from the same completions",
+    )
     parser.add_argument(
         "--pin-suffix", type=int, default=0, help="hold the suffix's first N tokens at the end of the canvas too"
     )
