@@ -18,10 +18,12 @@ master weights and optimizer state; on CPU everything is fp32.
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import json
 import math
 import multiprocessing
+import multiprocessing.pool
 import os
 import random
 import sys
@@ -171,9 +173,17 @@ def worker_batches(entries: list, tokenizer, args: argparse.Namespace, start: in
     global _worker_stream
     _worker_stream = ExampleStream(entries, ExampleMaker(tokenizer, args.canvas), held_out=False, seed=args.seed)
     pool = multiprocessing.get_context("fork").Pool(args.workers)  # the workers inherit the corpus
-    jobs = ((args.seed, group, args.batch, args.canvas) for group in itertools.count(start))
+    groups = itertools.count(start)
+
+    def submit() -> multiprocessing.pool.AsyncResult:
+        return pool.apply_async(_worker_group, ((args.seed, next(groups), args.batch, args.canvas),))
+
+    # A bounded read-ahead (Pool.imap would queue groups without limit while the GPU is slower than the workers)
+    pending = collections.deque(submit() for _ in range(2 * args.workers))
     try:
-        for group in pool.imap(_worker_group, jobs, chunksize=1):
+        while True:
+            group = pending.popleft().get()
+            pending.append(submit())
             for arrays in group:
                 yield {name: torch.from_numpy(array) for name, array in arrays.items()}
     finally:
