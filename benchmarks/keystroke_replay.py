@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.machine import machine_report  # noqa: E402
 from benchmarks.plots import cdf  # noqa: E402
+from engine import protocol  # noqa: E402
 from tests.support.lsp import RawLsp, server_command  # noqa: E402
 
 SOURCES = ["textwrap.py", "json/encoder.py", "argparse.py", "difflib.py", "shlex.py", "fractions.py"]
@@ -122,9 +123,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
                     cached.append(-1)
                     continue
                 timings = status["lastTimings"]
-                engine_ms.append(
-                    timings["queue_ms"] + timings["tokenize_ms"] + timings["encode_ms"] + timings["denoise_ms"]
-                )
+                engine_ms.append(protocol.Timings(**timings).total_ms)
                 steps.append(timings["steps"])
                 cached.append(timings["cached_tokens"])
                 prompt_tokens.append(timings["prompt_tokens"])

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.machine import machine_report  # noqa: E402
 from engine import protocol  # noqa: E402
+from tests.support.engine import RawClient  # noqa: E402
 
 
 async def one_run(model: Path | None, threads: int | None) -> dict[str, float]:
@@ -38,19 +39,13 @@ async def one_run(model: Path | None, threads: int | None) -> dict[str, float]:
         while not socket_path.exists():  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         listening = time.perf_counter()
-        reader, writer = await asyncio.open_unix_connection(str(socket_path))
-        writer.write(protocol.encode(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="startup")))
-        hello = await protocol.read_message(reader)
-        assert isinstance(hello, protocol.HelloOk), hello
-        if not hello.ready:
-            ready_message = await protocol.read_message(reader)
-            assert isinstance(ready_message, protocol.Ready), ready_message
+        client = await RawClient.connect(socket_path)  # the handshake, then the Ready message once loaded
         ready = time.perf_counter()
-        writer.write(protocol.encode(protocol.Infill(id="1", uri="file:///a.py", prefix="def add(a, b):\n")))
-        result = await protocol.read_message(reader)
+        await client.send(protocol.Infill(id="1", uri="file:///a.py", prefix="def add(a, b):\n"))
+        result = await client.receive()
         assert isinstance(result, protocol.Result), result
         answered = time.perf_counter()
-        writer.close()
+        await client.close()
     finally:
         engine.terminate()
         engine.wait(10)
