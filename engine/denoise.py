@@ -16,7 +16,7 @@ The loop, for a batch of B rows and a canvas of C tokens::
     3. for step = N .. 1:
        a. logits <- decoder(canvas, cache, self-conditioning)      (B, C, V)
        b. logits /= t_min + (t_max - t_min) * step / N             temperature schedule
-       c. sample <- multinomial(softmax(logits)); best <- argmax(logits)
+       c. sample <- a draw from softmax(logits); best <- argmax(logits)
        d. accept the lowest-entropy positions whose summed entropy stays within the bound: they take
           ``sample``; every other position is renoised with a fresh random token
        e. a row is done when ``best`` equals the previous step's and the mean entropy is under the threshold
@@ -109,18 +109,34 @@ def _sample_accepted(
     """The sampler's fast path: (sample, entropy, accepted) with a draw only where a token is accepted.
 
     Which positions are accepted depends only on their entropies, so the (B*C, V) multinomial draw that
-    ``generate`` makes, most of it thrown away, shrinks to the few accepted rows. Same distribution, a
-    different random stream: use ``exact`` for token-for-token agreement with ``generate``.
+    ``generate`` makes, most of it thrown away, shrinks to the accepted rows, and each of those takes one
+    uniform number (``draw_tokens``). Same distribution, a different random stream: use ``exact`` for
+    token-for-token agreement with ``generate``.
     """
     log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B, C, V)
     probs = log_probs.exp()
-    entropy = -(probs * log_probs).nan_to_num().sum(dim=-1)  # (B, C)
+    # One batched dot product per position instead of a product, a NaN guard and a sum over (B, C, V): the
+    # model's logits are finite (softcapped), so every log-probability is too and no 0 * -inf can arise.
+    entropy = -(probs.unsqueeze(-2) @ log_probs.unsqueeze(-1)).view(probs.shape[:-1])  # (B, C)
     accepted = accept_mask(entropy, bound)
     sample = canvas.clone()
     rows = accepted.nonzero(as_tuple=True)
     if rows[0].numel():
-        sample[rows] = torch.multinomial(probs[rows], 1, generator=generator).squeeze(-1)
+        sample[rows] = draw_tokens(probs[rows], generator)
     return sample, entropy, accepted
+
+
+def draw_tokens(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of ``probs`` (R, V), drawn by inverting the cumulative distribution.
+
+    ``torch.multinomial`` draws an exponential variate for every vocabulary entry of every row (on CPU, 2 to 5 ms
+    a step for a 32-token canvas over 8,192 tokens, a third of the step); this draws one uniform number per row.
+    ``right=True`` skips zero-probability tokens when the number is exactly 0.
+    """
+    cdf = probs.cumsum(dim=-1)  # (R, V)
+    uniform = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device, dtype=cdf.dtype)
+    tokens = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True)
+    return tokens.clamp_max(probs.shape[-1] - 1).squeeze(-1)
 
 
 def accept_mask(entropy: torch.Tensor, bound: float) -> torch.Tensor:
