@@ -1,6 +1,6 @@
 """One client against four on one engine: completions per second.
 
-    python benchmarks/concurrency.py [--model DIR] [--seconds 30]
+    python benchmarks/concurrency.py [--model DIR] [--seconds 30] [--device cpu|cuda]
 
 Each client connects to the same engine and sends infill requests back to back on its own document (a new
 request only after the last reply), for ``--seconds`` each run. ``throughput_ratio_4_vs_1`` is completions per
@@ -60,6 +60,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     command = [sys.executable, "-m", "engine", "--log-level", "warning", "serve", "--socket", str(socket_path)]
     if args.model:
         command += ["--model", str(args.model)]
+    if args.device:
+        command += ["--device", args.device]
     engine = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
     text = (Path(sysconfig.get_paths()["stdlib"]) / "argparse.py").read_text()
     try:
@@ -81,6 +83,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         engine.wait(10)
     return {
         "model": str(args.model or "default"),
+        "device": args.device or "auto",
         "seconds_per_run": args.seconds,
         "one_client": results[1],
         "four_clients": results[4],
@@ -93,6 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--device", default=None, help="the engine's --device (default: its own choice, auto)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "concurrency.json")
     args = parser.parse_args()
     machine = machine_report()  # before the benchmark loads the machine

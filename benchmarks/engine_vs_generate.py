@@ -1,6 +1,6 @@
 """The engine's infill loop against transformers' ``model.generate`` on one checkpoint, prompts and settings.
 
-    python benchmarks/engine_vs_generate.py [--model DIR] [--requests 40] [--threads N]
+    python benchmarks/engine_vs_generate.py [--model DIR] [--requests 40] [--threads N] [--device cpu|cuda]
 
 The workload is keystrokes: a prefix that grows one character at a time inside a real source file, with the
 suffix after it. Both sides get the same prompt ids, canvas, step budget and seed; the figures are the median
@@ -45,12 +45,19 @@ def workload(count: int) -> list[protocol.Infill]:
     ]
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the GPU's queued work, so that a clock read after it counts it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def main() -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (the model in the engine's dtype there)")
     parser.add_argument(
         "--exact", action="store_true", help="draw random numbers as generate does (identical tokens without reuse)"
     )
@@ -65,12 +72,13 @@ def main() -> None:
     machine = machine_report()  # before the benchmark loads the machine
     if args.threads:
         torch.set_num_threads(args.threads)
-    loaded = load_model(args.model)
-    model, canvas = loaded.model, loaded.canvas_length
+    loaded = load_model(args.model, args.device)
+    model, canvas, device = loaded.model, loaded.canvas_length, loaded.device
     settings = dataclasses.replace(loaded.sampler, exact=args.exact)
     ratios, identical, ours_ms, reference_ms, steps, cached, encode_ms = [], 0, [], [], [], [], []
     for index, request in enumerate([workload(1)[0], *workload(args.requests)]):
-        ids = torch.tensor([prompt_ids(loaded, request)])
+        ids = torch.tensor([prompt_ids(loaded, request)], device=device)
+        synchronize(device)
         start = time.perf_counter()
         torch.manual_seed(request.seed or 0)
         reference = model.generate(input_ids=ids, max_new_tokens=canvas).sequences[0, ids.shape[1] :].tolist()
@@ -80,10 +88,11 @@ def main() -> None:
             ids,
             canvas,
             settings,
-            generator=torch.Generator().manual_seed(request.seed or 0),
+            generator=torch.Generator(device=device).manual_seed(request.seed or 0),
             prefix_cache=loaded.prefix_cache if args.prefix_reuse else None,
             cache_key="benchmark",
         )
+        synchronize(device)
         end = time.perf_counter()
         if index == 0:
             continue  # warm-up
@@ -97,6 +106,8 @@ def main() -> None:
         identical += same == cut_at_eos(reference, loaded.eos_ids, loaded.pad_id)
     figures = {
         "model": loaded.model_id,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(loaded.model.dtype).removeprefix("torch."),
         "requests": len(ratios),
         "canvas_length": canvas,
         "max_steps": settings.max_steps,

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Issue 5's GPU figures for the shipped model, as part of ONE call of the `device` tool (about 2 minutes).
+#
+# On these 2 CPU cores a batch of 4 canvases costs about 2.3 times one, so four clients cannot get 2.5 times the
+# throughput of one; on a GPU a step of this small model costs the same for 1 or 4 rows. This runs the same two
+# scripts as on the CPU, with the engine on CUDA (bfloat16):
+#   engine_vs_generate.py  -> $OUT/engine_vs_generate_gpu.json   (speedup_median)
+#   concurrency.py         -> $OUT/concurrency_gpu.json          (throughput_ratio_4_vs_1)
+#
+# The device machine has an older transformers and none of the project's wire-format packages, so here first:
+#   python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux2014_x86_64 -d .cache/gpu/whl \
+#       transformers==5.24.0 cattrs==26.2.1 attrs==26.1.0 typing_extensions==4.16.0
+# then, with training in the same call (engine/training/device_train.sh needs .cache/gpu/corpus.jsonl.gz too):
+#   run(command="export OUT; bash benchmarks/device_bench.sh && bash engine/training/device_train.sh 5",
+#       carry=[".cache/gpu"], timeout_s=590)
+# Dry run on a CPU:  DEVICE=cpu PYTHON=.venv/bin/python SECONDS_PER_RUN=5 REQUESTS=4 OUT=/tmp/out \
+#                    bash benchmarks/device_bench.sh
+set -euo pipefail
+
+DEVICE=${DEVICE:-cuda}
+PYTHON=${PYTHON:-python3}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-20}
+REQUESTS=${REQUESTS:-40}
+OUT=${OUT:?set OUT to the folder that comes back}
+SITE=$(mktemp -d)
+
+"$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .cache/gpu/whl/*.whl
+export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
+"$PYTHON" benchmarks/engine_vs_generate.py --device "$DEVICE" --requests "$REQUESTS" \
+    --out "$OUT/engine_vs_generate_gpu.json" | grep -E '"(device|speedup_median|engine_ms_median|generate_ms_median)"'
+"$PYTHON" benchmarks/concurrency.py --device "$DEVICE" --seconds "$SECONDS_PER_RUN" \
+    --out "$OUT/concurrency_gpu.json" | grep -E '"(per_s|latency_p50_ms|throughput_ratio_4_vs_1)"'
+rm -f "$OUT"/*.png  # $OUT gives back at most 8 files, and device_train.sh's model and log need 4 of them
