@@ -2,19 +2,25 @@
 
     python -m benchmarks.infill_eval [--model DIR] [--split single-line|multi-line|both] [--n 60]
                                      [--steps S [S ...]] [--canvas C [C ...]] [--json PATH] [--raw] [--random-init]
+                                     [--backend engine|generate]
 
-Each task's prompt (text before the gap) and suffix (text after it) go through the engine's prompt layout
-(``engine.prompt.build_fim_prompt``); ``model.generate`` denoises one canvas with the checkpoint's generation
-config (the same entropy-bound sampler, linear temperature and stable-and-confident stop the engine uses), after
-``torch.manual_seed``. The completion is the canvas text up to the first <eos>. The program ``prompt + completion +
-suffix`` is run with the task's tests in a subprocess with a timeout: pass@1 (one sample). Also reported: exact match
-(completion == canonical solution, ignoring leading/trailing blank space), ``parses`` (the share of filled-in
-programs that are valid Python, tests aside: whether the completions read as code), tokens/s, ms per
-completion, tokens per forward, and the do-nothing floor (the gap filled with ``pass`` at the right indentation).
+Each task's prompt (text before the gap) and suffix (text after it) become the ``Infill`` request the language
+server would send with the cursor in the gap, and the engine serves it in-process (``engine.infill.run_infill``:
+the checkpoint's prompt layout, canvas and step choice, and the engine's sampler, seeded per task). The completion
+is the canvas text up to the first <eos>. ``--backend generate`` runs transformers' ``model.generate`` on the
+same prompt ids instead (the reference loop, with the checkpoint's generation config, after ``torch.manual_seed``;
+sessions 1 to 3 measured with it). The program ``prompt + completion + suffix`` is run with the task's tests in a
+subprocess with a timeout: pass@1 (one sample). Also reported: exact match (completion == canonical solution,
+ignoring leading/trailing blank space), ``parses`` (the share of filled-in programs that are valid Python, tests
+aside: whether the completions read as code), tokens/s, ms per completion, tokens per forward, and the do-nothing
+floor (the gap filled with ``pass`` at the right indentation).
 
-``--pin-suffix N`` also holds the suffix's first N tokens fixed at the end of the canvas (notes §6.3), where the
-bidirectional decoder sees them at every step; the middle is what comes before them.
+``--pin-suffix N`` (with ``--backend generate``) also holds the suffix's first N tokens fixed at the end of the
+canvas (notes §6.3), where the bidirectional decoder sees them at every step; the middle is what comes before them.
 ``--n`` takes N tasks spread evenly over the file (deterministic); ``--limit N`` takes the first N instead.
+``--samples k`` completes each task k times with different seeds (task i's first seed is ``--seed + i``, as with
+one sample): the figures are means over all completions, and ``pass_at_1_per_sample`` shows their spread. At a
+few passes in 300, one seed's figure moves by several tasks from seed to seed.
 ``--steps`` and ``--canvas`` take several values to sweep (every combination is run); the JSON holds every run
 (the top-level figures are the first run's) and a PNG plots pass@1 against the steps, with the floor.
 Without ``--raw`` each completion goes through the language server's post-processing
@@ -35,6 +41,8 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -120,6 +128,23 @@ def load_model(model_dir: Path, random_init: bool, seed: int):
     return model.float().eval(), tokenizer
 
 
+def load_engine_model(model_dir: Path, random_init: bool, seed: int, max_prompt_tokens: int):  # noqa: ANN201
+    """The engine's ``LoadedModel`` on CPU (fresh weights of the same config with ``random_init``)."""
+    import dataclasses
+
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    from engine.model import load_model as engine_load_model
+    from engine.prefix_cache import PrefixCache
+
+    loaded = engine_load_model(model_dir, "cpu", "float32", max_prompt_tokens)
+    if random_init:
+        torch.manual_seed(seed)
+        fresh = DiffusionGemmaForBlockDiffusion(loaded.model.config).float().eval()
+        loaded = dataclasses.replace(loaded, model=fresh, prefix_cache=PrefixCache(fresh))
+    return loaded
+
+
 class PinCanvasTokens:
     """A logits processor that holds canvas positions at fixed tokens (-1: free) at every denoising step: a
     one-hot distribution there is sampled, accepted first (entropy 0) and fed back through self-conditioning."""
@@ -144,39 +169,113 @@ def pin_suffix_kwargs(suffix_ids: list[int], canvas: int) -> dict:
     return {"decoder_input_ids": start, "logits_processor": LogitsProcessorList([PinCanvasTokens(pinned)])}
 
 
-def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: dict, args, with_floor: bool) -> dict:  # noqa: ANN001
-    """pass@1, exact match and speed of one setting on ``tasks`` (and the do-nothing floor if asked)."""
+@dataclass(frozen=True)
+class Completion:
+    """One task's model output: its text (up to <eos>), its token count and tokens per decoder forward."""
+
+    text: str
+    tokens: int
+    tokens_per_forward: float
+
+
+Complete = Callable[[dict, int], Completion]
+"""Completes a task with a seed (``sample_seeds``)."""
+SAMPLE_SEED_STRIDE = 1_000_003
+
+
+def engine_completer(loaded, canvas: int, steps: int) -> Complete:  # noqa: ANN001
+    """The engine's own infill, with the request the language server would send (canvas/steps 0: the engine's)."""
+    from diffgemma_lsp.context import cursor_scope
+    from engine import protocol
+    from engine.infill import run_infill
+
+    run_infill(loaded, protocol.Infill(id="warm-up", uri="", prefix="def f():\n", max_steps=2))
+
+    def complete(task: dict, seed: int) -> Completion:
+        request = protocol.Infill(
+            id=str(seed),
+            uri="file:///task.py",
+            prefix=task["prompt"],
+            suffix=task["suffix"],
+            language_id="python",
+            canvas_length=canvas,
+            max_steps=steps,
+            scope=cursor_scope(task["prompt"]),
+            seed=seed,
+        )
+        text, _, timings = run_infill(loaded, request)
+        return Completion(text, timings.new_tokens, timings.new_tokens / max(timings.steps, 1))
+
+    return complete
+
+
+def generate_completer(model, tokenizer, encode, special, canvas: int, steps: int, args) -> Complete:  # noqa: ANN001
+    """transformers' ``model.generate`` on the engine's prompt ids, with the checkpoint's generation config."""
     from engine.prompt import PromptParts, build_fim_prompt
 
-    passed = exact = floor_passed = parses = raw_passed = 0
-    latencies, n_tokens, tpfs, samples, passed_ids = [], 0, [], [], []
-    only_processed: list[str] = []  # with --also-raw: passed with post-processing only, or raw only
-    only_raw: list[str] = []
-    for i, task in enumerate(tasks):
+    model.config.canvas_length = canvas
+    gen_kwargs = {"max_new_tokens": canvas, "max_denoising_steps": steps}
+    with torch.no_grad():  # warm-up (first calls allocate)
+        model.generate(
+            input_ids=torch.tensor([[special.bos, special.fim_suffix, special.fim_prefix, special.fim_middle]]),
+            **gen_kwargs,
+        )
+
+    def complete(task: dict, seed: int) -> Completion:
         prompt = build_fim_prompt(
             PromptParts(prefix=task["prompt"], suffix=task["suffix"]), encode, special, args.max_prompt_tokens
         )
-        torch.manual_seed(args.seed + i)
-        extra = pin_suffix_kwargs(encode(task["suffix"])[: args.pin_suffix], gen_kwargs["max_new_tokens"])
-        t0 = time.perf_counter()
+        torch.manual_seed(seed)
+        extra = pin_suffix_kwargs(encode(task["suffix"])[: args.pin_suffix], canvas)
         with torch.no_grad():
             out = model.generate(input_ids=torch.tensor([prompt.ids]), **gen_kwargs, **extra)
-        latencies.append(time.perf_counter() - t0)
         new = out.sequences[0, len(prompt.ids) :].tolist()
         if extra:  # the pinned suffix tokens end the canvas; the middle is what comes before them
             new = new[: len(new) - args.pin_suffix]
         if EOS in new:
             new = new[: new.index(EOS)]
         new = [t for t in new if t != PAD]
-        n_tokens += len(new)
-        tpfs.append(float(out.tokens_per_forward[0]))
         text = tokenizer.decode(new, skip_special_tokens=True)
+        return Completion(text, len(new), float(out.tokens_per_forward[0]))
+
+    return complete
+
+
+def sample_seeds(base: int, task_index: int, samples: int) -> list[int]:
+    """The seed of each sample of a task: ``base + task_index`` first (one sample: as before ``--samples``)."""
+    return [base + task_index + sample * SAMPLE_SEED_STRIDE for sample in range(samples)]
+
+
+def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> dict:  # noqa: ANN001
+    """pass@1, exact match and speed of one setting on ``tasks`` (and the do-nothing floor if asked).
+
+    With ``--samples k`` each task is completed k times with different seeds and every figure is the mean over
+    all k x n completions: for pass@1, the unbiased estimator of HumanEval's pass@k at k = 1 (c/k per task).
+    """
+    passed = exact = floor_passed = parses = raw_passed = 0
+    latencies, n_tokens, tpfs, samples, passed_ids = [], 0, [], [], []
+    only_processed: list[str] = []  # with --also-raw: passed with post-processing only, or raw only
+    only_raw: list[str] = []
+    per_sample = [0] * args.samples
+    runs = [
+        (i, sample, task, seed)
+        for i, task in enumerate(tasks)
+        for sample, seed in enumerate(sample_seeds(args.seed, i, args.samples))
+    ]
+    for i, sample, task, seed in runs:
+        t0 = time.perf_counter()
+        out = complete(task, seed)
+        latencies.append(time.perf_counter() - t0)
+        n_tokens += out.tokens
+        tpfs.append(out.tokens_per_forward)
+        text = out.text
         completion, suffix = finish(task, text, args.raw)
         program = program_for(task, completion, suffix)
         ok = run_tests(program, args.timeout)
         parses += compiles(program)
         passed += ok
-        task_id = task.get("task_id", str(i))
+        per_sample[sample] += ok
+        task_id = task.get("task_id", str(i)) + (f"#{sample}" if args.samples > 1 else "")
         if ok:
             passed_ids.append(task_id)
         if args.also_raw and not args.raw:  # the same completion, as the model wrote it
@@ -185,19 +284,21 @@ def evaluate(model, tokenizer, tasks: list[dict], encode, special, gen_kwargs: d
             if ok != raw_ok:
                 (only_processed if ok else only_raw).append(task_id)
         exact += completion.strip() == task["canonical_solution"].strip()
-        if with_floor:
+        if with_floor and sample == 0:
             floor_passed += run_tests(program_for(task, floor_middle(task)), args.timeout)
         if len(samples) < 8:
             samples.append(
                 {"task_id": task.get("task_id"), "want": task["canonical_solution"], "got": completion, "passed": ok}
             )
-    n = len(tasks)
+    n = len(runs)  # completions: tasks x samples
     return {
-        "n_tasks": n,
+        "n_tasks": len(tasks),
+        "samples_per_task": args.samples,
         "pass_at_1": passed / n,
+        "pass_at_1_per_sample": [count / len(tasks) for count in per_sample],
         "exact_match": exact / n,
         "parses": parses / n,
-        "floor_pass_at_1": floor_passed / n if with_floor else None,
+        "floor_pass_at_1": floor_passed / len(tasks) if with_floor else None,
         "tokens_per_s": n_tokens / sum(latencies),
         "ms_per_completion": 1000 * sum(latencies) / n,
         "latency_ms_median": 1000 * statistics.median(latencies),
@@ -260,6 +361,9 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per test run")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--samples", type=int, default=1, help="completions per task, each with its own seed; figures are means"
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--raw", action="store_true", help="no post-processing of completions")
     parser.add_argument(
@@ -271,6 +375,12 @@ def main() -> None:
         "--pin-suffix", type=int, default=0, help="hold the suffix's first N tokens at the end of the canvas too"
     )
     parser.add_argument("--random-init", action="store_true", help="same config, random weights (a baseline)")
+    parser.add_argument(
+        "--backend",
+        choices=["engine", "generate"],
+        default="engine",
+        help="the engine's infill (default) or transformers' model.generate on the same prompt ids",
+    )
     parser.add_argument("--no-floor", action="store_true", help="skip the do-nothing floor")
     parser.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/infill_eval[_raw].json")
     parser.add_argument("--plot", type=Path, default=None, help="default: the --json path with .png")
@@ -288,18 +398,41 @@ def main() -> None:
         hints = args.model / HINTS_FILE
         hint = json.loads(hints.read_text()).get("max_prompt_tokens") if hints.is_file() else None
         args.max_prompt_tokens = min(DEFAULT_MAX_PROMPT_TOKENS, hint or DEFAULT_MAX_PROMPT_TOKENS)
-    from engine.prompt import special_ids_from
+    if args.backend == "engine":
+        if args.pin_suffix:
+            raise SystemExit("--pin-suffix needs --backend generate (the engine does not pin)")
+        loaded = load_engine_model(args.model, args.random_init, args.seed, args.max_prompt_tokens)
+        model = loaded.model
+        # 0: the engine chooses, as it does for the language server (recorded as the model's own figures)
+        canvases, steps_list = args.canvas or [0], args.steps or [0]
 
-    model, tokenizer = load_model(args.model, args.random_init, args.seed)
-    canvases = args.canvas or [model.config.canvas_length]
-    steps_list = args.steps or [model.generation_config.max_denoising_steps]
-    known = tokenizer.get_vocab()
-    special = special_ids_from(lambda tok: known.get(tok))
-    if special is None:
-        raise SystemExit("this checkpoint's tokenizer has no FIM tokens; infill_eval only supports the fim layout")
+        def completer(canvas: int, steps: int) -> Complete:
+            return engine_completer(loaded, canvas, steps)
 
-    def encode(text: str) -> list[int]:
-        return tokenizer.encode(text, add_special_tokens=False) if text else []
+        def shown(canvas: int, steps: int) -> tuple[int, int]:  # what the engine uses at the start of a line
+            from engine.infill import check_request
+            from engine.protocol import Infill
+
+            return check_request(loaded, Infill(id="", uri="", prefix="", canvas_length=canvas, max_steps=steps))
+    else:
+        from engine.prompt import special_ids_from
+
+        model, tokenizer = load_model(args.model, args.random_init, args.seed)
+        canvases = args.canvas or [model.config.canvas_length]
+        steps_list = args.steps or [model.generation_config.max_denoising_steps]
+        known = tokenizer.get_vocab()
+        special = special_ids_from(lambda tok: known.get(tok))
+        if special is None:
+            raise SystemExit("this checkpoint's tokenizer has no FIM tokens; --backend generate needs the fim layout")
+
+        def encode(text: str) -> list[int]:
+            return tokenizer.encode(text, add_special_tokens=False) if text else []
+
+        def completer(canvas: int, steps: int) -> Complete:
+            return generate_completer(model, tokenizer, encode, special, canvas, steps, args)
+
+        def shown(canvas: int, steps: int) -> tuple[int, int]:
+            return canvas, steps
 
     splits = (
         {args.data.name: args.data}
@@ -308,6 +441,7 @@ def main() -> None:
     )
     report: dict = {
         "model": str(args.model),
+        "backend": args.backend,
         "random_init": args.random_init,
         "raw": args.raw,
         "pin_suffix": args.pin_suffix,
@@ -317,20 +451,15 @@ def main() -> None:
         "runs": [],
     }
     floors: dict[str, float | None] = {}
-    for canvas in canvases:
-        model.config.canvas_length = canvas
-        for steps in steps_list:
-            gen_kwargs = {"max_new_tokens": canvas, "max_denoising_steps": steps}
-            with torch.no_grad():  # warm-up (first calls allocate)
-                model.generate(
-                    input_ids=torch.tensor([[special.bos, special.fim_suffix, special.fim_prefix, special.fim_middle]]),
-                    **gen_kwargs,
-                )
+    for asked_canvas in canvases:
+        for asked_steps in steps_list:
+            complete = completer(asked_canvas, asked_steps)
+            canvas, steps = shown(asked_canvas, asked_steps)
             run = {"canvas": canvas, "steps": steps, "splits": {}}
             for name, path in splits.items():
                 tasks = pick(load_tasks(path), args.n, args.limit)
                 with_floor = not args.no_floor and name not in floors
-                result = evaluate(model, tokenizer, tasks, encode, special, gen_kwargs, args, with_floor)
+                result = evaluate(tasks, complete, args, with_floor)
                 if with_floor:
                     floors[name] = result["floor_pass_at_1"]
                 result["floor_pass_at_1"] = floors.get(name)
