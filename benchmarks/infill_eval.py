@@ -12,8 +12,9 @@ same prompt ids instead (the reference loop, with the checkpoint's generation co
 sessions 1 to 3 measured with it). The program ``prompt + completion + suffix`` is run with the task's tests in a
 subprocess with a timeout: pass@1 (one sample). Also reported: exact match (completion == canonical solution,
 ignoring leading/trailing blank space), ``parses`` (the share of filled-in programs that are valid Python, tests
-aside: whether the completions read as code), tokens/s, ms per completion, tokens per forward, and the do-nothing
-floor (the gap filled with ``pass`` at the right indentation).
+aside: whether the completions read as code), ``suppressed`` (the share post-processing left nothing of: no
+completion shown, counted as failed and not parsing), tokens/s, ms per completion, tokens per forward, and the
+do-nothing floor (the gap filled with ``pass`` at the right indentation).
 
 ``--pin-suffix N`` (with ``--backend generate``) also holds the suffix's first N tokens fixed at the end of the
 canvas (notes §6.3), where the bidirectional decoder sees them at every step; the middle is what comes before them.
@@ -100,15 +101,19 @@ def floor_middle(task: dict) -> str:
     return " " * (len(first) - len(first.lstrip())) + "pass\n"
 
 
-def finish(task: dict, text: str, raw: bool) -> tuple[str, str]:
-    """(middle, suffix) as the editor would hold them: the language server's post-processing unless ``raw``."""
+def finish(task: dict, text: str, raw: bool) -> tuple[str, str] | None:
+    """(middle, suffix) as the editor would hold them: the language server's post-processing unless ``raw``.
+
+    None when post-processing leaves nothing to show: the editor shows no completion, which counts as a failure
+    (not as the empty middle, whose program can pass where the line did not matter, like the do-nothing floor).
+    """
     if raw:
         return text, task["suffix"]
     from diffgemma_lsp.postprocess import postprocess
 
     edit = postprocess(task["prompt"], task["suffix"], text, "python")
     if edit is None:
-        return "", task["suffix"]
+        return None
     if edit.replace_to_eol:  # the edit replaced the closing characters up to the end of the line
         rest = task["suffix"].split("\n", 1)
         return edit.text, "\n" + rest[1] if len(rest) > 1 else ""
@@ -252,7 +257,7 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
     With ``--samples k`` each task is completed k times with different seeds and every figure is the mean over
     all k x n completions: for pass@1, the unbiased estimator of HumanEval's pass@k at k = 1 (c/k per task).
     """
-    passed = exact = floor_passed = parses = raw_passed = 0
+    passed = exact = floor_passed = parses = raw_passed = suppressed = 0
     latencies, n_tokens, tpfs, samples, passed_ids = [], 0, [], [], []
     only_processed: list[str] = []  # with --also-raw: passed with post-processing only, or raw only
     only_raw: list[str] = []
@@ -269,10 +274,12 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
         n_tokens += out.tokens
         tpfs.append(out.tokens_per_forward)
         text = out.text
-        completion, suffix = finish(task, text, args.raw)
+        finished = finish(task, text, args.raw)
+        suppressed += finished is None
+        completion, suffix = finished or ("", task["suffix"])
         program = program_for(task, completion, suffix)
-        ok = run_tests(program, args.timeout)
-        parses += compiles(program)
+        ok = finished is not None and run_tests(program, args.timeout)
+        parses += finished is not None and compiles(program)
         passed += ok
         per_sample[sample] += ok
         task_id = task.get("task_id", str(i)) + (f"#{sample}" if args.samples > 1 else "")
@@ -298,6 +305,7 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
         "pass_at_1_per_sample": [count / len(tasks) for count in per_sample],
         "exact_match": exact / n,
         "parses": parses / n,
+        "suppressed": suppressed / n,
         "floor_pass_at_1": floor_passed / len(tasks) if with_floor else None,
         "tokens_per_s": n_tokens / sum(latencies),
         "ms_per_completion": 1000 * sum(latencies) / n,

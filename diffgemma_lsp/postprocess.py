@@ -9,7 +9,9 @@ and run in this order (line endings go back to the document's at the end):
    document uses them.
 3. :func:`trim_suffix_overlap`: cut the end that repeats the rest of the cursor's line, and stop where the
    completion starts repeating the lines after the cursor.
-4. :func:`limit_scope`: end a multi-line completion where the cursor's block (Python: function) ends.
+4. :func:`limit_scope`: end a multi-line completion where the cursor's block (Python: function) ends; then
+   :func:`stop_before_open_string`: stop before the line that opens a string or block comment the completion
+   leaves open, when code follows the cursor (a dangling triple quote would turn that code into string text).
 5. :func:`balance_brackets`: drop a closing bracket (and what follows it) that the suffix already provides.
 6. :func:`trim_whitespace`: trailing whitespace and trailing blank lines.
 7. :func:`end_before_rest`: whole lines inserted before the text after the cursor end with a line break, and
@@ -101,7 +103,8 @@ def postprocess(prefix: str, suffix: str, raw: str, language_id: str) -> Edit | 
     """The edit to offer for the model's ``raw`` middle between ``prefix`` and ``suffix``; None if nothing is left."""
     cursor = make_cursor(prefix, suffix, raw, language_id)
     text = normalise(raw)
-    for step in (fit_indentation, trim_suffix_overlap, limit_scope, balance_brackets, trim_whitespace):
+    filters = (fit_indentation, trim_suffix_overlap, limit_scope, stop_before_open_string, balance_brackets)
+    for step in (*filters, trim_whitespace):
         text = step(text, cursor)
     text = trim_whitespace(stop_before_repeated_line(end_before_rest(text, cursor), cursor), cursor)
     if not text.strip():
@@ -517,6 +520,22 @@ def _by_line(tokens: list[Token]) -> dict[int, list[Token]]:
     for token in tokens:
         by_line[token.line].append(token)
     return by_line
+
+
+def stop_before_open_string(text: str, cursor: Cursor) -> str:
+    """Stop before the line where the completion opens a string or block comment that it leaves open.
+
+    Only when code follows the cursor, which the open string would swallow; and not when the cursor is already
+    inside a string or comment, where closing it or not is the completion's own business. The rest of the
+    cursor's line counts as the completion's end (it may close what the completion opened).
+    """
+    if cursor.state is not None or not (cursor.rest + "".join(cursor.after)).strip():
+        return text
+    _, starts, end_state = scan(text + cursor.rest, cursor.language)
+    if end_state is None or end_state[0] == "\n":  # all closed, or a line comment, which ends with its line
+        return text
+    opened = max(number for number, start in enumerate(starts) if start is None)  # the line that opened it
+    return "\n".join(text.split("\n")[:opened])
 
 
 # --- 5. brackets -------------------------------------------------------------------------------------------

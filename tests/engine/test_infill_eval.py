@@ -51,7 +51,7 @@ def test_infill_eval_reports_its_figures_and_the_floor(tmp_path: Path, backend: 
     assert split["floor_pass_at_1"] == 0.5  # the harness ran both tests: one fails with ``pass``, one passes
     assert split["samples_per_task"] == 2 and len(split["pass_at_1_per_sample"]) == 2
     assert split["pass_at_1"] == sum(split["pass_at_1_per_sample"]) / 2
-    for key in ("pass_at_1", "raw_pass_at_1", "exact_match", "parses"):
+    for key in ("pass_at_1", "raw_pass_at_1", "exact_match", "parses", "suppressed"):
         assert 0 <= split[key] <= 1, key
     assert split["latency_ms_median"] > 0 and split["tokens_per_forward"] >= 0
     assert len(split["samples"]) == 4 and {s["task_id"] for s in split["samples"]} == {"Local/0", "Local/1"}
