@@ -7,11 +7,8 @@
 #   engine_vs_generate.py  -> $OUT/engine_vs_generate_gpu.json   (speedup_median)
 #   concurrency.py         -> $OUT/concurrency_gpu.json          (throughput_ratio_4_vs_1)
 #
-# The device machine has an older transformers and none of the project's wire-format packages, so here first:
-#   python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#       --platform manylinux2014_x86_64 -d .cache/gpu/whl \
-#       transformers==5.24.0 cattrs==26.2.1 attrs==26.1.0 typing_extensions==4.16.0
-# then, with training in the same call (engine/training/device_train.sh needs .cache/gpu/corpus.jsonl.gz too):
+# The device machine needs the wheels that engine/training/device_env.sh installs (its header says how to fetch
+# them here first); then, with training in the same call (device_train.sh also needs .cache/gpu/corpus.jsonl.gz):
 #   run(command="export OUT; bash benchmarks/device_bench.sh && bash engine/training/device_train.sh 5",
 #       carry=[".cache/gpu"], timeout_s=590)
 # Dry run on a CPU:  DEVICE=cpu PYTHON=.venv/bin/python SECONDS_PER_RUN=5 REQUESTS=4 OUT=/tmp/out \
@@ -23,10 +20,7 @@ PYTHON=${PYTHON:-python3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-20}
 REQUESTS=${REQUESTS:-40}
 OUT=${OUT:?set OUT to the folder that comes back}
-SITE=$(mktemp -d)
-
-"$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .cache/gpu/whl/*.whl
-export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
+source engine/training/device_env.sh  # the carried wheels on PYTHONPATH; sets SITE
 "$PYTHON" benchmarks/engine_vs_generate.py --device "$DEVICE" --requests "$REQUESTS" \
     --out "$OUT/engine_vs_generate_gpu.json" | grep -E '"(device|speedup_median|engine_ms_median|generate_ms_median)"'
 "$PYTHON" benchmarks/concurrency.py --device "$DEVICE" --seconds "$SECONDS_PER_RUN" \

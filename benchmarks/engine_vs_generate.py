@@ -27,7 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.machine import machine_report  # noqa: E402
+from benchmarks.machine import machine_report, synchronize  # noqa: E402
 from benchmarks.plots import bars  # noqa: E402
 from engine import protocol  # noqa: E402
 from engine.denoise import cut_at_eos, run_canvas  # noqa: E402
@@ -43,12 +43,6 @@ def workload(count: int) -> list[protocol.Infill]:
         protocol.Infill(id=str(n), uri="file:///t.py", prefix=text[: start + n], suffix=text[start + count :], seed=n)
         for n in range(count)
     ]
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the GPU's queued work, so that a clock read after it counts it."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def main() -> None:

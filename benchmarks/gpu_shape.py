@@ -26,6 +26,7 @@ from transformers import (
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import synchronize  # noqa: E402
 from benchmarks.plots import pyplot, save  # noqa: E402
 from engine.denoise import SamplerSettings, run_canvas  # noqa: E402
 from engine.prefix_cache import PrefixCache  # noqa: E402
@@ -85,12 +86,6 @@ def build(shape: dict[str, int], device: torch.device, dtype: torch.dtype) -> Di
     return model.eval()
 
 
-def sync(device: torch.device) -> None:
-    """Wait for queued GPU work before reading the clock."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def plot(figures: dict, path: Path) -> None:
     """Milliseconds per completion against denoising steps, one line per canvas (dashed: no prefix reuse)."""
     plt = pyplot()
@@ -138,10 +133,10 @@ def main() -> None:
                     if cache is not None:
                         cache.prepare("doc", prompt[0].tolist())  # the keystroke before
                     typed = torch.cat([prompt, prompt[:, -1:]], dim=1)
-                    sync(device)
+                    synchronize(device)
                     start = time.perf_counter()
                     out = run_canvas(model, typed, canvas, settings, prefix_cache=cache, cache_key="doc")
-                    sync(device)
+                    synchronize(device)
                     total_ms = (time.perf_counter() - start) * 1000
                     rows.append(
                         {

@@ -125,27 +125,29 @@ def load_model(model_dir: Path, random_init: bool, seed: int):
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = DiffusionGemmaForBlockDiffusion.from_pretrained(model_dir, dtype=torch.float32)
-    if random_init:  # same config and generation config, fresh weights
-        torch.manual_seed(seed)
-        fresh = DiffusionGemmaForBlockDiffusion(model.config)
-        fresh.generation_config = model.generation_config
-        model = fresh
+    if random_init:
+        model = fresh_weights(model, seed)
     return model.float().eval(), tokenizer
+
+
+def fresh_weights(model, seed: int):  # noqa: ANN001, ANN201
+    """A model of the same config and generation config with random weights (the ``--random-init`` baseline)."""
+    torch.manual_seed(seed)
+    fresh = type(model)(model.config)
+    fresh.generation_config = model.generation_config
+    return fresh.float().eval()
 
 
 def load_engine_model(model_dir: Path, random_init: bool, seed: int, max_prompt_tokens: int):  # noqa: ANN201
     """The engine's ``LoadedModel`` on CPU (fresh weights of the same config with ``random_init``)."""
     import dataclasses
 
-    from transformers import DiffusionGemmaForBlockDiffusion
-
     from engine.model import load_model as engine_load_model
     from engine.prefix_cache import PrefixCache
 
     loaded = engine_load_model(model_dir, "cpu", "float32", max_prompt_tokens)
     if random_init:
-        torch.manual_seed(seed)
-        fresh = DiffusionGemmaForBlockDiffusion(loaded.model.config).float().eval()
+        fresh = fresh_weights(loaded.model, seed)
         loaded = dataclasses.replace(loaded, model=fresh, prefix_cache=PrefixCache(fresh))
     return loaded
 

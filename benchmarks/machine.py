@@ -17,6 +17,12 @@ import time
 import torch
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the GPU's queued work, so that a clock read after it counts it (nothing to wait for on a CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def machine_report(repeats: int = 200) -> dict[str, object]:
     """``reference_ms`` (median of ``repeats``), the load average, the CPU count and torch's thread count."""
     threads = torch.get_num_threads()

@@ -529,7 +529,7 @@ def stop_before_open_string(text: str, cursor: Cursor) -> str:
     inside a string or comment, where closing it or not is the completion's own business. The rest of the
     cursor's line counts as the completion's end (it may close what the completion opened).
     """
-    if cursor.state is not None or not (cursor.rest + "".join(cursor.after)).strip():
+    if cursor.state is not None or not any(line.strip() for line in (cursor.rest, *cursor.after)):
         return text
     _, starts, end_state = scan(text + cursor.rest, cursor.language)
     if end_state is None or end_state[0] == "\n":  # all closed, or a line comment, which ends with its line

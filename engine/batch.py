@@ -18,7 +18,7 @@ from transformers import DynamicCache
 from engine import protocol
 from engine.denoise import denoise_canvas
 from engine.errors import BadRequestError
-from engine.infill import check_request, finish_row, prompt_ids
+from engine.infill import check_request, finish_row, timed_prompt_ids
 from engine.jobs import Job
 from engine.model import LoadedModel
 
@@ -66,12 +66,11 @@ def run_batch(loaded: LoadedModel, jobs: list[Job]) -> list[tuple[str, protocol.
     device = loaded.device
     views, reused, prompt_lengths, tokenize_ms, encode_ms = [], [], [], [], []
     for job in jobs:
+        ids, tokenized_ms = timed_prompt_ids(loaded, job.request)
         start = time.perf_counter()
-        ids = prompt_ids(loaded, job.request)
-        tokenized = time.perf_counter()
         view, cached = loaded.prefix_cache.prepare(job.key, ids)
-        tokenize_ms.append((tokenized - start) * 1000)
-        encode_ms.append((time.perf_counter() - tokenized) * 1000)
+        tokenize_ms.append(tokenized_ms)
+        encode_ms.append((time.perf_counter() - start) * 1000)
         views.append(view)
         reused.append(cached)
         prompt_lengths.append(len(ids))

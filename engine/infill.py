@@ -32,6 +32,13 @@ def prompt_ids(loaded: LoadedModel, request: protocol.Infill) -> list[int]:
     return loaded.layout.ids(parts, loaded.max_prompt_tokens)
 
 
+def timed_prompt_ids(loaded: LoadedModel, request: protocol.Infill) -> tuple[list[int], float]:
+    """``prompt_ids`` and the milliseconds it took (``Timings.tokenize_ms``)."""
+    started = time.perf_counter()
+    ids = prompt_ids(loaded, request)
+    return ids, (time.perf_counter() - started) * 1000
+
+
 SCOPES = ("", "line", "block")
 MAX_CANDIDATES = 4
 
@@ -80,9 +87,7 @@ def run_infill(
     canvas_length, steps = check_request(loaded, request)
     if time_left_ms is not None:
         steps = loaded.clock.step_budget(canvas_length, steps, time_left_ms)
-    started = time.perf_counter()
-    ids = prompt_ids(loaded, request)
-    tokenize_ms = (time.perf_counter() - started) * 1000
+    ids, tokenize_ms = timed_prompt_ids(loaded, request)
     generator = None
     if request.seed is not None:
         generator = torch.Generator(device=loaded.device).manual_seed(request.seed)

@@ -5,8 +5,7 @@
 # at most 8 files of 16 MiB from $OUT. So, here first (see engine/training/README.md, "On a lent GPU"):
 #
 #   python -m engine.training.pack --out .cache/gpu/corpus.jsonl.gz --max-mb 34
-#   python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#       --platform manylinux2014_x86_64 -d .cache/gpu/whl transformers==5.24.0
+#   and the wheels that engine/training/device_env.sh installs (its header has the pip download command)
 #
 # then   run(command="export OUT; bash engine/training/device_train.sh 6", carry=[".cache/gpu"], timeout_s=570)
 # and    python -m engine.training.export --src <files_at>/model    (or copy its three files into engine/default_model)
@@ -23,10 +22,7 @@ PYTHON=${PYTHON:-python3}
 BATCH=${BATCH:-512}
 WORKERS=${WORKERS:-12}
 OUT=${OUT:?set OUT to the folder that comes back}
-SITE=$(mktemp -d)
-
-"$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .cache/gpu/whl/*.whl
-export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
+source engine/training/device_env.sh  # the carried wheels on PYTHONPATH; sets SITE
 "$PYTHON" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, \
 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name())"
 
