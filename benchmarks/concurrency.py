@@ -58,6 +58,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     """Start an engine, measure 1 then 4 clients."""
     socket_path = Path(tempfile.mkdtemp(prefix="dg-conc-", dir="/tmp")) / "engine.sock"
     command = [sys.executable, "-m", "engine", "--log-level", "warning", "serve", "--socket", str(socket_path)]
+    command += ["--compile", args.compile]
     if args.model:
         command += ["--model", str(args.model)]
     if args.device:
@@ -67,7 +68,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     try:
         while not socket_path.exists():  # noqa: ASYNC110
             await asyncio.sleep(0.1)
-        await (await RawClient.connect(socket_path)).close()  # wait for the model
+        client = await RawClient.connect(socket_path)  # waits for the model
+        engine_step = await client.wait_compiled()
+        await client.close()
         results = {}
         for clients in (1, 4):
             runs = await asyncio.gather(*(client_loop(socket_path, i, args.seconds, text) for i in range(clients)))
@@ -85,6 +88,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "model": str(args.model or "default"),
         "device": args.device or "auto",
         "seconds_per_run": args.seconds,
+        "engine_step": engine_step,
         "one_client": results[1],
         "four_clients": results[4],
         "throughput_ratio_4_vs_1": round(results[4]["per_s"] / results[1]["per_s"], 3),
@@ -97,6 +101,12 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--device", default=None, help="the engine's --device (default: its own choice, auto)")
+    parser.add_argument(
+        "--compile",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the engine's --compile (auto: on CPU); the measurement starts once compiling has ended",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "concurrency.json")
     args = parser.parse_args()
     machine = machine_report()  # before the benchmark loads the machine

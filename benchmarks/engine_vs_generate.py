@@ -5,8 +5,9 @@
 The workload is keystrokes: a prefix that grows one character at a time inside a real source file, with the
 suffix after it. Both sides get the same prompt ids, canvas, step budget and seed; the figures are the median
 latency ratio (``speedup_median``) and the share of requests whose tokens are identical. By default the engine
-runs as it serves (prefix reuse, and samples drawn only where accepted: a different random stream, so tokens
-differ from ``generate``'s); ``--exact --no-prefix-reuse`` gives generate's own random stream and identical tokens.
+runs as it serves (prefix reuse, the step compiled on CPU, and samples drawn only where accepted: a different
+random stream, so tokens differ from ``generate``'s); ``--exact --no-prefix-reuse`` gives generate's own random
+stream and arithmetic (an eager step), and identical tokens.
 Writes
 ``benchmarks/results/engine_vs_generate.json``.
 """
@@ -33,6 +34,7 @@ from engine import protocol  # noqa: E402
 from engine.denoise import cut_at_eos, run_canvas  # noqa: E402
 from engine.infill import prompt_ids  # noqa: E402
 from engine.model import load_model  # noqa: E402
+from engine.step import wants_compile  # noqa: E402
 
 
 def workload(count: int) -> list[protocol.Infill]:
@@ -53,6 +55,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (the model in the engine's dtype there)")
     parser.add_argument(
+        "--compile",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the engine's step compiled as it serves (auto: on CPU); compiling ends before the timing starts",
+    )
+    parser.add_argument(
         "--exact", action="store_true", help="draw random numbers as generate does (identical tokens without reuse)"
     )
     parser.add_argument(
@@ -69,6 +77,9 @@ def main() -> None:
     loaded = load_model(args.model, args.device)
     model, canvas, device = loaded.model, loaded.canvas_length, loaded.device
     settings = dataclasses.replace(loaded.sampler, exact=args.exact)
+    if wants_compile(args.compile, device) and not args.exact:  # exact runs generate's eager arithmetic
+        loaded.step.start_compiling()
+        loaded.step.wait()
     ratios, identical, ours_ms, reference_ms, steps, cached, encode_ms = [], 0, [], [], [], [], []
     for index, request in enumerate([workload(1)[0], *workload(args.requests)]):
         ids = torch.tensor([prompt_ids(loaded, request)], device=device)
@@ -85,6 +96,7 @@ def main() -> None:
             generator=torch.Generator(device=device).manual_seed(request.seed or 0),
             prefix_cache=loaded.prefix_cache if args.prefix_reuse else None,
             cache_key="benchmark",
+            step=loaded.step,
         )
         synchronize(device)
         end = time.perf_counter()
@@ -112,6 +124,8 @@ def main() -> None:
         "identical_tokens": f"{identical}/{len(ratios)}",
         "prefix_reuse": args.prefix_reuse,
         "exact_sampler": args.exact,
+        "engine_step": loaded.step.state,
+        "compile_s": loaded.step.compile_s,
         "cached_tokens_mean": round(statistics.fmean(cached), 1),
         "encode_ms_median": round(statistics.median(encode_ms), 2),
     }

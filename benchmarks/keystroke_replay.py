@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.machine import machine_report  # noqa: E402
 from benchmarks.plots import cdf  # noqa: E402
 from engine import protocol  # noqa: E402
+from tests.support.engine import RawClient  # noqa: E402
 from tests.support.lsp import RawLsp, server_command  # noqa: E402
 
 SOURCES = ["textwrap.py", "json/encoder.py", "argparse.py", "difflib.py", "shlex.py", "fractions.py"]
@@ -61,6 +62,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
     runtime = Path(tempfile.mkdtemp(prefix="dg-bench-", dir="/tmp"))
     socket_path = runtime / "engine.sock"
     engine_command = [sys.executable, "-m", "engine", "--log-level", "warning", "serve", "--socket", str(socket_path)]
+    engine_command += ["--compile", args.compile]
     if args.model:
         engine_command += ["--model", str(args.model)]
     engine = subprocess.Popen(engine_command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
@@ -83,6 +85,9 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
             if (await lsp.reply(request_id))["result"]["engine"] == "ready":
                 break
             await asyncio.sleep(0.2)
+        client = await RawClient.connect(socket_path)
+        engine_step = await client.wait_compiled()
+        await client.close()
         for uri, text, start in sessions:
             if len(latencies) >= args.requests:
                 break
@@ -135,6 +140,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
     return {
         "model": str(args.model or "default"),
         "requests": len(latencies),
+        "engine_step": engine_step,
         "p50_ms": round(percentile(latencies, 0.50), 1),
         "p95_ms": round(percentile(latencies, 0.95), 1),
         "mean_ms": round(statistics.fmean(latencies), 1),
@@ -156,6 +162,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--files", type=int, default=len(SOURCES))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--compile",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the engine's --compile (auto: on CPU); the measurement starts once compiling has ended",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "keystroke_replay.json")
     args = parser.parse_args()
     machine = machine_report()  # before the benchmark loads the machine

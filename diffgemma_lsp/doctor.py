@@ -73,6 +73,7 @@ def render(report: dict[str, object]) -> str:
             f"ready           {'yes' if report['ready'] else 'no'}",
             f"uptime          {report['uptime_s']} s, {report['connections']} clients, {report['queued']} queued",
             f"memory          {report['rss_mb']} MiB resident",
+            f"denoising step  {report.get('compiled') or '-'}",
             f"replies         {report['replies'] or 'none yet'}",
             f"recent latency  p50 {report['recent_ms_p50']} ms, p95 {report['recent_ms_p95']} ms "
             f"over {report['recent_count']} completions",

@@ -59,11 +59,28 @@ def stack_views(views: list[DynamicCache], text_config: object) -> tuple[Dynamic
     return batched, mask
 
 
+@torch.inference_mode()  # inference tensors, like the views: what the compiled step is traced on
+def stack_rows(
+    views: list[DynamicCache], text_config: object, canvas_length: int
+) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+    """The decoder's batched inputs: the left-padded cache (``stack_views``), each row's canvas positions (B, C)
+    after its own prompt, and the decoder mask (B, L + C) that hides the padding."""
+    cache, padding = stack_views(views, text_config)
+    device = padding.device
+    positions = torch.stack(
+        [
+            torch.arange(view.get_seq_length(), view.get_seq_length() + canvas_length, dtype=torch.int32, device=device)
+            for view in views
+        ]
+    )
+    canvas = torch.ones((len(views), canvas_length), dtype=torch.bool, device=device)
+    return cache, positions, torch.cat([padding, canvas], dim=1)
+
+
 def run_batch(loaded: LoadedModel, jobs: list[Job]) -> list[tuple[str, protocol.StopReason, protocol.Timings]]:
     """Denoise one canvas for each job in a single batch; returns each job's (text, stop reason, timings)."""
     assert loaded.prefix_cache is not None
     canvas_length, steps = check_request(loaded, jobs[0].request)
-    device = loaded.device
     views, reused, prompt_lengths, tokenize_ms, encode_ms = [], [], [], [], []
     for job in jobs:
         ids, tokenized_ms = timed_prompt_ids(loaded, job.request)
@@ -74,11 +91,7 @@ def run_batch(loaded: LoadedModel, jobs: list[Job]) -> list[tuple[str, protocol.
         views.append(view)
         reused.append(cached)
         prompt_lengths.append(len(ids))
-    cache, padding = stack_views(views, loaded.prefix_cache.text_config)
-    positions = torch.stack(
-        [torch.arange(length, length + canvas_length, dtype=torch.int32, device=device) for length in prompt_lengths]
-    )
-    decoder_mask = torch.cat([padding, torch.ones((len(jobs), canvas_length), dtype=torch.bool, device=device)], dim=1)
+    cache, positions, decoder_mask = stack_rows(views, loaded.prefix_cache.text_config, canvas_length)
     settings = dataclasses.replace(loaded.sampler, max_steps=steps)
     start = time.perf_counter()
     denoised = denoise_canvas(
@@ -90,6 +103,7 @@ def run_batch(loaded: LoadedModel, jobs: list[Job]) -> list[tuple[str, protocol.
         position_ids=positions,
         decoder_mask=decoder_mask,
         row_checks=[job.should_stop for job in jobs],
+        step=loaded.step,
     )
     denoise_ms = (time.perf_counter() - start) * 1000
     return [

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import DynamicCache
 
+from engine.step import DecoderStep, Scores
+
 if TYPE_CHECKING:
     from engine.prefix_cache import PrefixCache
 
@@ -103,27 +105,22 @@ def encode_prompt(model: torch.nn.Module, input_ids: torch.Tensor, cache: Dynami
     return total
 
 
-def _sample_accepted(
-    logits: torch.Tensor, canvas: torch.Tensor, bound: float, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The sampler's fast path: (sample, entropy, accepted) with a draw only where a token is accepted.
+def sample_accepted(
+    scores: Scores, canvas: torch.Tensor, bound: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampler's fast path: (sample, accepted) with a draw only where a token is accepted.
 
     Which positions are accepted depends only on their entropies, so the (B*C, V) multinomial draw that
     ``generate`` makes, most of it thrown away, shrinks to the accepted rows, and each of those takes one
     uniform number (``draw_tokens``). Same distribution, a different random stream: use ``exact`` for
     token-for-token agreement with ``generate``.
     """
-    log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B, C, V)
-    probs = log_probs.exp()
-    # One batched dot product per position instead of a product, a NaN guard and a sum over (B, C, V): the
-    # model's logits are finite (softcapped), so every log-probability is too and no 0 * -inf can arise.
-    entropy = -(probs.unsqueeze(-2) @ log_probs.unsqueeze(-1)).view(probs.shape[:-1])  # (B, C)
-    accepted = accept_mask(entropy, bound)
+    accepted = accept_mask(scores.entropy, bound)
     sample = canvas.clone()
     rows = accepted.nonzero(as_tuple=True)
     if rows[0].numel():
-        sample[rows] = draw_tokens(probs[rows], generator)
-    return sample, entropy, accepted
+        sample[rows] = draw_tokens(scores.probs[rows], generator)
+    return sample, accepted
 
 
 def draw_tokens(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -160,8 +157,12 @@ def denoise_canvas(
     position_ids: torch.Tensor | None = None,
     decoder_mask: torch.Tensor | None = None,
     row_checks: Sequence[StopCheck] | None = None,
+    step: DecoderStep | None = None,
 ) -> Denoised:
     """Denoise one canvas per row against an encoded ``cache``.
+
+    ``step`` runs the decoder and scores its logits (default: eagerly; the engine passes its own, compiled once
+    warmed up). With ``settings.exact`` the step is always eager, as ``generate`` runs it.
 
     For a batch of requests with prompts of different lengths (``engine.batch``), ``position_ids`` (B, C) gives
     each row's canvas positions, ``decoder_mask`` (B, L + C) hides the padding of the shorter rows' caches, and
@@ -169,6 +170,7 @@ def denoise_canvas(
     """
     device = model.device
     vocab_size = model.config.text_config.vocab_size
+    step = step or DecoderStep(model)
     cache_length = cache.get_seq_length()
     shape = (batch_size, canvas_length)
     if position_ids is None:
@@ -191,7 +193,7 @@ def denoise_canvas(
     finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
     history = torch.full((settings.stability_threshold, *shape), -1, dtype=torch.long, device=device)
     steps = 0
-    for step in range(settings.max_steps, 0, -1):
+    for remaining in range(settings.max_steps, 0, -1):
         if should_stop is not None and (reason := should_stop()) is not None:
             return Denoised(best, steps, reason, finished, row_steps, [reason] * batch_size)
         for row, check in enumerate(row_checks or ()):
@@ -202,25 +204,20 @@ def denoise_canvas(
         steps += 1
         for row in range(batch_size):
             row_steps[row] += not bool(finished[row])
-        logits = model(
-            decoder_input_ids=canvas,
-            self_conditioning_logits=self_conditioning,
-            decoder_attention_mask=mask_mapping,
-            cache=cache,
-            decoder_position_ids=position_ids,
-        ).logits
         # The same arithmetic as transformers' LinearTemperatureScheduleLogitsProcessor (an int32 step tensor).
-        step_tensor = torch.tensor(step, dtype=torch.int32, device=device)
+        step_tensor = torch.tensor(remaining, dtype=torch.int32, device=device)
         temperature = settings.t_min + (settings.t_max - settings.t_min) * (step_tensor / settings.max_steps)
-        logits = logits / temperature  # (B, C, V)
-        new_best = torch.argmax(logits, dim=-1)
         if settings.exact:
+            logits = step.forward(canvas, self_conditioning, mask_mapping, cache, position_ids) / temperature
+            new_best = torch.argmax(logits, dim=-1)
             probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
             sample = torch.multinomial(probs.view(-1, vocab_size), 1, generator=generator).view(shape)
             entropy = torch.distributions.Categorical(logits=logits).entropy()  # (B, C), once per step
             accepted = accept_mask(entropy, settings.entropy_bound)
         else:
-            sample, entropy, accepted = _sample_accepted(logits, canvas, settings.entropy_bound, generator)
+            scores = step(canvas, self_conditioning, mask_mapping, cache, position_ids, temperature)
+            logits, new_best, entropy = scores.logits, scores.best, scores.entropy
+            sample, accepted = sample_accepted(scores, canvas, settings.entropy_bound, generator)
         kept = torch.where(accepted, sample, canvas)
         noise = torch.randint(0, vocab_size, shape, device=device, generator=generator)
         new_canvas = torch.where(accepted, kept, noise)
@@ -255,6 +252,7 @@ def run_canvas(
     on_step: Callable[[int], None] | None = None,
     prefix_cache: PrefixCache | None = None,
     cache_key: Hashable | None = None,
+    step: DecoderStep | None = None,
 ) -> CanvasOutput:
     """Encode ``prompt_ids`` (B, P), then denoise one canvas of ``canvas_length``.
 
@@ -271,7 +269,7 @@ def run_canvas(
             encode_prompt(model, prompt_ids, cache)
     encoded = _now_ms()
     denoised = denoise_canvas(
-        model, cache, prompt_ids.shape[0], canvas_length, settings, generator, should_stop, on_step
+        model, cache, prompt_ids.shape[0], canvas_length, settings, generator, should_stop, on_step, step=step
     )
     return CanvasOutput(
         tokens=denoised.tokens,

@@ -102,6 +102,7 @@ def run_infill(
         should_stop,
         prefix_cache=loaded.prefix_cache,
         cache_key=cache_key,
+        step=loaded.step,
     )
     loaded.clock.observe(canvas_length, out.encode_ms, out.denoise_ms, out.steps)
     return finish_row(

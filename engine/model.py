@@ -15,6 +15,7 @@ from engine.denoise import SamplerSettings
 from engine.errors import ModelLoadError
 from engine.prefix_cache import PrefixCache
 from engine.prompt import PromptLayout, layout_for
+from engine.step import DecoderStep
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,11 @@ class LoadedModel:
     prefix_cache: PrefixCache | None = None
     """Encoded prompts kept per document, reused by the next keystroke."""
     clock: StepClock = field(default_factory=StepClock)
+    step: DecoderStep = field(init=False)
+    """The denoising step the engine runs: eager, then compiled once ``step.start_compiling()`` has warmed up."""
+
+    def __post_init__(self) -> None:
+        self.step = DecoderStep(self.model)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens."""

@@ -7,8 +7,9 @@ masks come from the model config, so the sliding window still applies while enco
 
 The decoder must not see the master directly: its sliding layers would attend to every cached token. It gets
 a *view* instead, a config-shaped ``DynamicCache`` whose sliding layers hold the last ``window - 1`` tokens,
-exactly as a cache built from scratch (no copy: the views share the master's tensors, and the decoder never
-writes to a cache).
+exactly as a cache built from scratch (no copy, except the last ``window - 1`` keys and values of a sliding layer
+once the prompt is longer than that: the views share the master's tensors, and the decoder never writes to a
+cache).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return limit
 
 
+def _dense(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy with the strides of a freshly allocated tensor (``contiguous()`` keeps a size-1 dimension's stride)."""
+    return tensor.clone(memory_format=torch.contiguous_format)
+
+
 def decoder_view(master: DynamicCache, length: int, text_config: object) -> DynamicCache:
     """A cache for the decoder holding the first ``length`` tokens of ``master``, sliding layers windowed."""
     view = DynamicCache(config=text_config)
@@ -40,7 +46,8 @@ def decoder_view(master: DynamicCache, length: int, text_config: object) -> Dyna
         keys, values = source.keys[:, :, :length], source.values[:, :, :length]
         if target.is_sliding:
             keep = target.sliding_window - 1
-            keys, values = keys[:, :, -keep:], values[:, :, -keep:]
+            if length > keep:  # contiguous, like a short prompt's cache: the layout the compiled step is traced on
+                keys, values = _dense(keys[:, :, -keep:]), _dense(values[:, :, -keep:])
             target.lazy_initialization(keys, values)
             target.cumulative_length = length
         else:
@@ -67,9 +74,10 @@ class PrefixCache:
         if master.get_seq_length() > reused:
             master.crop(reused - master.get_seq_length())
         device = self.model.device
-        with torch.inference_mode():
+        with torch.inference_mode():  # the view's copies too: the compiled step is traced on inference tensors
             encode_prompt(self.model, torch.tensor([ids[reused:]], dtype=torch.long, device=device), master)
+            view = decoder_view(master, len(ids), self.text_config)
         self._masters[key] = (master, list(ids))
         while len(self._masters) > self.slots:
             self._masters.popitem(last=False)
-        return decoder_view(master, len(ids), self.text_config), reused
+        return view, reused

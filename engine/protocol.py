@@ -207,6 +207,9 @@ class Stats:
     recent_count: int = 0
     last_error: str = ""
     rss_mb: float = 0.0
+    compiled: str = ""
+    """The denoising step: ``eager`` (not compiling), ``compiling`` (served eagerly meanwhile), ``compiled``, or
+    ``failed: <reason>`` (served eagerly)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -332,4 +332,5 @@ class EngineServer:
             recent_count=len(self.replies.recent_ms),
             last_error=self.load_error or self.replies.last_error,
             rss_mb=round(rss_mb(), 1),
+            compiled=loaded.step.state if loaded else "",
         )

@@ -17,6 +17,7 @@ from engine.errors import EngineError
 from engine.infill import check_request, run_infill
 from engine.jobs import Job, JobQueue
 from engine.model import LoadedModel, load_model
+from engine.step import wants_compile
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class ModelWorker(threading.Thread):
         on_failed: Callable[[BaseException], None],
         threads: int | None = None,
         max_batch: int = MAX_BATCH,
+        compile_mode: str = "off",
     ) -> None:
         super().__init__(name="diffgemma-model", daemon=True)
         self.queue = queue
@@ -47,6 +49,7 @@ class ModelWorker(threading.Thread):
         self.on_failed = on_failed
         self.threads = threads
         self.max_batch = max_batch
+        self.compile_mode = compile_mode
         self.loaded: LoadedModel | None = None
 
     def run(self) -> None:
@@ -61,6 +64,8 @@ class ModelWorker(threading.Thread):
             self.on_failed(exc)
             return
         self.on_loaded(self.loaded)
+        if wants_compile(self.compile_mode, self.loaded.device):
+            self.loaded.step.start_compiling()  # in the background: requests are served eagerly until it is done
         while (job := self.queue.take()) is not None:
             batch = self._batch_for(self.loaded, job)
             if len(batch) > 1:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.denoise import _sample_accepted, accept_mask, draw_tokens
+from engine.denoise import accept_mask, draw_tokens, sample_accepted
+from engine.step import score_logits
 
 
 def test_draw_tokens_follows_each_rows_distribution() -> None:
@@ -47,7 +48,9 @@ def test_sample_accepted_draws_only_where_the_entropy_bound_accepts() -> None:
     generator = torch.Generator().manual_seed(3)
     logits = torch.randn(2, 16, 40, generator=generator) * torch.linspace(0.5, 30, 16)[None, :, None]
     canvas = torch.randint(0, 40, (2, 16), generator=generator)
-    sample, entropy, accepted = _sample_accepted(logits, canvas, 0.1, generator)
+    scores = score_logits(logits)
+    sample, accepted = sample_accepted(scores, canvas, 0.1, generator)
+    entropy = scores.entropy
     expected = torch.distributions.Categorical(logits=logits).entropy()
     assert torch.allclose(entropy, expected, atol=1e-4)
     assert torch.equal(accepted, accept_mask(entropy, 0.1))

@@ -101,6 +101,17 @@ class RawClient:
         """Read one message."""
         return await asyncio.wait_for(protocol.read_message(self.reader), timeout)
 
+    async def wait_compiled(self, timeout: float = 900) -> str:
+        """Poll the engine's stats until its denoising step is no longer compiling; returns the final state."""
+        deadline = time.monotonic() + timeout
+        while True:
+            await self.send(protocol.GetStats(id="compiled?"))
+            stats = await self.receive()
+            assert isinstance(stats, protocol.Stats), stats
+            if stats.compiled != "compiling" or time.monotonic() > deadline:
+                return stats.compiled
+            await asyncio.sleep(0.5)
+
     async def close(self) -> None:
         """Close the connection."""
         self.writer.close()
