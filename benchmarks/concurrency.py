@@ -103,9 +103,9 @@ def main() -> None:
     parser.add_argument("--device", default=None, help="the engine's --device (default: its own choice, auto)")
     parser.add_argument(
         "--compile",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="the engine's --compile (auto: on CPU); the measurement starts once compiling has ended",
+        choices=("on", "off"),
+        default="off",
+        help="the engine's --compile; with on, the measurement starts once compiling has ended",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "concurrency.json")
     args = parser.parse_args()

@@ -5,9 +5,9 @@
 The workload is keystrokes: a prefix that grows one character at a time inside a real source file, with the
 suffix after it. Both sides get the same prompt ids, canvas, step budget and seed; the figures are the median
 latency ratio (``speedup_median``) and the share of requests whose tokens are identical. By default the engine
-runs as it serves (prefix reuse, the step compiled on CPU, and samples drawn only where accepted: a different
-random stream, so tokens differ from ``generate``'s); ``--exact --no-prefix-reuse`` gives generate's own random
-stream and arithmetic (an eager step), and identical tokens.
+runs as it serves (prefix reuse, and samples drawn only where accepted: a different random stream, so tokens
+differ from ``generate``'s; ``--compile on`` as ``serve --compile on``); ``--exact --no-prefix-reuse`` gives
+generate's own random stream and arithmetic, and identical tokens.
 Writes
 ``benchmarks/results/engine_vs_generate.json``.
 """
@@ -34,7 +34,6 @@ from engine import protocol  # noqa: E402
 from engine.denoise import cut_at_eos, run_canvas  # noqa: E402
 from engine.infill import prompt_ids  # noqa: E402
 from engine.model import load_model  # noqa: E402
-from engine.step import wants_compile  # noqa: E402
 
 
 def workload(count: int) -> list[protocol.Infill]:
@@ -56,9 +55,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (the model in the engine's dtype there)")
     parser.add_argument(
         "--compile",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="the engine's step compiled as it serves (auto: on CPU); compiling ends before the timing starts",
+        choices=("on", "off"),
+        default="off",
+        help="the engine's step compiled (serve --compile on); compiling ends before the timing starts",
     )
     parser.add_argument(
         "--exact", action="store_true", help="draw random numbers as generate does (identical tokens without reuse)"
@@ -77,7 +76,7 @@ def main() -> None:
     loaded = load_model(args.model, args.device)
     model, canvas, device = loaded.model, loaded.canvas_length, loaded.device
     settings = dataclasses.replace(loaded.sampler, exact=args.exact)
-    if wants_compile(args.compile, device) and not args.exact:  # exact runs generate's eager arithmetic
+    if args.compile == "on" and not args.exact:  # exact runs generate's eager arithmetic
         loaded.step.start_compiling()
         loaded.step.wait()
     ratios, identical, ours_ms, reference_ms, steps, cached, encode_ms = [], 0, [], [], [], [], []

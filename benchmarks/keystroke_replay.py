@@ -164,9 +164,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--compile",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="the engine's --compile (auto: on CPU); the measurement starts once compiling has ended",
+        choices=("on", "off"),
+        default="off",
+        help="the engine's --compile; with on, the measurement starts once compiling has ended",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "keystroke_replay.json")
     args = parser.parse_args()

@@ -1,13 +1,15 @@
 """One denoising step's dense work: the decoder's forward pass and the scores the sampler reads from its logits.
 
 On these small models a step is bound by its many small operations, not by arithmetic: eager PyTorch runs some
-2,800 operator calls a step, and the vocabulary-sized element-wise work (soft-capping, temperature, softmax,
-entropy over 32 x 8,192 logits) costs more than the layers. ``torch.compile`` fuses that work into a few
-vectorised kernels.
+2,800 operator calls a step, and on one thread the vocabulary-sized element-wise work (soft-capping, temperature,
+softmax, entropy over 32 x 8,192 logits) takes about a quarter of it. ``torch.compile`` fuses that work into a
+few vectorised kernels and drops most of the per-operation cost.
 
-Compiling takes tens of seconds on a small CPU the first time (less with inductor's on-disk cache), so the engine
-never waits for it: :class:`DecoderStep` runs eagerly until a background thread has compiled and warmed up the
-graphs, then switches. The graphs are built with dynamic shapes, so prompt and canvas lengths do not recompile;
+Compiling is opt-in (``diffgemma-engine serve --compile on``). It takes 35 to 60 s on 2 CPU cores, most of it
+dynamo tracing transformers' Python, which holds the GIL: the engine does not wait for it (:class:`DecoderStep`
+runs eagerly until a background thread has compiled and warmed up the graphs, then switches), but completions
+served meanwhile are slow (a median of 2 to 3 s instead of 0.2 here). It pays in an engine that runs for long.
+The graphs are built with dynamic shapes, so prompt and canvas lengths do not recompile;
 a call that would need a graph the warm-up did not build runs eagerly instead of compiling on the model thread.
 A compile that fails (no C++ compiler, an unsupported operator) leaves the engine eager, with the reason in
 ``state`` and the log.
@@ -25,8 +27,6 @@ import torch
 from transformers import DynamicCache
 
 logger = logging.getLogger(__name__)
-
-COMPILE_MODES = ("auto", "on", "off")
 
 WARM_UP_CANVAS = 37
 """The warm-up's canvas length, and its batch's row count (3): sizes that no model dimension is likely to equal.
@@ -59,13 +59,6 @@ class Scores(NamedTuple):
     best: torch.Tensor  # (B, C) argmax
     probs: torch.Tensor  # (B, C, V) float32 softmax
     entropy: torch.Tensor  # (B, C)
-
-
-def wants_compile(mode: str, device: torch.device) -> bool:
-    """``auto`` compiles on CPU, where it is measured (benchmarks/engine_vs_generate.py); ``on`` anywhere."""
-    if mode not in COMPILE_MODES:
-        raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)}, got {mode!r}")
-    return mode == "on" or (mode == "auto" and device.type == "cpu")
 
 
 def eager_forward(model: torch.nn.Module) -> Forward:

@@ -17,7 +17,6 @@ from engine.errors import EngineError
 from engine.infill import check_request, run_infill
 from engine.jobs import Job, JobQueue
 from engine.model import LoadedModel, load_model
-from engine.step import wants_compile
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ class ModelWorker(threading.Thread):
         on_failed: Callable[[BaseException], None],
         threads: int | None = None,
         max_batch: int = MAX_BATCH,
-        compile_mode: str = "off",
+        compile_step: bool = False,
     ) -> None:
         super().__init__(name="diffgemma-model", daemon=True)
         self.queue = queue
@@ -49,7 +48,7 @@ class ModelWorker(threading.Thread):
         self.on_failed = on_failed
         self.threads = threads
         self.max_batch = max_batch
-        self.compile_mode = compile_mode
+        self.compile_step = compile_step
         self.loaded: LoadedModel | None = None
 
     def run(self) -> None:
@@ -64,7 +63,7 @@ class ModelWorker(threading.Thread):
             self.on_failed(exc)
             return
         self.on_loaded(self.loaded)
-        if wants_compile(self.compile_mode, self.loaded.device):
+        if self.compile_step:
             self.loaded.step.start_compiling()  # in the background: requests are served eagerly until it is done
         while (job := self.queue.take()) is not None:
             batch = self._batch_for(self.loaded, job)

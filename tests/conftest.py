@@ -12,9 +12,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# Engines started by tests (directly or by the language server) serve eagerly: a background torch.compile in each
-# would take a core for tens of seconds. tests/engine/test_compiled_step.py turns it on where it is under test.
-os.environ.setdefault("DIFFGEMMA_COMPILE", "off")
 MODEL_CACHE = ROOT / ".cache" / "test-models"
 
 
