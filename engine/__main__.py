@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         choices=("on", "off"),
         default=os.environ.get("DIFFGEMMA_COMPILE", "off"),
         help="torch.compile the denoising step in the background (about 1.3x faster once done; completions are "
-        "slow while it compiles, 35-60 s on 2 CPU cores); default: $DIFFGEMMA_COMPILE or off",
+        "slow while it compiles, 30-60 s on 2 CPU cores); default: $DIFFGEMMA_COMPILE or off",
     )
     serve_parser.add_argument(
         "--idle-exit", type=float, default=0.0, help="exit after this many seconds without clients (0: never)"

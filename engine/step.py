@@ -5,7 +5,7 @@ On these small models a step is bound by its many small operations, not by arith
 softmax, entropy over 32 x 8,192 logits) takes about a quarter of it. ``torch.compile`` fuses that work into a
 few vectorised kernels and drops most of the per-operation cost.
 
-Compiling is opt-in (``diffgemma-engine serve --compile on``). It takes 35 to 60 s on 2 CPU cores, most of it
+Compiling is opt-in (``diffgemma-engine serve --compile on``). It takes 30 to 60 s on 2 CPU cores, most of it
 dynamo tracing transformers' Python, which holds the GIL: the engine does not wait for it (:class:`DecoderStep`
 runs eagerly until a background thread has compiled and warmed up the graphs, then switches), but completions
 served meanwhile are slow (a median of 2 to 3 s instead of 0.2 here). It pays in an engine that runs for long.
