@@ -15,12 +15,9 @@
 #                    bash benchmarks/device_bench.sh
 set -euo pipefail
 
-DEVICE=${DEVICE:-cuda}
-PYTHON=${PYTHON:-python3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-20}
 REQUESTS=${REQUESTS:-40}
-OUT=${OUT:?set OUT to the folder that comes back}
-source engine/training/device_env.sh  # the carried wheels on PYTHONPATH; sets SITE
+source engine/training/device_env.sh  # DEVICE, PYTHON and OUT; the carried wheels on PYTHONPATH; sets SITE
 "$PYTHON" benchmarks/engine_vs_generate.py --device "$DEVICE" --requests "$REQUESTS" \
     --out "$OUT/engine_vs_generate_gpu.json" | grep -E '"(device|speedup_median|engine_ms_median|generate_ms_median)"'
 "$PYTHON" benchmarks/concurrency.py --device "$DEVICE" --seconds "$SECONDS_PER_RUN" \

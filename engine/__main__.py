@@ -15,6 +15,8 @@ from pathlib import Path
 
 from engine import protocol
 
+COMPILE_CHOICES = ("on", "off")
+
 
 def setup_logging(level: str, log_file: Path | None) -> None:
     """Logs go to stderr and, if given, a file; never to stdout."""
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     serve_parser.add_argument(
         "--compile",
-        choices=("on", "off"),
+        choices=COMPILE_CHOICES,
         default=os.environ.get("DIFFGEMMA_COMPILE", "off"),
         help="torch.compile the denoising step in the background (about 1.3x faster once done; completions are "
         "slow while it compiles, 30-60 s on 2 CPU cores); default: $DIFFGEMMA_COMPILE or off",
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     infill_parser.add_argument("--seed", type=int, default=0)
 
     args = parser.parse_args(argv)
-    if args.command == "serve" and args.compile not in ("on", "off"):  # a bad $DIFFGEMMA_COMPILE
+    if args.command == "serve" and args.compile not in COMPILE_CHOICES:  # argparse does not check a default
         parser.error(f"--compile (or $DIFFGEMMA_COMPILE) must be on or off, not {args.compile!r}")
     setup_logging(args.log_level, args.log_file)
     if args.command == "serve":

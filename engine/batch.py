@@ -67,11 +67,9 @@ def stack_rows(
     after its own prompt, and the decoder mask (B, L + C) that hides the padding."""
     cache, padding = stack_views(views, text_config)
     device = padding.device
+    starts = [view.get_seq_length() for view in views]
     positions = torch.stack(
-        [
-            torch.arange(view.get_seq_length(), view.get_seq_length() + canvas_length, dtype=torch.int32, device=device)
-            for view in views
-        ]
+        [torch.arange(start, start + canvas_length, dtype=torch.int32, device=device) for start in starts]
     )
     canvas = torch.ones((len(views), canvas_length), dtype=torch.bool, device=device)
     return cache, positions, torch.cat([padding, canvas], dim=1)

@@ -17,12 +17,9 @@
 set -euo pipefail
 
 MINUTES=${1:-6}
-DEVICE=${DEVICE:-cuda}
-PYTHON=${PYTHON:-python3}
 BATCH=${BATCH:-512}
 WORKERS=${WORKERS:-12}
-OUT=${OUT:?set OUT to the folder that comes back}
-source engine/training/device_env.sh  # the carried wheels on PYTHONPATH; sets SITE
+source engine/training/device_env.sh  # DEVICE, PYTHON and OUT; the carried wheels on PYTHONPATH; sets SITE
 "$PYTHON" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, \
 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name())"
 
