@@ -101,8 +101,9 @@ def floor_middle(task: dict) -> str:
     return " " * (len(first) - len(first.lstrip())) + "pass\n"
 
 
-def finish(task: dict, text: str, raw: bool) -> tuple[str, str] | None:
-    """(middle, suffix) as the editor would hold them: the language server's post-processing unless ``raw``.
+def finish(task: dict, text: str, raw: bool, instruct: bool = False) -> tuple[str, str] | None:
+    """(middle, suffix) as the editor would hold them: the language server's post-processing unless ``raw``
+    (with ``instruct``, an instruction model's answer unwrapped first, as for a ``chat`` checkpoint).
 
     None when post-processing leaves nothing to show: the editor shows no completion, which counts as a failure
     (not as the empty middle, whose program can pass where the line did not matter, like the do-nothing floor).
@@ -111,7 +112,7 @@ def finish(task: dict, text: str, raw: bool) -> tuple[str, str] | None:
         return text, task["suffix"]
     from diffgemma_lsp.postprocess import postprocess
 
-    edit = postprocess(task["prompt"], task["suffix"], text, "python")
+    edit = postprocess(task["prompt"], task["suffix"], text, "python", instruct=instruct)
     if edit is None:
         return None
     if edit.replace_to_eol:  # the edit replaced the closing characters up to the end of the line
@@ -259,7 +260,8 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
     With ``--samples k`` each task is completed k times with different seeds and every figure is the mean over
     all k x n completions: for pass@1, the unbiased estimator of HumanEval's pass@k at k = 1 (c/k per task).
     """
-    passed = exact = floor_passed = parses = raw_passed = suppressed = 0
+    passed = exact = floor_passed = parses = raw_passed = suppressed = fenced = echoing = 0
+    instruct = getattr(args, "instruct", False)
     latencies, n_tokens, tpfs, samples, passed_ids = [], 0, [], [], []
     only_processed: list[str] = []  # with --also-raw: passed with post-processing only, or raw only
     only_raw: list[str] = []
@@ -276,7 +278,12 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
         n_tokens += out.tokens
         tpfs.append(out.tokens_per_forward)
         text = out.text
-        finished = finish(task, text, args.raw)
+        finished = finish(task, text, args.raw, instruct)
+        if instruct:  # what shapes the instruction model answers in (diffgemma_lsp.answer)
+            from diffgemma_lsp.answer import strip_fence, unwrap_answer
+
+            fenced += strip_fence(text) != text
+            echoing += unwrap_answer(text, task["prompt"], task["suffix"]) != strip_fence(text)
         suppressed += finished is None
         completion, suffix = finished or ("", task["suffix"])
         program = program_for(task, completion, suffix)
@@ -316,6 +323,7 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
         "tokens_per_completion": n_tokens / n,
         "samples": samples,
         "passed_task_ids": passed_ids,
+        **({"answers_fenced": fenced / n, "answers_echoing_code": echoing / n} if instruct else {}),
         **(
             {"raw_pass_at_1": raw_passed / n, "passed_only_processed": only_processed, "passed_only_raw": only_raw}
             if args.also_raw and not args.raw
@@ -415,6 +423,8 @@ def main() -> None:
         model = loaded.model
         # 0: the engine chooses, as it does for the language server (recorded as the model's own figures)
         canvases, steps_list = args.canvas or [0], args.steps or [0]
+
+        args.instruct = loaded.layout.name == "chat"
 
         def completer(canvas: int, steps: int) -> Complete:
             return engine_completer(loaded, canvas, steps)

@@ -1,13 +1,16 @@
 """Replay typing over real source files through the real diffgemma-lsp and engine; measure what a user feels.
 
-    python benchmarks/keystroke_replay.py [--model DIR] [--requests 200] [--files N]
+    python benchmarks/keystroke_replay.py [--model DIR] [--requests 200] [--files N] [--chat-order ORDER]
 
 Each keystroke is a ``didChange`` followed by an inline completion request at the cursor, answered before the
 next keystroke (a user who pauses on every character: the worst case for the engine). For each request it
 records the end-to-end latency seen by the client and the engine's own time (queue + tokenize + encode + denoise, from
 the server's ``diffgemma.status`` command); their difference is the language server's overhead.
 ``cache_hit_rate`` counts requests that reused work: the engine's encoded prefix (``prefix_reuse_rate``) or the
-completion already shown, when the user typed what it suggested (``shown_completion_reuse_rate``).
+completion already shown, when the user typed what it suggested (``shown_completion_reuse_rate``);
+``prompt_reuse_share`` is the share of prompt tokens whose encoding came from the previous keystroke
+(``cached_tokens / prompt_tokens`` summed over the requests the engine served). ``--chat-order`` serves a chat
+checkpoint with that layout order (``suffix_first`` or ``in_place``), to measure what the order buys.
 Writes ``benchmarks/results/keystroke_replay.json``.
 """
 
@@ -57,16 +60,33 @@ def typing_sessions(files: int, seed: int) -> list[tuple[str, str, int]]:
     return sessions
 
 
+def with_chat_order(model: Path | None, order: str, scratch: Path) -> Path:
+    """A folder that serves ``model`` (its files linked) with the ``chat_order`` hint set to ``order``."""
+    if model is None:
+        raise SystemExit("--chat-order needs --model (a chat checkpoint; the shipped model is FIM)")
+    folder = scratch / "model"
+    folder.mkdir()
+    hints: dict[str, object] = {}
+    for path in Path(model).iterdir():
+        if path.name == "diffgemma.json":
+            hints = json.loads(path.read_text())
+        else:
+            (folder / path.name).symlink_to(path.resolve())
+    (folder / "diffgemma.json").write_text(json.dumps({**hints, "chat_order": order}))
+    return folder
+
+
 async def replay(args: argparse.Namespace) -> dict[str, object]:
     """Run the typing sessions; returns the figures."""
     runtime = Path(tempfile.mkdtemp(prefix="dg-bench-", dir="/tmp"))
     socket_path = runtime / "engine.sock"
     engine_command = [sys.executable, "-m", "engine", "--log-level", "warning", "serve", "--socket", str(socket_path)]
     engine_command += ["--compile", args.compile]
-    if args.model:
-        engine_command += ["--model", str(args.model)]
+    model = with_chat_order(args.model, args.chat_order, runtime) if args.chat_order else args.model
+    if model:
+        engine_command += ["--model", str(model)]
     engine = subprocess.Popen(engine_command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
-    lsp = await RawLsp.start(server_command(socket_path, args.model))
+    lsp = await RawLsp.start(server_command(socket_path, model))
     latencies: list[float] = []
     engine_ms: list[float] = []
     steps: list[int] = []
@@ -148,6 +168,8 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
         "lsp_overhead_p50_ms": round(percentile(overhead, 0.50), 2),
         "steps_mean": round(statistics.fmean(steps), 2),
         "prompt_tokens_mean": round(statistics.fmean(prompt_tokens), 1),
+        "chat_order": args.chat_order or "",
+        "prompt_reuse_share": round(sum(c for c in cached if c > 0) / max(sum(prompt_tokens), 1), 3),
         "cache_hit_rate": round(sum(c != 0 for c in cached) / len(cached), 3),
         "prefix_reuse_rate": round(sum(c > 0 for c in cached) / len(cached), 3),
         "shown_completion_reuse_rate": round(sum(c < 0 for c in cached) / len(cached), 3),
@@ -162,6 +184,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--files", type=int, default=len(SOURCES))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--chat-order", choices=("suffix_first", "in_place"), default=None)
     parser.add_argument(
         "--compile",
         choices=("on", "off"),

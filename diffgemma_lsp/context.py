@@ -9,6 +9,8 @@ import attrs
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
+from engine.budget import CHARS_PER_LINE, block_lines
+
 CHARS_PER_TOKEN = 4
 """A generous estimate for code; the engine cuts to the exact token budget."""
 _WORD_BEFORE = re.compile(r"[A-Za-z0-9_]*\Z")
@@ -66,11 +68,10 @@ def build_context(document: TextDocument, position: types.Position, context_toke
     offset = server.character + sum(map(len, lines[: server.line]))
     budget = max(context_tokens, 1) * CHARS_PER_TOKEN
     suffix_budget = budget // 4
-    start = max(0, offset - (budget - suffix_budget))
-    if start > 0 and (newline := source.find("\n", start, offset)) != -1:
-        start = newline + 1  # begin at a line start: half a line could open a string the model misreads
+    block = block_lines(budget, CHARS_PER_LINE)
+    start = _prefix_start(lines, server.line, offset, budget - suffix_budget, block)
     prefix = source[start:offset]
-    suffix = source[offset : offset + suffix_budget]
+    suffix = source[offset : _suffix_end(lines, server.line, offset, suffix_budget)]
     word = _WORD_BEFORE.search(prefix)
     word_text = word.group(0) if word else ""
     word_start = types.Position(line=position.line, character=position.character - _utf16_length(word_text))
@@ -83,6 +84,36 @@ def build_context(document: TextDocument, position: types.Position, context_toke
         offset=offset,
         version=document.version,
     )
+
+
+def _prefix_start(lines: Sequence[str], line: int, offset: int, budget: int, block: int) -> int:
+    """Where the prefix starts: at a line whose number is a multiple of ``block``, the first such line within
+    ``budget`` characters of the cursor, so that the start stays put while the user types (the engine reuses the
+    prompt's encoding up to the first change) and moves a block at a time. A block that does not fit whole falls
+    back to the first whole line that fits, then to a cut inside the cursor's line."""
+    start = offset - sum(map(len, lines[:line]))  # the cursor's column: the start of its line is offset - start
+    first = line
+    while first > 0 and start + len(lines[first - 1]) <= budget:
+        first -= 1
+        start += len(lines[first])
+    line_start = offset - start
+    aligned = -(-first // block) * block
+    if first == 0 or aligned > line:
+        return line_start if start <= budget else offset - budget
+    return line_start + sum(map(len, lines[first:aligned]))
+
+
+def _suffix_end(lines: Sequence[str], line: int, offset: int, budget: int) -> int:
+    """Where the suffix ends: after the whole lines that fit in ``budget`` (else inside the cursor's line). Typing
+    before the suffix changes neither its text nor this end, so no blocks are needed here."""
+    end = sum(map(len, lines[: line + 1])) if line < len(lines) else offset
+    if end - offset > budget:
+        return offset + budget
+    for next_line in lines[line + 1 :]:
+        if end + len(next_line) - offset > budget:
+            break
+        end += len(next_line)
+    return end
 
 
 def end_of_line(context: InfillContext) -> types.Position:

@@ -17,6 +17,25 @@ import attrs
 from engine import protocol
 
 TIMEOUT_S = 10.0
+LOAD_WAIT_S = 60.0
+"""How long the doctor waits for a loading model to be ready or to fail."""
+
+
+class LoadFailed(Exception):
+    """The engine reported that its model failed to load."""
+
+
+async def wait_for_load(reader: asyncio.StreamReader) -> None:
+    """Wait (up to ``LOAD_WAIT_S``) for the engine to say ``Ready``, or raise ``LoadFailed`` with its reason."""
+    try:
+        while True:
+            message = await asyncio.wait_for(protocol.read_message(reader), LOAD_WAIT_S)
+            if isinstance(message, protocol.Ready):
+                return
+            if isinstance(message, protocol.Error) and message.code is protocol.ErrorCode.MODEL_ERROR:
+                raise LoadFailed(message.message)
+    except TimeoutError:
+        return  # still loading: the stats say so
 
 
 async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int]:
@@ -30,17 +49,38 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
         report["problem"] = f"no engine reachable on {socket_path}: {exc}"
         return report, 2
 
-    async def ask(message: protocol.Message) -> protocol.Message:
+    failure: list[str] = []
+
+    async def reply(request_id: str | None) -> protocol.Message:
+        """The answer to ``request_id`` (the handshake's when None); a load failure the engine broadcasts on
+        the way is kept in ``failure``, and a ``Ready`` skipped."""
+        while True:
+            message = await asyncio.wait_for(protocol.read_message(reader), TIMEOUT_S * 6)
+            if isinstance(message, protocol.Error) and message.id is None and request_id is not None:
+                if message.code is protocol.ErrorCode.MODEL_ERROR:
+                    failure.append(message.message)
+                    raise LoadFailed(message.message)
+                continue
+            if isinstance(message, protocol.Ready):
+                continue
+            if request_id is None or getattr(message, "id", None) == request_id:
+                return message
+
+    async def ask(message: protocol.Message, request_id: str | None) -> protocol.Message:
         writer.write(protocol.encode(message))
         await writer.drain()
-        return await asyncio.wait_for(protocol.read_message(reader), TIMEOUT_S * 6)
+        return await reply(request_id)
 
     try:
-        hello = await ask(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="doctor", pid=os.getpid()))
+        hello = await ask(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="doctor", pid=os.getpid()), None)
         if isinstance(hello, protocol.Error):
             report["problem"] = f"the engine refused the handshake: {hello.code.value}: {hello.message}"
             return report, 1
-        stats = await ask(protocol.GetStats(id="stats"))
+        assert isinstance(hello, protocol.HelloOk), hello
+        report["layout"] = hello.layout
+        if not hello.ready:
+            await wait_for_load(reader)
+        stats = await ask(protocol.GetStats(id="stats"), "stats")
         assert isinstance(stats, protocol.Stats), stats
         report.update(attrs.asdict(stats, filter=lambda attribute, _: attribute.name != "id"))
         status = 0
@@ -48,7 +88,8 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
             report["problem"] = "the model is still loading" if not stats.last_error else stats.last_error
             status = 1
         elif probe:
-            result = await ask(protocol.Infill(id="probe", uri="doctor://probe", prefix="def add(a, b):\n", seed=0))
+            infill = protocol.Infill(id="probe", uri="doctor://probe", prefix="def add(a, b):\n", seed=0)
+            result = await ask(infill, "probe")
             if isinstance(result, protocol.Result):
                 timings = result.timings
                 report["probe"] = {"stop": result.stop.value, **attrs.asdict(timings), "total_ms": timings.total_ms}
@@ -56,7 +97,13 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
                 report["problem"] = f"a test completion failed: {result}"
                 status = 1
         return report, status
+    except LoadFailed as exc:
+        report["problem"] = f"{exc} (the engine exits after a failed load)"
+        return report, 1
     except (OSError, asyncio.IncompleteReadError, TimeoutError, protocol.ProtocolError) as exc:
+        if failure:
+            report["problem"] = failure[0]
+            return report, 1
         report["problem"] = f"the engine stopped answering: {exc!r}"
         return report, 2
     finally:

@@ -195,6 +195,7 @@ class EngineClient:
                         device=message.device,
                         canvas_length=message.canvas_length,
                         max_prompt_tokens=message.max_prompt_tokens,
+                        layout=message.layout,
                     )
                 self._set_state(EngineState.READY)
             elif isinstance(message, protocol.Result | protocol.Error):

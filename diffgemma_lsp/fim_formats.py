@@ -56,13 +56,17 @@ FORMATS: dict[str, FimFormat] = {
 
 ALIASES = {"code_gemma": "qwen", "starcoder": "star_coder", "codellama": "code_llama"}
 
-PROMPT_FORMATS = (SUFFIX_FIELD, *FORMATS, *ALIASES)
+CHAT = "chat"
+"""Not a completions prompt either: an instruction model (the released DiffusionGemma-IT served by vLLM) asked
+through ``/v1/chat/completions`` with the engine's own chat instruction (``engine.prompt.chat_user_text``)."""
+
+PROMPT_FORMATS = (SUFFIX_FIELD, CHAT, *FORMATS, *ALIASES)
 """Every name a user may configure."""
 
 
 def format_named(name: str) -> FimFormat | None:
-    """The format called ``name``; None for ``suffix`` (no sentinels)."""
-    if name == SUFFIX_FIELD:
+    """The format called ``name``; None for ``suffix`` and ``chat`` (no sentinels)."""
+    if name in (SUFFIX_FIELD, CHAT):
         return None
     return FORMATS[ALIASES.get(name, name)]
 

@@ -1,5 +1,10 @@
-"""The remote backend: infills from an OpenAI-compatible ``/v1/completions`` server (vLLM, or ``diffgemma-lsp
-openai`` on a shared machine) instead of a local engine.
+"""The remote backend: infills from an OpenAI-compatible server (vLLM, or ``diffgemma-lsp openai`` on a shared
+machine) instead of a local engine.
+
+A FIM model is asked through ``/v1/completions`` (the text after the cursor in ``suffix``, or one FIM prompt
+format); an instruction model such as the released DiffusionGemma-IT through ``/v1/chat/completions`` (prompt
+format ``chat``), with the same user turn the engine's chat layout writes and thinking off, its answers then
+unwrapped like the engine's (``hello.layout`` is ``chat``).
 
 It offers the language server the same surface as ``EngineClient`` (``state``, ``hello``, ``infill``, ``start``,
 ``close``), so everything above it (debounce, latest-wins, post-processing, reuse) is the same for both.
@@ -19,8 +24,9 @@ from typing import Any
 import aiohttp
 
 from diffgemma_lsp.engine_client import EngineRequestError, EngineState, EngineUnavailable
-from diffgemma_lsp.fim_formats import SUFFIX_FIELD, format_named
+from diffgemma_lsp.fim_formats import CHAT, SUFFIX_FIELD, format_named
 from engine import protocol
+from engine.prompt import PromptParts, chat_user_text
 
 logger = logging.getLogger(__name__)
 
@@ -85,14 +91,24 @@ class OpenAIBackend:
         return str(next(self._ids))
 
     def request_body(self, request: protocol.Infill) -> dict[str, Any]:
-        """The ``/v1/completions`` body for ``request`` in the configured prompt format."""
+        """The request body for ``request`` in the configured prompt format: ``/v1/completions``, or
+        ``/v1/chat/completions`` for ``chat``."""
         body: dict[str, Any] = {"max_tokens": request.canvas_length or DEFAULT_MAX_TOKENS, "stream": False}
         if self.model:
             body["model"] = self.model
         if request.candidates > 1:
             body["n"] = request.candidates
         fmt = format_named(self.prompt_format)
-        if fmt is None:
+        if self.prompt_format == CHAT:
+            parts = PromptParts(
+                prefix=request.prefix,
+                suffix=request.suffix,
+                extra=[(chunk.filename, chunk.text) for chunk in request.extra],
+                language=request.language_id,
+            )
+            body["messages"] = [{"role": "user", "content": chat_user_text(parts)}]
+            body["chat_template_kwargs"] = {"enable_thinking": False}  # a completion has no time to think
+        elif fmt is None:
             body["prompt"], body["suffix"] = request.prefix, request.suffix
         else:
             body["prompt"] = fmt.build(request.prefix, request.suffix)
@@ -136,7 +152,7 @@ class OpenAIBackend:
         try:
             body = _json(text)
             choice = body["choices"][0]
-            texts = [other["text"] for other in body["choices"]]
+            texts = [_choice_text(other) for other in body["choices"]]
             if not all(isinstance(completion, str) for completion in texts):
                 raise TypeError("text is not a string")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
@@ -147,7 +163,11 @@ class OpenAIBackend:
         model = str(body.get("model") or self.model)
         if self.hello is None or self.hello.model_id != model:
             self.hello = protocol.HelloOk(
-                protocol=protocol.PROTOCOL_VERSION, model_id=model, ready=True, device="remote"
+                protocol=protocol.PROTOCOL_VERSION,
+                model_id=model,
+                ready=True,
+                device="remote",
+                layout="chat" if self.prompt_format == CHAT else "fim",
             )
         self._set_state(EngineState.READY)
         return protocol.Result(
@@ -161,6 +181,12 @@ class OpenAIBackend:
                 new_tokens=_count(usage.get("completion_tokens")),
             ),
         )
+
+
+def _choice_text(choice: dict[str, Any]) -> object:
+    """A choice's text: ``text`` in a completion, ``message.content`` in a chat completion."""
+    message = choice.get("message")
+    return message.get("content") if isinstance(message, dict) else choice["text"]
 
 
 def _json(text: str) -> dict[str, Any]:

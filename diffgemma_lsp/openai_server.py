@@ -111,9 +111,10 @@ async def models(request: web.Request) -> web.Response:
     return web.json_response(models_body(model_name(request.app[ENGINE])))
 
 
-def insertion_text(prefix: str, suffix: str, raw: str) -> str:
-    """The post-processed completion as pure text to insert at the cursor (this API cannot replace text)."""
-    edit = postprocess(prefix, suffix, raw, "")
+def insertion_text(prefix: str, suffix: str, raw: str, instruct: bool = False) -> str:
+    """The post-processed completion as pure text to insert at the cursor (this API cannot replace text);
+    ``instruct``: ``raw`` is an instruction model's answer (the engine's layout is ``chat``)."""
+    edit = postprocess(prefix, suffix, raw, "", instruct=instruct)
     if edit is None:
         return ""
     if edit.replace_to_eol:  # the text ends with the closers already after the cursor: do not insert them twice
@@ -162,7 +163,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
         raise ApiError(status, f"the engine refused the request: {exc.error.message}") from None
     choices: list[tuple[str, str]] = []
     for raw in (result.text, *result.alternatives):
-        text, stopped = cut_at_stop(insertion_text(prefix, suffix, raw), wanted.stop)
+        text, stopped = cut_at_stop(
+            insertion_text(prefix, suffix, raw, instruct=bool(engine.hello and engine.hello.layout == "chat")),
+            wanted.stop,
+        )
         if choices and (not text or any(text == seen for seen, _ in choices)):
             continue  # candidates that came out the same (or empty) after post-processing
         choices.append((text, "stop" if stopped or result.stop is protocol.StopReason.EOS else "length"))

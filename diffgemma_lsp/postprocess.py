@@ -3,6 +3,9 @@
 :func:`postprocess` turns the model's text into an :class:`Edit` at the cursor. The filters work on LF text
 and run in this order (line endings go back to the document's at the end):
 
+0. With ``instruct=True`` (an instruction-tuned model answering the chat prompt): :func:`unwrap_answer` of
+   :mod:`diffgemma_lsp.answer` first turns the answer into the text to insert: the body of its first code
+   fence, without an echoed cursor marker or a repeat of the prefix's last lines at its start.
 1. :func:`normalise`: CRLF and CR to LF.
 2. :func:`fit_indentation`: the first line takes the indentation of the cursor's block, later lines keep
    theirs (relative to it when the model was off by the same amount everywhere), tabs or spaces as the
@@ -31,6 +34,7 @@ import itertools
 
 import attrs
 
+from diffgemma_lsp.answer import unwrap_answer
 from diffgemma_lsp.languages import (
     Blocks,
     Language,
@@ -99,8 +103,13 @@ class Cursor:
         return self.before[-1]
 
 
-def postprocess(prefix: str, suffix: str, raw: str, language_id: str) -> Edit | None:
-    """The edit to offer for the model's ``raw`` middle between ``prefix`` and ``suffix``; None if nothing is left."""
+def postprocess(prefix: str, suffix: str, raw: str, language_id: str, *, instruct: bool = False) -> Edit | None:
+    """The edit to offer for the model's ``raw`` middle between ``prefix`` and ``suffix``; None if nothing is left.
+
+    ``instruct`` says ``raw`` is an instruction-tuned model's answer, which is unwrapped first (step 0).
+    """
+    if instruct:
+        raw = unwrap_answer(raw, prefix, suffix)
     cursor = make_cursor(prefix, suffix, raw, language_id)
     text = normalise(raw)
     filters = (fit_indentation, trim_suffix_overlap, limit_scope, stop_before_open_string, balance_brackets)

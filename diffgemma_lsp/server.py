@@ -226,8 +226,9 @@ class DiffgemmaServer(LanguageServer):
         if result is None or self.workspace.get_text_document(uri).version != context.version:
             return []  # no answer, or the document changed while the model worked: the result is stale
         found: list[tuple[InfillContext, str]] = []
+        instruct = self.engine is not None and self.engine.hello is not None and self.engine.hello.layout == "chat"
         for raw in (result.text, *result.alternatives):
-            edit = postprocess(context.prefix, context.suffix, raw, document.language_id or "")
+            edit = postprocess(context.prefix, context.suffix, raw, document.language_id or "", instruct=instruct)
             if edit is None or any(edit.text == text for _, text in found):
                 continue
             end = end_of_line(context) if edit.replace_to_eol else None

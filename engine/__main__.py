@@ -1,7 +1,8 @@
 """``diffgemma-engine``: the resident model process.
 
 diffgemma-engine serve  [--model DIR] [--socket PATH] [--device auto|cpu|cuda] [--dtype auto|...]
-diffgemma-engine infill [--model DIR] [--prefix FILE] [--suffix FILE]   (prefix from stdin by default)
+diffgemma-engine infill [--model DIR] [--prefix FILE] [--suffix FILE] [--language ID] [--show-prompt]
+                                                    (prefix from stdin by default)
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ async def serve(args: argparse.Namespace) -> int:
 def infill(args: argparse.Namespace) -> int:
     """Print one completion for a prefix and suffix."""
     from engine.errors import EngineError
-    from engine.infill import run_infill
+    from engine.infill import build_prompt, run_infill
     from engine.model import load_model
 
     prefix = args.prefix.read_text() if args.prefix else sys.stdin.read()
@@ -91,7 +92,18 @@ def infill(args: argparse.Namespace) -> int:
             canvas_length=args.canvas_length,
             max_steps=args.steps,
             seed=args.seed,
+            language_id=args.language,
         )
+        if args.show_prompt:
+            prompt = build_prompt(loaded, request)
+            code_tokens = prompt.prefix_tokens + prompt.suffix_tokens
+            print(loaded.decode_prompt(prompt.ids), file=sys.stderr)
+            print(
+                f"-- prompt: {len(prompt.ids)} tokens ({loaded.layout.name} layout"
+                f"{', cut to fit' if prompt.truncated else ''}); code: {prompt.code_chars} characters in "
+                f"{code_tokens} tokens, {prompt.code_chars / max(code_tokens, 1):.2f} characters per token",
+                file=sys.stderr,
+            )
         text, stop, timings = run_infill(loaded, request)
     except EngineError as exc:
         print(f"diffgemma-engine: {exc}", file=sys.stderr)
@@ -147,6 +159,10 @@ def main(argv: list[str] | None = None) -> None:
     infill_parser.add_argument("--canvas-length", type=int, default=0)
     infill_parser.add_argument("--steps", type=int, default=0)
     infill_parser.add_argument("--seed", type=int, default=0)
+    infill_parser.add_argument("--language", default="", help="the document's language id (the chat layout's fences)")
+    infill_parser.add_argument(
+        "--show-prompt", action="store_true", help="print the prompt as the model sees it, and its size, on stderr"
+    )
 
     args = parser.parse_args(argv)
     if args.command == "serve" and args.compile not in COMPILE_CHOICES:  # argparse does not check a default

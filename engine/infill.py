@@ -13,23 +13,29 @@ from engine import protocol
 from engine.denoise import StopCheck, cut_at_eos, run_canvas
 from engine.errors import BadRequestError
 from engine.model import LoadedModel
-from engine.prompt import PromptParts, trim_chars
+from engine.prompt import Prompt, PromptParts, char_budget_cut
 
 MAX_CANVAS_LENGTH = 512
 MAX_STEPS = 256
 CHARS_PER_TOKEN = 4
 
 
-def prompt_ids(loaded: LoadedModel, request: protocol.Infill) -> list[int]:
+def build_prompt(loaded: LoadedModel, request: protocol.Infill) -> Prompt:
     """The encoder input for ``request`` in the checkpoint's layout, within ``max_prompt_tokens``."""
     parts = PromptParts(
         prefix=request.prefix,
         suffix=request.suffix,
         extra=[(chunk.filename, chunk.text) for chunk in request.extra],
+        language=request.language_id,
     )
     # Never tokenize more text than could fit: a few characters per token at most.
-    parts = trim_chars(parts, loaded.max_prompt_tokens * CHARS_PER_TOKEN * 2)
-    return loaded.layout.ids(parts, loaded.max_prompt_tokens)
+    parts = char_budget_cut(parts, loaded.max_prompt_tokens * CHARS_PER_TOKEN * 2)
+    return loaded.layout.prompt(parts, loaded.max_prompt_tokens)
+
+
+def prompt_ids(loaded: LoadedModel, request: protocol.Infill) -> list[int]:
+    """The ids of ``build_prompt``."""
+    return build_prompt(loaded, request).ids
 
 
 def timed_prompt_ids(loaded: LoadedModel, request: protocol.Infill) -> tuple[list[int], float]:

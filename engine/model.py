@@ -14,7 +14,7 @@ import torch
 from engine.denoise import SamplerSettings
 from engine.errors import ModelLoadError
 from engine.prefix_cache import PrefixCache
-from engine.prompt import PromptLayout, layout_for
+from engine.prompt import SUFFIX_FIRST, PromptLayout, layout_for
 from engine.step import DecoderStep
 
 logger = logging.getLogger(__name__)
@@ -23,7 +23,8 @@ DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 DEFAULT_MAX_PROMPT_TOKENS = 1024
 HINTS_FILE = "diffgemma.json"
 """Optional serving hints in a checkpoint folder: ``max_prompt_tokens`` (e.g. 384 for a model trained on short
-prompts) and ``line_canvas_length`` (the canvas for requests whose scope is the rest of a line)."""
+prompts), ``line_canvas_length`` (the canvas for requests whose scope is the rest of a line) and, for a chat
+checkpoint, ``chat_order`` (``suffix_first`` or ``in_place``: see ``engine.prompt``)."""
 
 
 class StepClock:
@@ -88,6 +89,10 @@ class LoadedModel:
         """Text of ``ids``, special tokens dropped."""
         return self.tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]
 
+    def decode_prompt(self, ids: list[int]) -> str:
+        """Text of prompt ``ids`` with its control tokens, as the model saw them."""
+        return self.tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
+
 
 def pick_device(name: str | None) -> torch.device:
     """``auto`` (or None) means CUDA when present, else CPU."""
@@ -151,12 +156,16 @@ def load_model(
     hints = json.loads(hints_path.read_text()) if hints_path.is_file() else {}
     max_prompt_tokens = min(max_prompt_tokens, int(hints.get("max_prompt_tokens", max_prompt_tokens)))
     line_canvas_length = hints.get("line_canvas_length")
+    try:
+        layout = layout_for(tokenizer, chat_order=hints.get("chat_order", SUFFIX_FIRST))
+    except ValueError as exc:  # no FIM tokens and no usable chat template, or an unknown chat_order
+        raise ModelLoadError(f"cannot lay out prompts for the checkpoint in {folder}: {exc}") from exc
     loaded = LoadedModel(
         model=model,
         tokenizer=tokenizer,
         model_id=str(folder.resolve()) if model_dir is not None else "default",
         device=torch_device,
-        layout=layout_for(tokenizer),
+        layout=layout,
         eos_ids=eos_ids,
         pad_id=generation.pad_token_id if generation.pad_token_id is not None else tokenizer.pad_token_id,
         canvas_length=model.config.canvas_length,

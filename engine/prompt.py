@@ -1,7 +1,8 @@
 """Lay out an infill request as prompt token ids. Pure: takes tokenizer functions, imports no torch.
 
 A layout is a per-checkpoint strategy (``PromptLayout``), chosen when the model loads (``layout_for``) from what
-its tokenizer offers; the engine calls ``layout.ids(parts, budget)`` and never asks which one it holds. Two exist:
+its tokenizer offers; the engine calls ``layout.prompt(parts, budget)`` and never asks which one it holds. Two
+exist:
 
 * ``fim``, for checkpoints whose tokenizer has the fill-in-the-middle sentinels (the shipped default model)::
 
@@ -11,23 +12,48 @@ its tokenizer offers; the engine calls ``layout.ids(parts, budget)`` and never a
   changes while the user types, the end of the prefix, sits at the end of the prompt, and the encoded tokens
   before it can be reused from one keystroke to the next.
 
-* ``chat``, for instruction-tuned checkpoints without FIM tokens (the released DiffusionGemma): the code
-  with a cursor marker inside a user turn, answered by the model turn.
+* ``chat``, for instruction-tuned checkpoints without FIM tokens (the released DiffusionGemma): one user turn
+  of the checkpoint's own chat template (rendered once, at load) holding other files, an instruction and the
+  code, then the model turn with thinking off (the template's empty thought channel)::
+
+      <bos><|turn>user\\n  (File name: ```text```)*  INSTRUCTION
+      The code after <CURSOR>: ```SUFFIX```  The code before <CURSOR>: ```PREFIX<CURSOR>```
+      <turn|>\\n<|turn>model\\n<|channel>thought\\n<channel|>
+
+  ``suffix_first`` (the default) keeps what changes while typing next to the template's tail; ``in_place``
+  shows one block ``PREFIX<CURSOR>SUFFIX`` instead (a checkpoint hint, ``chat_order``).
+
+Both layouts budget the code, not the rendered ids: the fixed parts always survive, and prefix and suffix are cut
+on line boundaries that stay put while the user types (``engine.budget``). Text from the user is encoded as
+text: a ``<turn|>`` or ``<eos>`` written in the code never becomes that control token.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
 import attrs
 
-from engine import vocab
+from engine import budget, vocab
 
 Encode = Callable[[str], list[int]]
+"""Text to token ids, special tokens written in the text encoded as text."""
 
 CURSOR_MARK = "<CURSOR>"
-CHAT_INSTRUCTION = "Fill in the code at {mark}. Answer with only the missing code, no explanation and no code fence."
+SUFFIX_FIRST = "suffix_first"
+IN_PLACE = "in_place"
+CHAT_ORDERS = (SUFFIX_FIRST, IN_PLACE)
+CHAT_INSTRUCTION = (
+    "Fill in the code at {mark}. Answer with only the code that goes there: no explanation, no code fence, "
+    "and none of the code around it."
+)
+CHAT_INSTRUCTION_SUFFIX_FIRST = (
+    "Fill in the code at {mark}. The file is shown in two parts: first the code after {mark}, then the code "
+    "before it. Answer with only the code that goes at {mark}: no explanation, no code fence, and none of the "
+    "code around it."
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -38,6 +64,8 @@ class PromptParts:
     suffix: str = ""
     extra: Sequence[tuple[str, str]] = ()
     """(filename, text) chunks from other files."""
+    language: str = ""
+    """The document's language id (``python``), for the chat layout's code fences; may be empty."""
 
 
 @attrs.frozen(kw_only=True)
@@ -48,6 +76,8 @@ class Prompt:
     prefix_tokens: int
     suffix_tokens: int
     truncated: bool
+    code_chars: int = 0
+    """Characters of prefix and suffix kept (with the tokens: the tokenizer's characters per token of code)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -76,54 +106,120 @@ def special_ids_from(token_to_id: Callable[[str], int | None]) -> SpecialIds | N
     return SpecialIds(bos=token_to_id(vocab.BOS), file_sep=token_to_id(vocab.FILE_SEP), **ids)
 
 
-def split_budget(max_tokens: int) -> tuple[int, int]:
-    """Token budgets for (suffix, prefix): the prefix matters most, the suffix gets a quarter."""
-    suffix = max_tokens // 4
-    return suffix, max_tokens - suffix
+def _counter(encode: Encode) -> budget.Count:
+    """Token counts of texts, remembered: the blocks before the cursor are the same from keystroke to keystroke."""
+    return functools.lru_cache(maxsize=4096)(lambda text: len(encode(text)))
 
 
-def build_fim_prompt(parts: PromptParts, encode: Encode, special: SpecialIds, max_tokens: int) -> Prompt:
-    """The ``fim`` layout, cut to ``max_tokens``: the prefix keeps its end, the suffix its start."""
+def _within(ids: list[int], max_tokens: int, keep_head: int, keep_tail: int) -> list[int]:
+    """``ids`` cut to ``max_tokens`` after the first ``keep_head`` and before the last ``keep_tail`` ids.
+
+    Blocks counted apart can encode a token or two longer together, at their seams; this takes that off.
+    """
+    excess = len(ids) - max_tokens
+    if excess <= 0:
+        return ids
+    keep_head = max(0, min(keep_head, max_tokens - keep_tail))
+    return ids[:keep_head] + ids[keep_head + excess :]
+
+
+def build_fim_prompt(
+    parts: PromptParts, encode: Encode, special: SpecialIds, max_tokens: int, count: budget.Count | None = None
+) -> Prompt:
+    """The ``fim`` layout within ``max_tokens``: other files first (up to a quarter of the budget, whole chunks in
+    order), then suffix and prefix cut on stable line boundaries, the suffix keeping its start, the prefix its end."""
     head = [special.bos] if special.bos is not None else []
-    fixed = len(head) + 3  # the three sentinels
-    suffix_budget, prefix_budget = split_budget(max(max_tokens - fixed, 2))
-    suffix_ids = encode(parts.suffix)
-    prefix_ids = encode(parts.prefix)
-    truncated = False
-    if len(suffix_ids) + len(prefix_ids) > suffix_budget + prefix_budget:
-        # Give the part that fits its share's spare room to the other one.
-        suffix_keep = min(len(suffix_ids), max(suffix_budget, suffix_budget + prefix_budget - len(prefix_ids)))
-        prefix_keep = min(len(prefix_ids), suffix_budget + prefix_budget - suffix_keep)
-        truncated = suffix_keep < len(suffix_ids) or prefix_keep < len(prefix_ids)
-        suffix_ids = suffix_ids[:suffix_keep]
-        prefix_ids = prefix_ids[len(prefix_ids) - prefix_keep :]
     extra_ids: list[int] = []
-    room = max_tokens - fixed - len(suffix_ids) - len(prefix_ids)
+    extra_cut = bool(parts.extra) and special.file_sep is None
     if special.file_sep is not None:
+        room = max_tokens // 4
         for filename, text in parts.extra:
             chunk = [special.file_sep, *encode(f"{filename}\n{text}")]
-            if len(chunk) > room:
-                truncated = True
+            if len(extra_ids) + len(chunk) > room:
+                extra_cut = True
                 break
             extra_ids += chunk
-            room -= len(chunk)
-    ids = [
-        *head,
-        *extra_ids,
-        special.fim_suffix,
-        *suffix_ids,
-        special.fim_prefix,
-        *prefix_ids,
-        special.fim_middle,
-    ]
-    return Prompt(ids=ids, prefix_tokens=len(prefix_ids), suffix_tokens=len(suffix_ids), truncated=truncated)
+    fixed = len(head) + len(extra_ids) + 3  # the three sentinels
+    count = count or _counter(encode)
+    cut = budget.fit(parts.prefix, parts.suffix, max(max_tokens - fixed, 0), count)
+    suffix_ids, prefix_ids = encode(cut.suffix), encode(cut.prefix)
+    ids = [*head, *extra_ids, special.fim_suffix, *suffix_ids, special.fim_prefix, *prefix_ids, special.fim_middle]
+    ids = _within(ids, max_tokens, keep_head=len(ids) - len(prefix_ids) - 1, keep_tail=1)
+    return Prompt(
+        ids=ids,
+        prefix_tokens=len(prefix_ids),
+        suffix_tokens=len(suffix_ids),
+        truncated=cut.truncated or extra_cut,
+        code_chars=len(cut.prefix) + len(cut.suffix),
+    )
 
 
-def chat_user_text(parts: PromptParts) -> str:
-    """The user turn of the ``chat`` layout."""
-    extra = "".join(f"File {name}:\n```\n{text}\n```\n\n" for name, text in parts.extra)
-    instruction = CHAT_INSTRUCTION.format(mark=CURSOR_MARK)
-    return f"{extra}{instruction}\n\n```\n{parts.prefix}{CURSOR_MARK}{parts.suffix}\n```"
+def chat_file_block(name: str, text: str, language: str = "") -> str:
+    """One other file in the ``chat`` layout's user turn."""
+    return f"File {name}:\n```{language}\n{text}\n```\n\n"
+
+
+def chat_user_text(parts: PromptParts, order: str = SUFFIX_FIRST) -> str:
+    """The user turn of the ``chat`` layout: other files, the instruction, then the code (see the module doc)."""
+    fence = f"```{parts.language}\n"
+    extra = "".join(chat_file_block(name, text, parts.language) for name, text in parts.extra)
+    if order == IN_PLACE:
+        instruction = CHAT_INSTRUCTION.format(mark=CURSOR_MARK)
+        return f"{extra}{instruction}\n\n{fence}{parts.prefix}{CURSOR_MARK}{parts.suffix}\n```"
+    instruction = CHAT_INSTRUCTION_SUFFIX_FIRST.format(mark=CURSOR_MARK)
+    return (
+        f"{extra}{instruction}\n\nThe code after {CURSOR_MARK}:\n{fence}{parts.suffix}\n```\n\n"
+        f"The code before {CURSOR_MARK}:\n{fence}{parts.prefix}{CURSOR_MARK}\n```"
+    )
+
+
+@attrs.frozen
+class ChatTemplate:
+    """A checkpoint's chat template around one user turn, as ids: ``head`` (``<bos><|turn>user\\n``) and ``tail``
+    (``<turn|>\\n<|turn>model\\n``, then, with thinking off, the empty thought channel)."""
+
+    head: tuple[int, ...]
+    tail: tuple[int, ...]
+
+
+def build_chat_prompt(
+    parts: PromptParts,
+    encode: Encode,
+    template: ChatTemplate,
+    max_tokens: int,
+    order: str = SUFFIX_FIRST,
+    count: budget.Count | None = None,
+) -> Prompt:
+    """The ``chat`` layout within ``max_tokens``, budgeted on the code, not on the rendered ids.
+
+    The template's head (``<bos>``, the turn header), the instruction and the template's tail (the generation
+    prompt) are always whole; other files come first and take up to a quarter of the budget, whole files in
+    order; prefix and suffix share the rest, cut on line boundaries that stay put while the user types.
+    ``count`` (tokens of a text) may remember its answers across calls: pass the layout's.
+    """
+    count = count or _counter(encode)
+    frame = len(template.head) + len(template.tail)
+    bare = attrs.evolve(parts, prefix="", suffix="", extra=())
+    room = max(max_tokens - frame - count(chat_user_text(bare, order)), 0) // 4
+    extra: list[tuple[str, str]] = []
+    for name, text in parts.extra:
+        size = count(chat_file_block(name, text, parts.language))
+        if size > room:
+            break
+        extra.append((name, text))
+        room -= size
+    scaffold = attrs.evolve(bare, extra=extra)
+    code_budget = max(max_tokens - frame - count(chat_user_text(scaffold, order)), 0)
+    cut = budget.fit(parts.prefix, parts.suffix, code_budget, count)
+    user = encode(chat_user_text(attrs.evolve(scaffold, prefix=cut.prefix, suffix=cut.suffix), order))
+    ids = _within([*template.head, *user, *template.tail], max_tokens, len(template.head), len(template.tail))
+    return Prompt(
+        ids=ids,
+        prefix_tokens=count(cut.prefix),
+        suffix_tokens=count(cut.suffix),
+        truncated=cut.truncated or len(extra) < len(parts.extra),
+        code_chars=len(cut.prefix) + len(cut.suffix),
+    )
 
 
 class PromptLayout(Protocol):
@@ -131,8 +227,8 @@ class PromptLayout(Protocol):
 
     name: ClassVar[str]
 
-    def ids(self, parts: PromptParts, max_tokens: int) -> list[int]:
-        """Encoder input ids for ``parts``, at most ``max_tokens`` of them."""
+    def prompt(self, parts: PromptParts, max_tokens: int) -> Prompt:
+        """Encoder input for ``parts``, at most ``max_tokens`` ids."""
         ...
 
 
@@ -143,41 +239,77 @@ class FimLayout:
     name: ClassVar[str] = "fim"
     encode: Encode
     special: SpecialIds
+    count: budget.Count = attrs.field(init=False, eq=False, repr=False)
+    """Token counts of blocks of lines, remembered from one keystroke to the next."""
 
-    def ids(self, parts: PromptParts, max_tokens: int) -> list[int]:
-        return build_fim_prompt(parts, self.encode, self.special, max_tokens).ids
+    @count.default
+    def _count(self) -> budget.Count:
+        return _counter(self.encode)
+
+    def prompt(self, parts: PromptParts, max_tokens: int) -> Prompt:
+        return build_fim_prompt(parts, self.encode, self.special, max_tokens, self.count)
 
 
 @attrs.frozen
 class ChatLayout:
-    """An instruction in the user turn of the checkpoint's chat template (the released DiffusionGemma-IT)."""
+    """An instruction in one user turn of the checkpoint's chat template (the released DiffusionGemma-IT)."""
 
     name: ClassVar[str] = "chat"
-    apply_chat_template: Callable[[list[dict[str, str]]], list[int]]
+    encode: Encode
+    template: ChatTemplate
+    order: str = attrs.field(default=SUFFIX_FIRST, validator=attrs.validators.in_(CHAT_ORDERS))
+    count: budget.Count = attrs.field(init=False, eq=False, repr=False)
+    """Token counts of blocks of lines, remembered from one keystroke to the next."""
 
-    def ids(self, parts: PromptParts, max_tokens: int) -> list[int]:
-        ids = self.apply_chat_template([{"role": "user", "content": chat_user_text(parts)}])
-        return ids[-max_tokens:]
+    @count.default
+    def _count(self) -> budget.Count:
+        return _counter(self.encode)
+
+    def prompt(self, parts: PromptParts, max_tokens: int) -> Prompt:
+        return build_chat_prompt(parts, self.encode, self.template, max_tokens, self.order, self.count)
 
 
-def layout_for(tokenizer: Any) -> PromptLayout:
+USER_SLOT = "\ue000diffgemma-user-turn\ue001"
+"""Stands for the user's content when the chat template is rendered once, to find the text around it."""
+
+
+class ChatTemplateError(ValueError):
+    """A chat template the ``chat`` layout cannot use."""
+
+
+def chat_template_of(tokenizer: Any) -> ChatTemplate:
+    """The ids the tokenizer's chat template puts around one user turn, with the generation prompt and thinking
+    off. The template's own text is encoded with its control tokens; the user's text goes in between as text."""
+    try:
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": USER_SLOT}], add_generation_prompt=True, tokenize=False, enable_thinking=False
+        )
+    except ValueError as exc:  # transformers: "Cannot use chat template functions because ... not set"
+        raise ChatTemplateError(f"the tokenizer has neither FIM tokens nor a usable chat template: {exc}") from None
+    head, found, tail = str(rendered).partition(USER_SLOT)
+    if not found:
+        raise ChatTemplateError("the chat template does not show the user's message")
+    return ChatTemplate(
+        head=tuple(tokenizer.encode(head, add_special_tokens=False)),
+        tail=tuple(tokenizer.encode(tail, add_special_tokens=False)),
+    )
+
+
+def text_encoder(tokenizer: Any) -> Encode:
+    """Encode user text as text: no BOS added, and special tokens written in it split into ordinary tokens."""
+    return lambda text: tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+
+def layout_for(tokenizer: Any, chat_order: str = SUFFIX_FIRST) -> PromptLayout:
     """The layout a (transformers) tokenizer supports: FIM when it has the sentinels, else its chat template."""
     special = special_ids_from(tokenizer.get_vocab().get)
     if special is not None:
-        return FimLayout(encode=lambda text: tokenizer.encode(text, add_special_tokens=False), special=special)
-
-    def apply_chat_template(messages: list[dict[str, str]]) -> list[int]:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
-
-    return ChatLayout(apply_chat_template=apply_chat_template)
+        return FimLayout(encode=text_encoder(tokenizer), special=special)
+    return ChatLayout(encode=text_encoder(tokenizer), template=chat_template_of(tokenizer), order=chat_order)
 
 
-def trim_chars(parts: PromptParts, max_chars: int) -> PromptParts:
-    """Cut prefix and suffix to a character budget around the cursor (for layouts built from text)."""
-    suffix_budget, prefix_budget = split_budget(max_chars)
-    return attrs.evolve(
-        parts,
-        prefix=parts.prefix[-prefix_budget:] if prefix_budget else "",
-        suffix=parts.suffix[:suffix_budget],
-    )
+def char_budget_cut(parts: PromptParts, max_chars: int) -> PromptParts:
+    """Prefix and suffix cut to a character budget on the same stable line boundaries as the token budget: the
+    engine's first, cheap cut of a long document, before it counts tokens."""
+    cut = budget.fit(parts.prefix, parts.suffix, max_chars, len, per_line=budget.CHARS_PER_LINE)
+    return attrs.evolve(parts, prefix=cut.prefix, suffix=cut.suffix)

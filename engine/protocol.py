@@ -129,6 +129,10 @@ class HelloOk:
     device: str = ""
     canvas_length: int = 0
     max_prompt_tokens: int = 0
+    layout: str = ""
+    """How the model is prompted: ``fim`` (sentinels; the answer is the middle as written) or ``chat`` (an
+    instruction model: its answer may come fenced or echo the code around the cursor, see
+    ``diffgemma_lsp.answer``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -141,6 +145,10 @@ class Ready:
     load_ms: float = 0.0
     canvas_length: int = 0
     max_prompt_tokens: int = 0
+    layout: str = ""
+    """How the model is prompted: ``fim`` (sentinels; the answer is the middle as written) or ``chat`` (an
+    instruction model: its answer may come fenced or echo the code around the cursor, see
+    ``diffgemma_lsp.answer``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -169,6 +177,8 @@ class Infill:
     """0: no deadline. Otherwise the engine stops denoising this long after arrival."""
     seed: int | None = None
     """Fixes the sampler's random stream, for reproducible results."""
+    echo: bool = False
+    """Return the prompt as the model saw it in ``Result.prompt`` (for debugging a layout)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -223,6 +233,8 @@ class Result:
     timings: Timings = attrs.field(factory=Timings)
     alternatives: list[str] = attrs.field(factory=list)
     """With ``candidates`` > 1: the other distinct, non-empty answers."""
+    prompt: str = ""
+    """With ``echo``: the encoder's input decoded, control tokens included."""
 
 
 @attrs.frozen(kw_only=True)

@@ -163,6 +163,7 @@ class EngineServer:
             load_ms=round(loaded.load_ms, 1),
             canvas_length=loaded.canvas_length,
             max_prompt_tokens=loaded.max_prompt_tokens,
+            layout=loaded.layout.name,
         )
         for connection in list(self._waiting_ready):
             asyncio.ensure_future(self._send(connection, ready))
@@ -270,6 +271,7 @@ class EngineServer:
                 device=str(loaded.device) if loaded else "",
                 canvas_length=loaded.canvas_length if loaded else 0,
                 max_prompt_tokens=loaded.max_prompt_tokens if loaded else 0,
+                layout=loaded.layout.name if loaded else "",
             ),
         )
         if loaded is None:

@@ -14,7 +14,7 @@ import torch
 from engine import protocol
 from engine.batch import MAX_BATCH, compatible, run_batch
 from engine.errors import EngineError
-from engine.infill import check_request, run_infill
+from engine.infill import check_request, prompt_ids, run_infill
 from engine.jobs import Job, JobQueue
 from engine.model import LoadedModel, load_model
 
@@ -178,8 +178,8 @@ class ModelWorker(threading.Thread):
                 logger.warning("request %s: out of memory at canvas %d; retrying at %d", request.id, canvas, smaller)
                 request = attrs.evolve(request, canvas_length=smaller)
 
-    @staticmethod
     def _result(
+        self,
         job: Job,
         text: str,
         stop: protocol.StopReason,
@@ -187,6 +187,9 @@ class ModelWorker(threading.Thread):
         alternatives: list[str] | None = None,
     ) -> protocol.Result:
         timings = attrs.evolve(timings, queue_ms=round(job.queue_ms(), 3))
+        prompt = ""
+        if job.request.echo and self.loaded is not None:  # laid out again: a millisecond, and only when asked
+            prompt = self.loaded.decode_prompt(prompt_ids(self.loaded, job.request))
         return protocol.Result(
-            id=job.request.id, text=text, stop=stop, timings=timings, alternatives=alternatives or []
+            id=job.request.id, text=text, stop=stop, timings=timings, alternatives=alternatives or [], prompt=prompt
         )

@@ -24,13 +24,18 @@ def _cached_checkpoint(name: str, build) -> Path:  # noqa: ANN001
     digest = hashlib.sha1()
     for path in (
         ROOT / "tests/support/models.py",
+        ROOT / "tests/support/release_format.py",
+        ROOT / "tests/data/release/config.json",
+        ROOT / "tests/data/release/generation_config.json",
         ROOT / "engine/training/configs.py",
+        ROOT / "engine/prompt.py",  # the memorized checkpoints answer the prompt the engine lays out
+        ROOT / "engine/budget.py",
         DEFAULT_MODEL_DIR / "tokenizer.json",
     ):
         digest.update(path.read_bytes())
     digest.update(transformers.__version__.encode())
     target = MODEL_CACHE / f"{name}-{digest.hexdigest()[:12]}"
-    if not (target / "model.safetensors").is_file():
+    if not (target / "config.json").is_file():
         scratch = Path(tempfile.mkdtemp(dir=MODEL_CACHE.parent if MODEL_CACHE.parent.exists() else None))
         build(scratch / name)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -54,6 +59,31 @@ def memorized_model_dir() -> Path:
     from tests.support.models import build_memorized
 
     return _cached_checkpoint("memorized", build_memorized)
+
+
+@pytest.fixture(scope="session")
+def release_random_dir() -> Path:
+    """A random-weight checkpoint in the released DiffusionGemma-IT's on-disk format (chat template, Gemma 4
+    control tokens, sharded bf16 weights, the release's generation config): every one of its 48 steps runs."""
+    from tests.support.release_format import build_release_random
+
+    return _cached_checkpoint("release-random", build_release_random)
+
+
+@pytest.fixture(scope="session")
+def release_memorized_dir() -> Path:
+    """The release format, trained to answer ``RAW_ANSWER`` (fenced) to the chat prompt for ``ANSWERED_PREFIX``."""
+    from tests.support.release_format import build_release_memorized
+
+    return _cached_checkpoint("release-memorized", build_release_memorized)
+
+
+@pytest.fixture(scope="session")
+def release_tokenizer(release_random_dir: Path):  # noqa: ANN201 - a transformers GemmaTokenizer
+    """The release-format checkpoint's tokenizer, loaded as the engine loads it."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(release_random_dir, local_files_only=True)
 
 
 @pytest.fixture

@@ -27,6 +27,18 @@ SIZES: dict[str, dict[str, int]] = {
 }
 
 
+TINY_VISION: dict[str, int] = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    head_dim=16,
+    position_embedding_size=64,
+)
+"""The smallest Gemma 4 vision tower: every DiffusionGemma builds one, and code never runs it."""
+
+
 def build_config(
     size: str, vocab_size: int, canvas_length: int = 32, sliding_window: int = 512
 ) -> DiffusionGemmaConfig:
@@ -69,15 +81,7 @@ def text_only_config(
 
     DiffusionGemma always builds a vision tower; ``vision_config=None`` would mean a 168M-parameter one.
     """
-    vision = Gemma4VisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=16,
-        position_embedding_size=64,
-    )
+    vision = Gemma4VisionConfig(**TINY_VISION)
     return DiffusionGemmaConfig(
         text_config=text,
         vision_config=vision,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -14,7 +15,14 @@ from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
 from engine import protocol
-from tests.support.lsp import complete, complete_when_ready, open_document, server_command, start_client
+from tests.support.lsp import (
+    complete,
+    complete_when_ready,
+    inline_complete,
+    open_document,
+    server_command,
+    start_client,
+)
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 pytestmark = pytest.mark.e2e
@@ -23,16 +31,25 @@ SOURCE = MEMORIZED_PREFIX + MEMORIZED_SUFFIX
 CURSOR = (1, 0)  # the start of the line after "def add(a, b):"
 
 
-@pytest.fixture
-async def lsp(isolated_env: Path, memorized_model_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
+@contextlib.asynccontextmanager
+async def lsp_session(isolated_env: Path, model_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
+    """The real language server on ``model_dir`` (it starts its engine), no debounce and no other files."""
     socket_path = isolated_env / "run" / "engine.sock"
     client = await start_client(
-        server_command(socket_path, memorized_model_dir),
+        server_command(socket_path, model_dir),
         init_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0}},
     )
-    yield client, socket_path
-    await client.shutdown_session()
-    _kill_engine(socket_path, signal.SIGTERM)
+    try:
+        yield client, socket_path
+    finally:
+        await client.shutdown_session()
+        _kill_engine(socket_path, signal.SIGTERM)
+
+
+@pytest.fixture
+async def lsp(isolated_env: Path, memorized_model_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
+    async with lsp_session(isolated_env, memorized_model_dir) as session:
+        yield session
 
 
 def _engine_pid(socket_path: Path) -> int | None:
@@ -120,14 +137,7 @@ async def test_inline_completion_gives_ghost_text(lsp: tuple[LanguageClient, Pat
     client, _ = lsp
     open_document(client, URI, SOURCE)
     await complete_when_ready(client, URI, *CURSOR)
-    result = await client.text_document_inline_completion_async(
-        types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=URI),
-            position=types.Position(line=CURSOR[0], character=CURSOR[1]),
-            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
-        )
-    )
-    assert isinstance(result, types.InlineCompletionList)
+    result = await inline_complete(client, URI, *CURSOR)
     assert [item.insert_text for item in result.items] == [MEMORIZED_MIDDLE]
     assert result.items[0].range.start == result.items[0].range.end == types.Position(line=1, character=0)
 

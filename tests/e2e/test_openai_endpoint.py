@@ -163,7 +163,7 @@ def test_an_engine_that_dies_mid_request(isolated_env: Path, random_model_dir: P
         socket_path = server.socket_path
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(post, server.url, {"prompt": "def f():\n    "})
-            time.sleep(1.0)
+            time.sleep(0.3)  # the engine has started on it (250 steps take 0.9 s or more here)
             old = _kill_engine(socket_path, signal.SIGKILL)
             assert old is not None
             status, headers, body = pending.result(timeout=60)
@@ -190,7 +190,7 @@ def test_a_client_that_hangs_up_cancels_the_engines_work(isolated_env: Path, ran
             body=b'{"prompt": "def f():\\n    "}',
             headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
         )
-        time.sleep(1.0)
+        time.sleep(0.3)  # the engine has started on it (250 steps take 0.9 s or more here)
         dropped = time.monotonic()
         connection.close()  # the user typed on: the editor drops the request
         # The engine stops denoising it (250 steps would take many seconds) and counts it as cancelled.

@@ -162,3 +162,57 @@ async def test_openai_backend_without_a_url_says_so(isolated_env: Path) -> None:
         assert _engine_pid(socket_path) is None
     finally:
         await client.shutdown_session()
+
+
+async def test_an_instruction_model_is_asked_through_chat_completions(
+    isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``openaiPromptFormat = "chat"`` (DiffusionGemma-IT on vLLM, which refuses ``suffix``): the request is the
+    engine's own chat instruction with thinking off, and the fenced, explained answer reaches the editor as code.
+    The server here answers as vLLM's ``/v1/chat/completions`` does and records what it was sent."""
+    from aiohttp import web
+
+    from engine.prompt import PromptParts, chat_user_text
+
+    monkeypatch.setenv(KEY_ENV, "remote-key")
+    bodies: list[dict[str, object]] = []
+    headers: list[str] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        bodies.append(await request.json())
+        headers.append(request.headers.get("Authorization", ""))
+        answer = "Here is the missing code:\n```python\n    return a + b\n```\nIt adds the two numbers."
+        return web.json_response(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "model": "google/diffusiongemma-26B-A4B-it",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 120, "completion_tokens": 20, "total_tokens": 140},
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    settings = remote_settings(f"http://127.0.0.1:{port}/v1/chat/completions", "chat")
+    settings["diffgemma"]["openaiModel"] = "google/diffusiongemma-26B-A4B-it"  # type: ignore[index]
+    client, _ = await _lsp(isolated_env, settings)
+    try:
+        result = await complete_when_ready(client, URI, *CURSOR, timeout=30)
+        assert [item.text_edit.new_text for item in result.items] == ["    return a + b"]
+        user = chat_user_text(PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, language="python"))
+        assert bodies[0] == {
+            "max_tokens": 64,
+            "stream": False,
+            "model": "google/diffusiongemma-26B-A4B-it",
+            "messages": [{"role": "user", "content": user}],
+            "chat_template_kwargs": {"enable_thinking": False},
+        }
+        assert headers[0] == "Bearer remote-key"
+    finally:
+        await client.shutdown_session()
+        await runner.cleanup()

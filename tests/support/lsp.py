@@ -75,6 +75,25 @@ async def complete(client: LanguageClient, uri: str, line: int, character: int) 
     return result
 
 
+async def inline_complete(
+    client: LanguageClient,
+    uri: str,
+    line: int,
+    character: int,
+    trigger: types.InlineCompletionTriggerKind = types.InlineCompletionTriggerKind.Invoked,
+) -> types.InlineCompletionList:
+    """A ``textDocument/inlineCompletion`` (explicitly invoked unless ``trigger`` says otherwise)."""
+    result = await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=character),
+            context=types.InlineCompletionContext(trigger_kind=trigger),
+        )
+    )
+    assert isinstance(result, types.InlineCompletionList)
+    return result
+
+
 async def complete_when_ready(
     client: LanguageClient, uri: str, line: int, character: int, timeout: float = READY_TIMEOUT_S
 ) -> types.CompletionList:

@@ -41,8 +41,7 @@ def build_memorized(out_dir: Path, train_steps: int = 1000, seed: int = 0) -> Pa
     """
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)
-    vocab_size = len(tokenizer)
-    model = DiffusionGemmaForBlockDiffusion(build_config("test", vocab_size, canvas_length=CANVAS))
+    model = DiffusionGemmaForBlockDiffusion(build_config("test", len(tokenizer), canvas_length=CANVAS))
     special = special_ids_from(tokenizer.get_vocab().get)
     assert special is not None
 
@@ -51,18 +50,37 @@ def build_memorized(out_dir: Path, train_steps: int = 1000, seed: int = 0) -> Pa
 
     prompt = build_fim_prompt(PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX), encode, special, 512)
     middle = encode(MEMORIZED_MIDDLE) + [vocab.SPECIAL_IDS[vocab.EOS]]
-    target = torch.tensor([middle + [vocab.SPECIAL_IDS[vocab.PAD]] * (CANVAS - len(middle))])
-    prompt_ids = torch.tensor([prompt.ids])
+    train_to_answer(model, prompt.ids, middle, pad_id=vocab.SPECIAL_IDS[vocab.PAD], steps=train_steps)
+    set_generation_defaults(model, steps=16)
+    save_checkpoint(model, DEFAULT_MODEL_DIR, out_dir)
+    return out_dir
+
+
+def train_to_answer(
+    model: DiffusionGemmaForBlockDiffusion,
+    prompt: list[int],
+    answer: list[int],
+    pad_id: int,
+    steps: int,
+    balanced: bool = False,
+) -> None:
+    """Train ``model`` with the DiffusionGemma objective until its canvas for ``prompt`` is ``answer`` then padding:
+    one corruption level per step (uniform random tokens, mostly heavy, so the first denoising steps start from
+    noise), two-pass self-conditioning half the time, cross-entropy over the whole canvas (with ``balanced``, the
+    answer's positions and the padding's weigh alike: on a 256-token canvas the padding would drown the answer)."""
+    canvas = model.config.canvas_length
+    vocab_size = model.config.get_text_config(decoder=True).vocab_size
+    target = torch.tensor([answer + [pad_id] * (canvas - len(answer))])
+    prompt_ids = torch.tensor([prompt])
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=5e-3, total_steps=train_steps, pct_start=0.1)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=5e-3, total_steps=steps, pct_start=0.1)
     model.train()
     text_config = model.config.get_text_config(decoder=True)
-    for _ in range(train_steps):
-        t = 1 - torch.rand(1) ** 2  # mostly heavy corruption: the first denoising steps start from noise
+    for _ in range(steps):
+        t = 1 - torch.rand(1) ** 2
         noisy = torch.where(torch.rand(target.shape) < t, torch.randint(0, vocab_size, target.shape), target)
-        cache = DynamicCache(config=text_config)
         self_conditioning = None
-        if torch.rand(1).item() < 0.5:  # two-pass self-conditioning, as in DiffusionGemma training
+        if torch.rand(1).item() < 0.5:
             with torch.no_grad():
                 self_conditioning = model(
                     input_ids=prompt_ids, decoder_input_ids=noisy, cache=DynamicCache(config=text_config)
@@ -70,15 +88,16 @@ def build_memorized(out_dir: Path, train_steps: int = 1000, seed: int = 0) -> Pa
         logits = model(
             input_ids=prompt_ids,
             decoder_input_ids=noisy,
-            cache=cache,
+            cache=DynamicCache(config=text_config),
             self_conditioning_logits=self_conditioning,
         ).logits
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, vocab_size), target.view(-1))
+        losses = torch.nn.functional.cross_entropy(logits.view(-1, vocab_size), target.view(-1), reduction="none")
+        if balanced:  # the answer and the padding after it weigh the same, however long the canvas
+            loss = losses[: len(answer)].mean() + (losses[len(answer) :].mean() if canvas > len(answer) else 0.0)
+        else:
+            loss = losses.mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         scheduler.step()
     model.eval()
-    set_generation_defaults(model, steps=16)
-    save_checkpoint(model, DEFAULT_MODEL_DIR, out_dir)
-    return out_dir

@@ -99,3 +99,28 @@ def test_end_of_line_for_replacing_closers() -> None:
 )
 def test_cursor_scope(prefix: str, scope: str) -> None:
     assert cursor_scope(prefix) == scope
+
+
+def test_the_prefix_start_stays_put_while_the_user_types_and_moves_by_blocks() -> None:
+    """The engine reuses a prompt's encoding up to its first change: the cut must not slide with the cursor."""
+    body = "".join(f"value_{i:03d} = {i}\n" for i in range(300))  # 16 characters a line
+    starts = []
+    for typed in range(400):
+        text = body + "x" * typed
+        ctx = _at(text, 300, typed, budget=200)
+        assert len(ctx.prefix) <= 600 and ctx.prefix.endswith("x" * typed)
+        starts.append(text.index(ctx.prefix))
+    # It moves once per block's worth of typing (two 16-character lines), not with every keystroke.
+    assert len(set(starts)) <= 400 // 32 + 2
+    assert all((b - a) % 32 == 0 for a, b in zip(sorted(set(starts)), sorted(set(starts))[1:], strict=False))
+    lines_at = {body.count("\n", 0, start) for start in starts if start < len(body)}
+    assert all(line % 2 == 0 for line in lines_at)  # 200 tokens = 800 characters: blocks of 800 / (40 * 8) = 2 lines
+    assert all(body[start - 1] == "\n" for start in starts if 0 < start < len(body))
+
+
+def test_the_suffix_ends_after_whole_lines() -> None:
+    text = "def f():\n    ├┤pass\n" + "".join(f"line_{i:04d}\n" for i in range(100))
+    prefix, suffix = text.split("├┤")
+    ctx = _at(prefix + suffix, 1, 4, budget=40)  # 160 characters: 40 of suffix
+    assert ctx.suffix.startswith("pass\n") and ctx.suffix.endswith("\n") and len(ctx.suffix) <= 40
+    assert suffix.startswith(ctx.suffix)

@@ -52,4 +52,5 @@ def test_a_plain_prompt_is_continuation() -> None:
 def test_names_and_aliases() -> None:
     assert format_named("suffix") is None
     assert format_named("code_gemma") is FORMATS["qwen"]
-    assert all(name == "suffix" or format_named(name) is not None for name in PROMPT_FORMATS)
+    assert all(name in ("suffix", "chat") or format_named(name) is not None for name in PROMPT_FORMATS)
+    assert format_named("chat") is None

@@ -42,7 +42,9 @@ def test_golden(case: dict[str, object]) -> None:
     if case.get("crlf"):
         source, expected = source.replace("\n", "\r\n"), expected.replace("\n", "\r\n")
     prefix, suffix = split(source)
-    edit = postprocess(prefix, suffix, str(case["raw"]), str(case["language"]))
+    edit = postprocess(
+        prefix, suffix, str(case["raw"]), str(case["language"]), instruct=bool(case.get("instruct", False))
+    )
     if not expected:
         assert edit is None
     else:

@@ -1,19 +1,10 @@
-"""Prompt layout: sentinel order, budgets, and which end of each part survives a cut."""
+"""The FIM layout and the budget's cuts, with one token per character (the chat layout is tested with the
+release-format tokenizer in tests/engine/test_chat_layout.py)."""
 
 from __future__ import annotations
 
-from engine.prompt import (
-    CURSOR_MARK,
-    ChatLayout,
-    FimLayout,
-    PromptParts,
-    SpecialIds,
-    build_fim_prompt,
-    chat_user_text,
-    layout_for,
-    special_ids_from,
-    trim_chars,
-)
+from engine import budget
+from engine.prompt import PromptParts, SpecialIds, build_fim_prompt, char_budget_cut, special_ids_from
 
 SPECIAL = SpecialIds(bos=2, fim_prefix=4, fim_suffix=5, fim_middle=6, file_sep=7)
 
@@ -33,20 +24,37 @@ def test_suffix_first_then_prefix_then_middle() -> None:
     assert not prompt.truncated
 
 
-def test_cut_keeps_the_end_of_the_prefix_and_the_start_of_the_suffix() -> None:
-    prefix, suffix = "p" * 50 + "END", "START" + "s" * 50
+def test_cut_keeps_the_end_of_the_prefix_and_the_start_of_the_suffix_on_line_boundaries() -> None:
+    prefix = "".join(f"p{i:02d}\n" for i in range(20)) + "END"
+    suffix = "START\n" + "".join(f"s{i:02d}\n" for i in range(20))
     prompt = build_fim_prompt(PromptParts(prefix=prefix, suffix=suffix), encode, SPECIAL, 44)
     assert len(prompt.ids) <= 44
     assert prompt.truncated
-    text = decode([i for i in prompt.ids if i >= 100])
-    assert text.startswith("START") and text.endswith("END")
+    kept_suffix = decode(prompt.ids[prompt.ids.index(5) + 1 : prompt.ids.index(4)])
+    kept_prefix = decode(prompt.ids[prompt.ids.index(4) + 1 : -1])
+    assert kept_prefix.endswith("END") and prefix.endswith(kept_prefix) and kept_prefix.startswith("p")
+    assert kept_suffix.startswith("START") and suffix.startswith(kept_suffix) and kept_suffix.endswith("\n")
     assert prompt.prefix_tokens > prompt.suffix_tokens
 
 
 def test_short_suffix_leaves_room_for_more_prefix() -> None:
-    prompt = build_fim_prompt(PromptParts(prefix="p" * 100, suffix="s"), encode, SPECIAL, 54)
-    assert len(prompt.ids) == 54
-    assert prompt.suffix_tokens == 1 and prompt.prefix_tokens == 54 - 4 - 1
+    prefix = "".join(f"line {i:03d}\n" for i in range(100))
+    prompt = build_fim_prompt(PromptParts(prefix=prefix, suffix="s"), encode, SPECIAL, 204)
+    assert prompt.suffix_tokens == 1
+    assert 204 - 4 - 1 - 2 * len("line 000\n") < prompt.prefix_tokens <= 204 - 4 - 1
+
+
+def test_the_cut_stays_put_while_the_user_types() -> None:
+    """Successive keystrokes share the prompt up to the cursor: the cut moves in blocks, seldom."""
+    document = "".join(f"    value_{i} = compute({i})\n" for i in range(200))
+    moves, previous = 0, None
+    for typed in range(1, 120):
+        prefix = document + "    result = " + "x" * typed
+        ids = build_fim_prompt(PromptParts(prefix=prefix, suffix="\nreturn\n"), encode, SPECIAL, 600).ids
+        head = ids[: ids.index(4) + 40]
+        moves += previous is not None and head != previous
+        previous = head
+    assert moves <= 2
 
 
 def test_extra_chunks_come_first_and_only_while_they_fit() -> None:
@@ -58,6 +66,27 @@ def test_extra_chunks_come_first_and_only_while_they_fit() -> None:
     assert prompt.truncated
 
 
+def test_blocks_of_lines_fit_the_budget_and_fall_back_to_lines_then_characters() -> None:
+    text = "".join(f"{i:04d}\n" for i in range(30))  # 5 characters a line
+    assert budget.cut_prefix(text, 23, len, lines_per_block=2) == "".join(f"{i:04d}\n" for i in range(26, 30))
+    assert budget.cut_suffix(text, 23, len, lines_per_block=2) == "".join(f"{i:04d}\n" for i in range(4))
+    assert budget.cut_prefix(text, 7, len, lines_per_block=4) == "0029\n"  # the block at the cursor is too big
+    assert budget.cut_prefix("a" * 50, 7, len) == "a" * 7  # one line longer than the budget
+    assert budget.cut_suffix("b" * 50 + "\nrest", 7, len) == "b" * 7
+    assert budget.cut_prefix(text, 0, len) == "" and budget.cut_suffix("", 9, len) == ""
+
+
+def test_fit_gives_the_room_one_side_leaves_to_the_other() -> None:
+    prefix = "".join(f"{i:04d}\n" for i in range(40))
+    cut = budget.fit(prefix, "tail", 100, len)
+    assert cut.suffix == "tail" and cut.truncated and 90 <= len(cut.prefix) <= 96
+    cut = budget.fit("head", prefix, 100, len)
+    assert cut.prefix == "head" and 90 <= len(cut.suffix) <= 96
+    both = budget.fit(prefix, prefix, 100, len)
+    assert len(both.prefix) + len(both.suffix) <= 100 and len(both.suffix) <= 25
+    assert budget.fit("a", "b", 10, len) == budget.Cut(prefix="a", suffix="b", truncated=False)
+
+
 def test_special_ids_need_all_three_sentinels() -> None:
     vocab = {"<fim_prefix>": 4, "<fim_suffix>": 5, "<fim_middle>": 6, "<bos>": 2}
     assert special_ids_from(vocab.get) == SpecialIds(bos=2, fim_prefix=4, fim_suffix=5, fim_middle=6, file_sep=None)
@@ -65,43 +94,7 @@ def test_special_ids_need_all_three_sentinels() -> None:
     assert special_ids_from(vocab.get) is None
 
 
-def test_chat_layout_marks_the_cursor() -> None:
-    text = chat_user_text(PromptParts(prefix="def f(", suffix="):\n"))
-    assert "def f(<CURSOR>):" in text
-
-
-def test_trim_chars_keeps_the_text_next_to_the_cursor() -> None:
-    parts = trim_chars(PromptParts(prefix="a" * 10 + "B", suffix="C" + "d" * 10), 8)
-    assert parts.prefix.endswith("B") and len(parts.prefix) == 6
-    assert parts.suffix.startswith("C") and len(parts.suffix) == 2
-
-
-class _Tokenizer:
-    """A stand-in with just the surface ``layout_for`` reads (the real ones are exercised by the engine tests)."""
-
-    def __init__(self, vocab: dict[str, int]) -> None:
-        self.vocab = vocab
-        self.templated: list[object] = []
-
-    def get_vocab(self) -> dict[str, int]:
-        return self.vocab
-
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return [100 + ord(char) for char in text]
-
-    def apply_chat_template(self, messages: list[dict[str, str]], **_: object) -> dict[str, list[int]]:
-        self.templated.append(messages)
-        return {"input_ids": [9, *self.encode(messages[0]["content"]), 10]}
-
-
-def test_the_layout_is_chosen_from_the_tokenizer() -> None:
-    fim = layout_for(_Tokenizer({"<bos>": 2, "<fim_prefix>": 4, "<fim_suffix>": 5, "<fim_middle>": 6}))
-    assert isinstance(fim, FimLayout) and fim.name == "fim"
-    assert fim.ids(PromptParts(prefix="a", suffix="b"), 64) == [2, 5, 100 + ord("b"), 4, 100 + ord("a"), 6]
-    tokenizer = _Tokenizer({"<bos>": 2})
-    chat = layout_for(tokenizer)
-    assert isinstance(chat, ChatLayout) and chat.name == "chat"
-    ids = chat.ids(PromptParts(prefix="def f(", suffix=")"), 1000)
-    assert ids[0] == 9 and ids[-1] == 10
-    assert CURSOR_MARK in tokenizer.templated[0][0]["content"]
-    assert chat.ids(PromptParts(prefix="x" * 500), 50)[-1] == 10  # a cut keeps the end, where the answer starts
+def test_the_character_cut_keeps_the_text_next_to_the_cursor_on_line_boundaries() -> None:
+    parts = char_budget_cut(PromptParts(prefix="a\n" * 10 + "B", suffix="C\n" + "d\n" * 10), 16)
+    assert parts.prefix.endswith("\nB") and parts.prefix.startswith("a") and len(parts.prefix) <= 12
+    assert parts.suffix.startswith("C\n") and parts.suffix.endswith("\n") and len(parts.suffix) <= 4

@@ -1,0 +1,161 @@
+"""The released DiffusionGemma-IT's path, on checkpoints in its on-disk format: the real engine process and the
+real language server, its chat template, Gemma 4 control tokens, sharded bf16 weights and generation config."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import attrs
+import pytest
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+
+from engine import protocol
+from engine.prompt import CHAT_INSTRUCTION_SUFFIX_FIRST, CURSOR_MARK
+from tests.e2e.test_lsp_engine import lsp_session
+from tests.support.engine import EngineProcess, RawClient
+from tests.support.lsp import complete, complete_when_ready, inline_complete, open_document
+from tests.support.release_format import ANSWERED_PREFIX, ANSWERED_SUFFIX, INSERTED
+
+pytestmark = pytest.mark.e2e
+URI = "file:///work/example.py"
+CURSOR = (1, 0)  # the empty line under "def add(a, b):"
+INSTRUCTION = CHAT_INSTRUCTION_SUFFIX_FIRST.format(mark=CURSOR_MARK)
+
+
+def long_source(lines: int = 1500) -> str:
+    return "".join(f"def helper_{i}(value):\n    return value * {i}\n\n" for i in range(lines))
+
+
+def doctor(socket_path: Path, *extra: str) -> tuple[int, dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "diffgemma_lsp", "doctor", "--engine-socket", str(socket_path), "--json", *extra],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    return done.returncode, json.loads(done.stdout)
+
+
+@pytest.fixture
+def engine(short_tmp: Path, release_random_dir: Path) -> AsyncIterator[EngineProcess]:
+    process = EngineProcess(release_random_dir, short_tmp / "engine.sock", short_tmp / "engine.log")
+    yield process
+    process.stop()
+
+
+async def test_the_engine_serves_the_release_format_and_doctor_probes_it(engine: EngineProcess) -> None:
+    client = await RawClient.connect(engine.socket_path)
+    await client.close()
+    status, report = doctor(engine.socket_path, "--probe")
+    assert status == 0, report
+    assert report["ready"] is True and report["layout"] == "chat"
+    assert report["probe"]["prompt_tokens"] > 0 and report["probe"]["steps"] == 48  # the release's step count
+    assert "layout chat" in engine.log() and "canvas 256" in engine.log()
+
+
+async def test_a_60000_character_prefix_gets_a_prompt_with_bos_and_the_instruction(engine: EngineProcess) -> None:
+    prefix = long_source() + ANSWERED_PREFIX
+    assert len(prefix) >= 60_000
+    client = await RawClient.connect(engine.socket_path)
+    try:
+        request = protocol.Infill(
+            id="long", uri="file:///long.py", prefix=prefix, suffix=long_source(200), language_id="python", echo=True
+        )
+        await client.send(attrs.evolve(request, max_steps=2))
+        result = await client.receive()
+        assert isinstance(result, protocol.Result), result
+        assert result.prompt.startswith("<bos><|turn>user\n")
+        assert INSTRUCTION in result.prompt
+        assert result.prompt.endswith(
+            f"{ANSWERED_PREFIX}{CURSOR_MARK}\n```<turn|>\n<|turn>model\n<|channel>thought\n<channel|>"
+        )
+        assert 0 < result.timings.prompt_tokens <= 1024
+        # The next keystroke reuses the prompt's encoding up to the cursor.
+        typed = attrs.evolve(request, id="typed", prefix=prefix + "    r", echo=False, max_steps=2)
+        await client.send(typed)
+        again = await client.receive()
+        assert isinstance(again, protocol.Result)
+        assert again.timings.cached_tokens >= 0.9 * again.timings.prompt_tokens
+    finally:
+        await client.close()
+
+
+async def test_cancel_stops_a_release_format_canvas(engine: EngineProcess) -> None:
+    client = await RawClient.connect(engine.socket_path)
+    try:
+        await client.send(protocol.Infill(id="slow", uri="file:///a.py", prefix="def f():\n", max_steps=200))
+        await asyncio.sleep(0.5)
+        await client.send(protocol.Cancel(id="slow"))
+        result = await client.receive()
+        assert isinstance(result, protocol.Result) and result.stop is protocol.StopReason.CANCELLED
+        assert 0 < result.timings.steps < 200
+    finally:
+        await client.close()
+
+
+async def test_doctor_reports_a_failed_load_with_its_reason(short_tmp: Path, release_random_dir: Path) -> None:
+    broken = short_tmp / "broken"
+    shutil.copytree(release_random_dir, broken)
+    (broken / "chat_template.jinja").unlink()  # no FIM tokens and no chat template: no way to lay out a prompt
+    process = EngineProcess(broken, short_tmp / "engine.sock", short_tmp / "engine.log")
+    try:
+        status, report = doctor(process.socket_path)
+        assert status == 1, report
+        assert "model failed to load" in str(report["problem"]) and "chat template" in str(report["problem"])
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+async def lsp(isolated_env: Path, release_memorized_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
+    async with lsp_session(isolated_env, release_memorized_dir) as session:
+        yield session
+
+
+async def test_completion_is_the_instruction_models_answer_without_its_fence(
+    lsp: tuple[LanguageClient, Path],
+) -> None:
+    client, _ = lsp
+    open_document(client, URI, ANSWERED_PREFIX + ANSWERED_SUFFIX)
+    result = await complete_when_ready(client, URI, *CURSOR)
+    assert [item.text_edit.new_text for item in result.items] == [INSERTED]  # the model wrote ```python ... ```
+    inline = await inline_complete(client, URI, *CURSOR)
+    assert inline.items and inline.items[0].insert_text == INSERTED
+
+
+async def test_typing_in_a_long_document_reuses_the_prompt(lsp: tuple[LanguageClient, Path]) -> None:
+    client, _ = lsp
+    source = long_source() + ANSWERED_PREFIX + ANSWERED_SUFFIX
+    line = source[: source.index(ANSWERED_PREFIX)].count("\n") + 1
+    open_document(client, URI, source)
+    await complete_when_ready(client, URI, line, 0)
+    shares = []
+    for version, typed in enumerate(["    z", "    zz", "    zzz", "    zzzz"], start=2):
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=version),
+                content_changes=[
+                    types.TextDocumentContentChangePartial(
+                        range=types.Range(
+                            start=types.Position(line=line, character=0),
+                            end=types.Position(line=line, character=len(typed) - 1),
+                        ),
+                        text=typed,
+                    )
+                ],
+            )
+        )
+        await complete(client, URI, line, len(typed))
+        status = await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="diffgemma.status", arguments=[])
+        )
+        timings = status["lastTimings"]
+        shares.append(timings["cached_tokens"] / timings["prompt_tokens"])
+    assert min(shares) >= 0.9, shares
