@@ -92,6 +92,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
     steps: list[int] = []
     cached: list[int] = []
     prompt_tokens: list[int] = []
+    encode_ms: list[float] = []
     reuse_hits = 0
     try:
         await lsp.initialize({"debounceMs": 0, "deadlineMs": 0})
@@ -152,6 +153,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
                 steps.append(timings["steps"])
                 cached.append(timings["cached_tokens"])
                 prompt_tokens.append(timings["prompt_tokens"])
+                encode_ms.append(timings["encode_ms"])
     finally:
         await lsp.stop()
         engine.terminate()
@@ -170,6 +172,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
         "prompt_tokens_mean": round(statistics.fmean(prompt_tokens), 1),
         "chat_order": args.chat_order or "",
         "prompt_reuse_share": round(sum(c for c in cached if c > 0) / max(sum(prompt_tokens), 1), 3),
+        "encode_ms_mean": round(statistics.fmean(encode_ms), 2),
         "cache_hit_rate": round(sum(c != 0 for c in cached) / len(cached), 3),
         "prefix_reuse_rate": round(sum(c > 0 for c in cached) / len(cached), 3),
         "shown_completion_reuse_rate": round(sum(c < 0 for c in cached) / len(cached), 3),

@@ -227,6 +227,7 @@ class DiffgemmaServer(LanguageServer):
             return []  # no answer, or the document changed while the model worked: the result is stale
         found: list[tuple[InfillContext, str]] = []
         instruct = self.engine is not None and self.engine.hello is not None and self.engine.hello.layout == "chat"
+        # An instruction model's answer may come fenced or echo the code around the cursor (diffgemma_lsp.answer).
         for raw in (result.text, *result.alternatives):
             edit = postprocess(context.prefix, context.suffix, raw, document.language_id or "", instruct=instruct)
             if edit is None or any(edit.text == text for _, text in found):
@@ -388,6 +389,7 @@ def status(ls: DiffgemmaServer, *args: object) -> dict[str, object]:
         "backend": ls.settings.backend,
         "engine": engine.state.value if engine else "not started",
         "model": engine.hello.model_id if engine and engine.hello else "",
+        "layout": engine.hello.layout if engine and engine.hello else "",
         "pending": engine.pending_count() if engine else 0,
         "inflight": len(ls.latest),
         "tasks": len(asyncio.all_tasks()),

@@ -128,6 +128,8 @@ async def test_completion_is_the_instruction_models_answer_without_its_fence(
     assert [item.text_edit.new_text for item in result.items] == [INSERTED]  # the model wrote ```python ... ```
     inline = await inline_complete(client, URI, *CURSOR)
     assert inline.items and inline.items[0].insert_text == INSERTED
+    status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
+    assert status["layout"] == "chat"
 
 
 async def test_typing_in_a_long_document_reuses_the_prompt(lsp: tuple[LanguageClient, Path]) -> None:
