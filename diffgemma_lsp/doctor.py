@@ -42,9 +42,7 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
     """Connect, shake hands, ask for stats (and time one infill with ``probe``); returns (report, status)."""
     report: dict[str, object] = {"socket": str(socket_path)}
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_unix_connection(str(socket_path), limit=protocol.MAX_FRAME_BYTES), TIMEOUT_S
-        )
+        reader, writer = await asyncio.wait_for(protocol.open_engine(socket_path), TIMEOUT_S)
     except (OSError, TimeoutError) as exc:
         report["problem"] = f"no engine reachable on {socket_path}: {exc}"
         return report, 2

@@ -25,6 +25,13 @@ logger = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 120.0
 """How long to wait for a freshly started engine's socket to appear."""
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+STABLE_CONNECTION_S = 10.0
+"""A connection that ends sooner without having answered a request counts as a failed attempt: the backoff
+goes on growing instead of starting over (an engine that drops every connection is not hammered)."""
+NO_DEADLINE_WAIT_S = 120.0
+"""How long a request without a deadline waits for its answer."""
+ANSWER_SLACK_S = 5.0
+"""How much longer than its deadline a request waits before the engine counts as not answering."""
 
 
 class EngineState(enum.Enum):
@@ -49,7 +56,14 @@ class EngineRequestError(Exception):
         self.error = error
 
 
+class EngineStartError(OSError):
+    """The engine this client started exited before it served (its reason: status and last output)."""
+
+
 StateListener = Callable[[EngineState, str], None]
+ExitCheck = Callable[[], str | None]
+"""Why a started engine has exited (None while it runs, or when another engine serves instead)."""
+EngineStarter = Callable[[], Awaitable[ExitCheck | None]]
 
 
 class EngineClient:
@@ -58,7 +72,7 @@ class EngineClient:
     def __init__(
         self,
         socket_path: Path,
-        start_engine: Callable[[], Awaitable[None]] | None = None,
+        start_engine: EngineStarter | None = None,
         on_state: StateListener | None = None,
         client_name: str = "diffgemma-lsp",
     ) -> None:
@@ -76,6 +90,8 @@ class EngineClient:
         self._ids = itertools.count(1)
         self._supervisor: asyncio.Task[None] | None = None
         self._closed = False
+        self._answers = 0
+        """Requests the engine has answered (result or refusal) since this client started."""
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -112,12 +128,16 @@ class EngineClient:
                 if isinstance(exc, EngineRequestError) and exc.error.code is protocol.ErrorCode.MODEL_ERROR:
                     self._model_failed(exc.error.message)  # an engine whose model failed: do not retry it
                     return
+                if isinstance(exc, EngineStartError):  # it would fail the same way again: say why, once
+                    self.load_failure = str(exc)
+                    self._set_state(EngineState.FAILED, self.load_failure)
+                    return
                 delay = RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]
                 attempt += 1
                 self._set_state(EngineState.FAILED, f"cannot reach the engine: {exc}")
                 await asyncio.sleep(delay)
                 continue
-            attempt = 0
+            connected_at, answers = asyncio.get_running_loop().time(), self._answers
             await self._read_loop(reader)
             self._writer = None
             self._fail_pending("the engine connection closed")
@@ -125,9 +145,15 @@ class EngineClient:
                 return  # reported when it arrived; the engine has exited
             if not self._closed:
                 self._set_state(EngineState.DISCONNECTED, "the engine connection closed; reconnecting")
+            lasted = asyncio.get_running_loop().time() - connected_at
+            if self._answers > answers or lasted >= STABLE_CONNECTION_S:
+                attempt = 0
+            else:  # dropped right after the handshake: wait, longer each time
+                await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
+                attempt += 1
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await asyncio.open_unix_connection(str(self.socket_path), limit=protocol.MAX_FRAME_BYTES)
+        return await protocol.open_engine(self.socket_path)
 
     async def _connect(self) -> asyncio.StreamReader:
         """Open the socket (starting the engine if nothing listens) and shake hands."""
@@ -137,8 +163,8 @@ class EngineClient:
             if self.start_engine is None:
                 raise
             logger.info("no engine on %s: starting one", self.socket_path)
-            await self.start_engine()
-            reader, writer = await self._wait_for_socket()
+            exited = await self.start_engine()
+            reader, writer = await self._wait_for_socket(exited)
         writer.write(
             protocol.encode(
                 protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client=self.client_name, pid=os.getpid())
@@ -158,13 +184,17 @@ class EngineClient:
         self._set_state(EngineState.READY if reply.ready else EngineState.LOADING)
         return reader
 
-    async def _wait_for_socket(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _wait_for_socket(
+        self, exited: ExitCheck | None = None
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CONNECT_TIMEOUT_S
         while True:
             try:
                 return await self._open()
             except (FileNotFoundError, ConnectionRefusedError):
+                if exited is not None and (reason := exited()) is not None:
+                    raise EngineStartError(reason) from None
                 if loop.time() > deadline:
                     raise TimeoutError(f"the engine did not open {self.socket_path}") from None
                 await asyncio.sleep(0.1)
@@ -210,6 +240,7 @@ class EngineClient:
         future = self._pending.pop(message.id, None)
         if future is None or future.done():
             return
+        self._answers += 1
         if isinstance(message, protocol.Error):
             future.set_exception(EngineRequestError(message))
         else:
@@ -243,12 +274,21 @@ class EngineClient:
         if self.state is not EngineState.READY or writer is None:
             self.start()
             raise EngineUnavailable(f"the engine is {self.state.value}")
+        try:
+            frame = protocol.encode(request)
+        except protocol.ProtocolError as exc:  # too large for one frame: the request's fault, said plainly
+            raise EngineRequestError(exc.to_error()) from None
         future: asyncio.Future[protocol.Result] = asyncio.get_running_loop().create_future()
         self._pending[request.id] = future
+        wait_s = (request.deadline_ms / 1000 if request.deadline_ms else NO_DEADLINE_WAIT_S) + ANSWER_SLACK_S
         try:
-            writer.write(protocol.encode(request))
+            writer.write(frame)
             await writer.drain()
-            return await future
+            return await asyncio.wait_for(future, wait_s)
+        except TimeoutError:
+            self._pending.pop(request.id, None)
+            self._send_nowait(protocol.Cancel(id=request.id))
+            raise EngineUnavailable(f"the engine did not answer within {wait_s:.0f} s") from None
         except asyncio.CancelledError:
             self._pending.pop(request.id, None)
             self._send_nowait(protocol.Cancel(id=request.id))

@@ -16,6 +16,8 @@ CHUNK_LINES = 64
 """Lines per chunk."""
 RING_SIZE = 16
 """Chunks kept."""
+CHUNK_CHARS = CHUNK_LINES * 160
+"""Characters per chunk at most (a minified file's one line is cut): the ring holds at most 16 of these."""
 
 
 @attrs.frozen(kw_only=True)
@@ -32,10 +34,10 @@ def _name(uri: str) -> str:
 
 
 def chunk_around(text: str, line: int, lines: int = CHUNK_LINES) -> str:
-    """``lines`` lines of ``text`` centred on ``line``."""
+    """``lines`` lines of ``text`` centred on ``line``, at most ``CHUNK_CHARS`` characters of them."""
     all_lines = text.splitlines(keepends=True)
     start = max(0, min(line - lines // 2, len(all_lines) - lines))
-    return "".join(all_lines[start : start + lines])
+    return "".join(all_lines[start : start + lines])[:CHUNK_CHARS]
 
 
 class ExtraContext:

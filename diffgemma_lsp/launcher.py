@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -20,14 +21,14 @@ def engine_log_path() -> Path:
     return base / "diffgemma" / "engine.log"
 
 
-def engine_command(socket_path: Path, model: str | None, device: str) -> list[str]:
+def engine_command(socket_path: Path, model: str | None, device: str, log_path: Path | None = None) -> list[str]:
     """The command line of an engine for ``socket_path``."""
     command = [
         sys.executable,
         "-m",
         "engine",
         "--log-file",
-        str(engine_log_path()),
+        str(log_path or engine_log_path()),
         "serve",
         "--socket",
         str(socket_path),
@@ -42,17 +43,62 @@ def engine_command(socket_path: Path, model: str | None, device: str) -> list[st
     return command
 
 
+def _log_folder() -> Path:
+    """The folder for the engine's log and error output: the state directory, else (read-only) a private
+    temporary one, so that a start failure is never invisible."""
+    folder = engine_log_path().parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".diffgemma-write-test"
+        probe.touch()
+        probe.unlink()
+        return folder
+    except OSError as exc:
+        fallback = Path(tempfile.mkdtemp(prefix="diffgemma-logs-"))
+        logger.warning("cannot write the engine's log in %s (%s); using %s", folder, exc, fallback)
+        return fallback
+
+
 def spawn_engine(socket_path: Path, model: str | None, device: str) -> subprocess.Popen[bytes]:
-    """Start an engine in its own session; its stdout never reaches the LSP's stdout."""
-    command = engine_command(socket_path, model, device)
+    """Start an engine in its own session; its stdout never reaches the LSP's stdout, and its error output goes
+    to ``engine.stderr`` beside its log (read by ``exit_reason`` when it exits before serving)."""
+    folder = _log_folder()
+    command = engine_command(socket_path, model, device, folder / "engine.log")
     logger.info("starting engine: %s", " ".join(command))
-    log = engine_log_path()
-    log.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
+    stderr = os.open(folder / STDERR_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        os.close(stderr)
+    process.stderr_path = folder / STDERR_FILE  # type: ignore[attr-defined]
+    return process
+
+
+STDERR_FILE = "engine.stderr"
+TAIL_CHARS = 600
+
+
+def exit_reason(process: subprocess.Popen[bytes]) -> str | None:
+    """Why a started engine is gone: its exit status and the end of its error output and log; None while it
+    runs, or when it exited 0 (another engine took the socket first: that one serves)."""
+    status = process.poll()
+    if status is None or status == 0:
+        return None
+    folder = Path(getattr(process, "stderr_path", engine_log_path())).parent
+    tail = ""
+    for name in (STDERR_FILE, "engine.log"):
+        try:
+            text = (folder / name).read_text(errors="replace").strip()
+        except OSError:
+            continue
+        if text:
+            tail = text[-TAIL_CHARS:].splitlines()[-1] if name == "engine.log" else text[-TAIL_CHARS:]
+            break
+    return f"the engine exited with status {status}" + (f": {tail}" if tail else f" (no output; see {folder})")

@@ -9,6 +9,8 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
+from engine.logfile import private_file_handler
+
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LEVELS = {
     logging.ERROR: types.MessageType.Error,
@@ -43,7 +45,7 @@ def setup_logging(server: LanguageServer, level: str, log_file: Path | None) -> 
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr), WindowLogHandler(server)]
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file))
+        handlers.append(private_file_handler(log_file))
     for handler in handlers:
         handler.setFormatter(
             logging.Formatter("%(name)s: %(message)s" if isinstance(handler, WindowLogHandler) else FORMAT)

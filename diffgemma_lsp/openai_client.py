@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 64
 """``max_tokens`` when the settings leave the canvas to the model (0)."""
+MAX_ANSWER_BYTES = 1 << 20
+"""A completions answer larger than this is refused unread (a completion is a few hundred tokens)."""
 SLACK_S = 5.0
 """An HTTP request may take this much longer than the request's deadline (network, queueing) before it fails."""
 
@@ -124,8 +126,20 @@ class OpenAIBackend:
         self._pending += 1
         try:
             async with self._session.post(self.url, json=self.request_body(request), timeout=timeout) as response:
-                text = await response.text()
+                body = bytearray()
+                async for chunk in response.content.iter_chunked(1 << 16):
+                    body += chunk
+                    if len(body) > MAX_ANSWER_BYTES:
+                        break  # the rest is never read
                 status = response.status
+            if len(body) > MAX_ANSWER_BYTES:
+                raise EngineRequestError(
+                    protocol.Error(
+                        code=protocol.ErrorCode.TOO_LARGE,
+                        message=f"the completion server sent more than {MAX_ANSWER_BYTES} bytes: not a completion",
+                    )
+                )
+            text = bytes(body).decode("utf-8", errors="replace")
         except (aiohttp.ClientError, TimeoutError) as exc:
             reason = f"the completion server {self.url} is unreachable: {exc or type(exc).__name__}"
             self._set_state(EngineState.DISCONNECTED, reason)

@@ -24,9 +24,9 @@ from aiohttp import web
 
 from diffgemma_lsp import __version__
 from diffgemma_lsp.context import cursor_scope
-from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable
+from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable, ExitCheck
 from diffgemma_lsp.fim_formats import split_prompt
-from diffgemma_lsp.launcher import spawn_engine
+from diffgemma_lsp.launcher import exit_reason, spawn_engine
 from diffgemma_lsp.openai_wire import (
     ApiError,
     completion_body,
@@ -37,6 +37,7 @@ from diffgemma_lsp.openai_wire import (
 )
 from diffgemma_lsp.postprocess import postprocess
 from engine import protocol
+from engine.logfile import private_file_handler
 
 logger = logging.getLogger(__name__)
 
@@ -210,8 +211,9 @@ async def serve(args: argparse.Namespace) -> None:
     api_key, key_source = load_api_key()
     socket_path = args.engine_socket or protocol.socket_path_for(args.model, args.device)
 
-    async def start_engine() -> None:
-        spawn_engine(socket_path, args.model, args.device)
+    async def start_engine() -> ExitCheck:
+        process = spawn_engine(socket_path, args.model, args.device)
+        return lambda: exit_reason(process)
 
     engine = EngineClient(
         socket_path,
@@ -254,7 +256,7 @@ def main(argv: list[str]) -> int:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if args.log_file is not None:
         args.log_file.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(args.log_file))
+        handlers.append(private_file_handler(args.log_file))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -24,14 +24,14 @@ from diffgemma_lsp.context import (
     cursor_scope,
     end_of_line,
 )
-from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable
+from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable, ExitCheck
 from diffgemma_lsp.extra_context import ExtraContext
-from diffgemma_lsp.launcher import spawn_engine
+from diffgemma_lsp.launcher import exit_reason, spawn_engine
 from diffgemma_lsp.openai_client import OpenAIBackend
 from diffgemma_lsp.postprocess import postprocess
 from diffgemma_lsp.results import completion_item, inline_item
 from diffgemma_lsp.reuse import ShownCompletions
-from diffgemma_lsp.settings import Settings, parse_settings
+from diffgemma_lsp.settings import Settings, parse_settings, plain_http_elsewhere
 from engine import protocol
 
 logger = logging.getLogger(__name__)
@@ -107,6 +107,13 @@ class DiffgemmaServer(LanguageServer):
             if not settings.openai_url:
                 self.on_engine_state(EngineState.FAILED, "the openai backend needs the openaiUrl setting")
                 return
+            if plain_http_elsewhere(settings.openai_url):
+                message = (
+                    f"diffgemma: completions send your code unencrypted to {settings.openai_url}; "
+                    "use https:// (a TLS proxy in front of the server) unless this network is trusted"
+                )
+                logger.warning("%s", message)
+                self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
             self.engine = OpenAIBackend(
                 settings.openai_url,
                 model=settings.openai_model,
@@ -119,8 +126,9 @@ class DiffgemmaServer(LanguageServer):
 
         socket_path = self.engine_socket or protocol.socket_path_for(settings.model, settings.device)
 
-        async def start_engine() -> None:
-            spawn_engine(socket_path, settings.model, settings.device)
+        async def start_engine() -> ExitCheck:
+            process = spawn_engine(socket_path, settings.model, settings.device)
+            return lambda: exit_reason(process)
 
         self.engine = EngineClient(socket_path, start_engine, self.on_engine_state)
         self.engine.start()
@@ -135,12 +143,7 @@ class DiffgemmaServer(LanguageServer):
                 else "Connecting to the completion engine"
             )
         elif state is EngineState.READY:
-            self._end_progress("Completion model ready")
-            if self._outage_reported:
-                self.window_log_message(
-                    types.LogMessageParams(type=types.MessageType.Info, message="diffgemma: engine is back")
-                )
-            self._outage_reported = False
+            self._end_progress("Completion model ready")  # the outage ends with the first answer (engine_answered)
         elif state in (EngineState.FAILED, EngineState.DISCONNECTED) and detail and not self._outage_reported:
             self._outage_reported = True  # one message per outage, not one per keystroke
             self._end_progress(detail)
@@ -150,6 +153,15 @@ class DiffgemmaServer(LanguageServer):
                     message=f"diffgemma: {detail}. Completions are off until it is back.",
                 )
             )
+
+    def engine_answered(self) -> None:
+        """A request was answered: an outage reported before is over (an engine that accepts connections and
+        drops them is not "back" until it answers, so it is reported once, not once per reconnection)."""
+        if self._outage_reported:
+            self.window_log_message(
+                types.LogMessageParams(type=types.MessageType.Info, message="diffgemma: engine is back")
+            )
+        self._outage_reported = False
 
     def _supports_progress(self) -> bool:
         window = self.client_capabilities.window if self.client_capabilities else None
@@ -263,14 +275,16 @@ class DiffgemmaServer(LanguageServer):
                 raise  # the client cancelled this request
             return None  # superseded by a newer request for the same document
         except EngineUnavailable as exc:
-            logger.debug("no completion: %s", exc)
+            (logger.warning if "did not answer" in str(exc) else logger.debug)("no completion: %s", exc)
             return None
         except EngineRequestError as exc:
             logger.warning("engine refused request %s: %s", request.id, exc)
+            self.engine_answered()
             return None
         finally:
             if self.latest.get(uri) is call:
                 del self.latest[uri]
+        self.engine_answered()
         self.last_latency_ms = (time.perf_counter() - started) * 1000
         self.last_timings = result.timings
         timings = result.timings
@@ -371,9 +385,10 @@ def did_save(ls: DiffgemmaServer, params: types.DidSaveTextDocumentParams) -> No
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: DiffgemmaServer, params: types.DidCloseTextDocumentParams) -> None:
-    """Forget the document's shown completion and stop its work."""
+    """Forget the document's shown completion and its chunk of extra context, and stop its work."""
     uri = params.text_document.uri
     ls.shown.forget(uri)
+    ls.extra.remove(uri)
     if (call := ls.latest.pop(uri, None)) is not None:
         call.cancel()
 

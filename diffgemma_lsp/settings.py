@@ -7,12 +7,18 @@ two in sync).
 
 from __future__ import annotations
 
+import ipaddress
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from diffgemma_lsp.fim_formats import PROMPT_FORMATS
+from engine import protocol
+
+KEY_ENV_PATTERN = r"([A-Z][A-Z0-9_]*API_KEY)?"
+"""An API key's environment variable: empty (no key), or an upper-case name ending in API_KEY."""
 
 SECTION = "diffgemma"
 """Settings may arrive nested under this key (``{"diffgemma": {...}}``) or flat."""
@@ -21,6 +27,21 @@ SECTION = "diffgemma"
 def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
     if value < 0:
         raise ValueError(f"{attribute.name} must be 0 or more, got {value}")
+
+
+def _at_most(limit: int):  # noqa: ANN202 - an attrs validator
+    """0 or more and at most ``limit`` (the engine's own limit, or what fits in one wire frame)."""
+
+    def check(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+        _positive(_, attribute, value)
+        if value > limit:
+            raise ValueError(f"{attribute.name} must be at most {limit}, got {value}")
+
+    return check
+
+
+MAX_CONTEXT_TOKENS = 262_144
+"""The released model's context; at four characters a token, 1 MiB of text, well within one 8 MiB frame."""
 
 
 @attrs.frozen(kw_only=True)
@@ -33,13 +54,13 @@ class Settings:
     """Checkpoint folder for an engine this server starts (default: the shipped model)."""
     device: str = "auto"
     """Device for an engine this server starts: auto, cpu, cuda, cuda:N."""
-    canvas_length: int = attrs.field(default=0, validator=_positive)
+    canvas_length: int = attrs.field(default=0, validator=_at_most(protocol.MAX_CANVAS_LENGTH))
     """Tokens in the canvas (the longest completion); 0: the model's own."""
-    steps: int = attrs.field(default=0, validator=_positive)
+    steps: int = attrs.field(default=0, validator=_at_most(protocol.MAX_STEPS))
     """Most denoising steps per completion; 0: the model's own."""
-    context_tokens: int = attrs.field(default=1024, validator=_positive)
+    context_tokens: int = attrs.field(default=1024, validator=_at_most(MAX_CONTEXT_TOKENS))
     """Prompt budget in tokens for the text around the cursor."""
-    extra_context_tokens: int = attrs.field(default=256, validator=_positive)
+    extra_context_tokens: int = attrs.field(default=256, validator=_at_most(MAX_CONTEXT_TOKENS))
     """Prompt budget in tokens for chunks of other recently opened, edited or saved files; 0: none."""
     debounce_ms: int = attrs.field(default=75, validator=_positive)
     """Wait this long after an automatic request before asking the model; a newer request replaces it."""
@@ -50,12 +71,16 @@ class Settings:
     typing and the completion menu compute one."""
     backend: str = attrs.field(default="engine", validator=attrs.validators.in_(("engine", "openai")))
     """engine: the local engine (started when none runs); openai: an OpenAI-compatible server at openaiUrl."""
-    openai_url: str = ""
-    """With backend openai: the server's completions URL, e.g. http://gpu-box:8000/v1/completions."""
+    openai_url: str = attrs.field(default="", validator=lambda _, __, value: _check_url(value))
+    """With backend openai: the server's completions URL, e.g. https://gpu-box:8000/v1/completions."""
     openai_model: str = ""
     """With backend openai: the model name the server expects (vLLM: the served model name)."""
-    openai_api_key_env: str = "DIFFGEMMA_API_KEY"
-    """With backend openai: the environment variable that holds the API key (the key never goes in settings)."""
+    openai_api_key_env: str = attrs.field(
+        default="DIFFGEMMA_API_KEY", validator=attrs.validators.matches_re(KEY_ENV_PATTERN)
+    )
+    """With backend openai: the environment variable that holds the API key (the key never goes in settings); its
+    name must end in ``API_KEY``, so that settings cannot send another secret (``AWS_SECRET_ACCESS_KEY``) as the
+    key."""
     openai_prompt_format: str = attrs.field(default="suffix", validator=attrs.validators.in_(PROMPT_FORMATS))
     """With backend openai: suffix (prompt plus suffix field), or a FIM format: star_coder, qwen, code_llama, ..."""
 
@@ -65,6 +90,25 @@ class Settings:
         if self.backend == "engine":
             return (self.backend, self.model or "", self.device)
         return (self.backend, self.openai_url, self.openai_model, self.openai_api_key_env, self.openai_prompt_format)
+
+
+def _check_url(value: str) -> None:
+    if value and urllib.parse.urlsplit(value).scheme not in ("http", "https"):
+        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+
+
+def plain_http_elsewhere(url: str) -> bool:
+    """Whether ``url`` sends text unencrypted to another machine (http://, not to a loopback address)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http":
+        return False
+    host = parts.hostname or ""
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
 
 
 def _camel(name: str) -> str:

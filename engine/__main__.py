@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from engine import protocol
+from engine.logfile import private_file_handler
 
 COMPILE_CHOICES = ("on", "off")
 
@@ -24,7 +25,7 @@ def setup_logging(level: str, log_file: Path | None) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file))
+        handlers.append(private_file_handler(log_file))
     logging.basicConfig(
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -57,6 +58,9 @@ async def serve(args: argparse.Namespace) -> int:
     except AlreadyRunningError as exc:
         logging.getLogger("engine").info("%s", exc)
         return 0 if args.exist_ok else 3
+    except OSError as exc:  # an unsafe or unusable socket directory (another user's, a symlink, read-only)
+        logging.getLogger("engine").error("cannot listen on %s: %s", args.socket, exc)
+        return 4
     worker = ModelWorker(
         queue,
         args.model,

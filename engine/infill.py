@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Hashable
@@ -15,21 +16,24 @@ from engine.errors import BadRequestError
 from engine.model import LoadedModel
 from engine.prompt import Prompt, PromptParts, char_budget_cut
 
-MAX_CANVAS_LENGTH = 512
-MAX_STEPS = 256
+MAX_CANVAS_LENGTH = protocol.MAX_CANVAS_LENGTH
+MAX_STEPS = protocol.MAX_STEPS
 CHARS_PER_TOKEN = 4
 
 
 def build_prompt(loaded: LoadedModel, request: protocol.Infill) -> Prompt:
     """The encoder input for ``request`` in the checkpoint's layout, within ``max_prompt_tokens``."""
+    # Never tokenize more text than could fit: a few characters per token at most. Other files may take a
+    # quarter of the budget, whole chunks in order: the first that could not fit ends them, before tokenizing.
+    max_chars = loaded.max_prompt_tokens * CHARS_PER_TOKEN * 2
+    extra = list(itertools.takewhile(lambda chunk: len(chunk.text) <= max_chars // 4, request.extra))
     parts = PromptParts(
         prefix=request.prefix,
         suffix=request.suffix,
-        extra=[(chunk.filename, chunk.text) for chunk in request.extra],
+        extra=[(chunk.filename, chunk.text) for chunk in extra],
         language=request.language_id,
     )
-    # Never tokenize more text than could fit: a few characters per token at most.
-    parts = char_budget_cut(parts, loaded.max_prompt_tokens * CHARS_PER_TOKEN * 2)
+    parts = char_budget_cut(parts, max_chars)
     return loaded.layout.prompt(parts, loaded.max_prompt_tokens)
 
 

@@ -76,10 +76,13 @@ class JobQueue:
         self._latest: dict[tuple[int, str], Job] = {}
 
     def submit(self, job: Job) -> None:
-        """Queue ``job``, superseding the previous job with its key; ``BusyError`` when full."""
+        """Queue ``job``, superseding the previous job with its key; ``BusyError`` when full. Call on the loop.
+
+        A superseded or cancelled job that is still waiting leaves the queue at once and is answered there, so
+        the queue holds only live work: what ``max_pending`` counts is what it keeps in memory."""
         previous = self._latest.get(job.key)
         if previous is not None and not previous.future.done():
-            previous.cancel(protocol.StopReason.SUPERSEDED)
+            self._stop(previous, protocol.StopReason.SUPERSEDED)
         with self._condition:
             live = sum(1 for queued in self._pending if queued is not None and queued.cancel_reason is None)
             if live >= self.max_pending:
@@ -94,18 +97,29 @@ class JobQueue:
             del self._latest[job.key]
 
     def cancel_request(self, connection: int, request_id: str) -> bool:
-        """Cancel the job with ``request_id`` on ``connection``; False if there is none."""
+        """Cancel the job with ``request_id`` on ``connection``; False if there is none. Call on the loop."""
         for job in list(self._latest.values()):
             if job.key[0] == connection and job.request.id == request_id:
-                job.cancel(protocol.StopReason.CANCELLED)
+                self._stop(job, protocol.StopReason.CANCELLED)
                 return True
         return False
 
     def cancel_connection(self, connection: int) -> None:
-        """Cancel every job of a closed connection."""
+        """Cancel every job of a closed connection. Call on the loop."""
         for job in list(self._latest.values()):
             if job.key[0] == connection:
-                job.cancel(protocol.StopReason.CANCELLED)
+                self._stop(job, protocol.StopReason.CANCELLED)
+
+    def _stop(self, job: Job, reason: protocol.StopReason) -> None:
+        """Cancel ``job``: one the model thread has not taken is removed and answered now; one it runs stops at
+        its next denoising step."""
+        job.cancel(reason)
+        with self._condition:
+            try:
+                self._pending.remove(job)
+            except ValueError:
+                return  # taken by the model thread: it answers
+        job.resolve(protocol.Result(id=job.request.id, text="", stop=reason, timings=protocol.Timings()))
 
     def take(self) -> Job | None:
         """Block until a job is queued; None means shut down. Called by the model thread."""

@@ -21,6 +21,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 DEFAULT_MAX_PROMPT_TOKENS = 1024
+MAX_SETTINGS_FILE_BYTES = 1 << 20
+"""config.json, generation_config.json and diffgemma.json larger than this are refused before they are read."""
 HINTS_FILE = "diffgemma.json"
 """Optional serving hints in a checkpoint folder: ``max_prompt_tokens`` (e.g. 384 for a model trained on short
 prompts), ``line_canvas_length`` (the canvas for requests whose scope is the rest of a line) and, for a chat
@@ -127,6 +129,13 @@ def load_model(
     folder = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
     if not (folder / "config.json").is_file():
         raise ModelLoadError(f"no DiffusionGemma checkpoint in {folder}: config.json is missing")
+    for name in ("config.json", "generation_config.json", HINTS_FILE):
+        path = folder / name
+        if path.is_file() and path.stat().st_size > MAX_SETTINGS_FILE_BYTES:
+            raise ModelLoadError(
+                f"{path} is {path.stat().st_size} bytes: a checkpoint's settings file holds at most "
+                f"{MAX_SETTINGS_FILE_BYTES} (the release's config.json is 3 KB)"
+            )
     start = time.perf_counter()
     torch_device = pick_device(device)
     torch_dtype = pick_dtype(dtype, torch_device)

@@ -29,6 +29,8 @@ import enum
 import hashlib
 import json
 import os
+import socket
+import stat
 import struct
 from pathlib import Path
 from typing import ClassVar
@@ -42,6 +44,9 @@ PROTOCOL_VERSION = 1
 HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 """Frames larger than this are refused with ``ErrorCode.TOO_LARGE``."""
+MAX_CANVAS_LENGTH = 512
+MAX_STEPS = 256
+"""The largest ``Infill.canvas_length`` and ``Infill.max_steps`` the engine accepts."""
 DISCARD_LIMIT_BYTES = 64 * 1024 * 1024
 """An oversized frame up to this size is read and thrown away so the connection stays usable."""
 
@@ -352,12 +357,85 @@ async def read_message(reader: asyncio.StreamReader) -> Message:
     return decode(await reader.readexactly(length))
 
 
+MAX_SOCKET_PATH_BYTES = 100
+"""Unix socket paths are limited to 107 bytes; keep room for the socket's own name."""
+
+
+class UnsafeSocketError(PermissionError):
+    """A socket, its directory or the process behind it that another user could control."""
+
+
+def _own_directory(path: Path) -> bool:
+    """Whether ``path`` is a real directory (not a symlink) that belongs to this user."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+
+
 def runtime_dir() -> Path:
-    """The per-user directory that holds the engine's socket (created 0700 by the engine)."""
+    """The per-user directory that holds the engine's socket (created 0700 by the engine).
+
+    ``$XDG_RUNTIME_DIR/diffgemma`` when that directory is this user's; otherwise (ssh without pam_systemd,
+    ``su``, cron, containers) a folder in the user's cache directory, where no other user can create it first;
+    ``/tmp/diffgemma-<uid>`` only when that path would be too long for a socket (and then it is checked, and
+    refused when another user made it).
+    """
     base = os.environ.get("XDG_RUNTIME_DIR")
-    if base and Path(base).is_dir():
+    if base and _own_directory(Path(base)):
         return Path(base) / "diffgemma"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "diffgemma" / "run"
+    if len(str(cache / "engine-000000000000.sock").encode()) <= MAX_SOCKET_PATH_BYTES:
+        return cache
     return Path("/tmp") / f"diffgemma-{os.getuid()}"
+
+
+def check_socket_dir(directory: Path) -> None:
+    """``UnsafeSocketError`` unless ``directory`` is a real directory of this user's that no one else can write
+    to (else another user could put their own socket there). ``FileNotFoundError`` when it does not exist."""
+    info = os.lstat(directory)
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafeSocketError(f"the engine's socket directory {directory} is a symbolic link: refusing to use it")
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeSocketError(f"the engine's socket directory {directory} is not a directory")
+    if info.st_uid != os.getuid():
+        raise UnsafeSocketError(
+            f"the engine's socket directory {directory} belongs to uid {info.st_uid}, not to this user "
+            f"(uid {os.getuid()}): another user may be listening there; remove it or choose another socket"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o022:
+        raise UnsafeSocketError(
+            f"the engine's socket directory {directory} can be written by others (mode "
+            f"{stat.S_IMODE(info.st_mode):o}): make it 0700"
+        )
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid
+
+
+def check_peer(sock: socket.socket) -> None:
+    """``UnsafeSocketError`` unless the process behind ``sock`` runs as this user."""
+    uid = peer_uid(sock)
+    if uid != os.getuid():
+        raise UnsafeSocketError(f"the process listening on the engine's socket runs as uid {uid}, not as this user")
+
+
+async def open_engine(path: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to the engine's socket, after checking its directory, and check that the engine is this user's:
+    nothing of the user's code goes to a process another user runs."""
+    check_socket_dir(path.parent)
+    reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_FRAME_BYTES)
+    try:
+        check_peer(writer.get_extra_info("socket"))
+    except UnsafeSocketError:
+        writer.close()
+        raise
+    return reader, writer
 
 
 def default_socket_path() -> Path:

@@ -15,7 +15,6 @@ import os
 import signal
 import socket
 import stat
-import struct
 import time
 from pathlib import Path
 
@@ -32,28 +31,35 @@ class AlreadyRunningError(RuntimeError):
     """Another engine is listening on the socket."""
 
 
-def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end of a Unix socket."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
-
-
 def prepare_socket_dir(path: Path) -> None:
-    """Create the socket's directory 0700; make the default runtime directory private if it is not."""
+    """Create the socket's directory 0700, or check the one there: a real directory (never a symlink followed)
+    of this user's; the default runtime directory is made private if it is not, any other is refused if others
+    can write to it (``protocol.UnsafeSocketError``)."""
     directory = path.parent
-    if not directory.exists():
-        directory.mkdir(mode=0o700, parents=True)
-        os.chmod(directory, 0o700)
-        return
-    info = directory.stat()
-    if info.st_uid != os.getuid():
-        raise PermissionError(f"socket directory {directory} belongs to uid {info.st_uid}, not to this user")
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        if directory == protocol.runtime_dir():
-            os.chmod(directory, 0o700)
-        else:
-            logger.warning("socket directory %s is not private (mode %o)", directory, stat.S_IMODE(info.st_mode))
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:  # ELOOP: a symlink; ENOTDIR: a file
+        raise protocol.UnsafeSocketError(f"socket directory {directory} is not a real directory: {exc}") from None
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.getuid():
+            raise protocol.UnsafeSocketError(
+                f"socket directory {directory} belongs to uid {info.st_uid}, not to this user: another user made it"
+            )
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077 and directory == protocol.runtime_dir():
+            os.fchmod(fd, 0o700)  # on the directory itself, not on whatever a path would lead to now
+        elif mode & 0o022:
+            raise protocol.UnsafeSocketError(f"socket directory {directory} can be written by others (mode {mode:o})")
+        elif mode & 0o077:
+            logger.warning("socket directory %s is not private (mode %o)", directory, mode)
+    finally:
+        os.close(fd)
 
 
 def is_listening(path: Path) -> bool:
@@ -197,7 +203,7 @@ class EngineServer:
         connection = next(self._connection_ids)
         self._last_activity = time.monotonic()
         try:
-            uid = peer_uid(writer.get_extra_info("socket"))
+            uid = protocol.peer_uid(writer.get_extra_info("socket"))
         except OSError:  # the peer is already gone
             writer.close()
             return

@@ -16,13 +16,13 @@ from tests.conftest import xdg_environment
 from tests.e2e.test_lsp_engine import _engine_pid, _kill_engine
 from tests.support.lsp import complete, complete_when_ready, open_document, server_command, start_client
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
-from tests.support.openai_endpoint import API_KEY, EXACT, Endpoint, free_port, running_endpoint
+from tests.support.openai_endpoint import API_KEY, EXACT, Endpoint, free_port, running_endpoint, serving_route
 
 pytestmark = pytest.mark.e2e
 URI = "file:///work/remote.py"
 SOURCE = MEMORIZED_PREFIX + MEMORIZED_SUFFIX
 CURSOR = (1, 0)
-KEY_ENV = "DIFFGEMMA_TEST_REMOTE_KEY"
+KEY_ENV = "DIFFGEMMA_TEST_REMOTE_API_KEY"  # settings accept only names ending in API_KEY
 
 
 def remote_settings(url: str, prompt_format: str = "suffix") -> dict[str, object]:
@@ -192,27 +192,21 @@ async def test_an_instruction_model_is_asked_through_chat_completions(
             }
         )
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    settings = remote_settings(f"http://127.0.0.1:{port}/v1/chat/completions", "chat")
-    settings["diffgemma"]["openaiModel"] = "google/diffusiongemma-26B-A4B-it"  # type: ignore[index]
-    client, _ = await _lsp(isolated_env, settings)
-    try:
-        result = await complete_when_ready(client, URI, *CURSOR, timeout=30)
-        assert [item.text_edit.new_text for item in result.items] == ["    return a + b"]
-        user = chat_user_text(PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, language="python"))
-        assert bodies[0] == {
-            "max_tokens": 64,
-            "stream": False,
-            "model": "google/diffusiongemma-26B-A4B-it",
-            "messages": [{"role": "user", "content": user}],
-            "chat_template_kwargs": {"enable_thinking": False},
-        }
-        assert headers[0] == "Bearer remote-key"
-    finally:
-        await client.shutdown_session()
-        await runner.cleanup()
+    async with serving_route("/v1/chat/completions", chat) as url:
+        settings = remote_settings(url, "chat")
+        settings["diffgemma"]["openaiModel"] = "google/diffusiongemma-26B-A4B-it"  # type: ignore[index]
+        client, _ = await _lsp(isolated_env, settings)
+        try:
+            result = await complete_when_ready(client, URI, *CURSOR, timeout=30)
+            assert [item.text_edit.new_text for item in result.items] == ["    return a + b"]
+            user = chat_user_text(PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, language="python"))
+            assert bodies[0] == {
+                "max_tokens": 64,
+                "stream": False,
+                "model": "google/diffusiongemma-26B-A4B-it",
+                "messages": [{"role": "user", "content": user}],
+                "chat_template_kwargs": {"enable_thinking": False},
+            }
+            assert headers[0] == "Bearer remote-key"
+        finally:
+            await client.shutdown_session()

@@ -54,7 +54,8 @@ async def test_kill_9_with_requests_in_flight(isolated_env: Path, random_model_d
     socket_path = isolated_env / "run" / "engine.sock"
     lsp = await RawLsp.start(server_command(socket_path, random_model_dir))
     try:
-        await lsp.initialize({"debounceMs": 0, "steps": 300, "deadlineMs": 0}, {"window": {"workDoneProgress": True}})
+        # 256 steps: the most the engine takes (300 was refused as a bad request, so nothing was in flight).
+        await lsp.initialize({"debounceMs": 0, "steps": 256, "deadlineMs": 0}, {"window": {"workDoneProgress": True}})
         uris = [f"file:///k/{n}.py" for n in range(3)]
         for uri in uris:
             lsp.open(uri, "def f():\n    ")
@@ -73,7 +74,7 @@ async def test_kill_9_with_requests_in_flight(isolated_env: Path, random_model_d
         await asyncio.sleep(1.0)  # the server's connection sees Ready
         for n, param in enumerate(params):
             lsp.request(100 + n, "textDocument/completion", param)
-        await asyncio.sleep(1.0)  # all three are now with the engine (300 steps each take seconds)
+        await asyncio.sleep(0.3)  # all three are now with the engine (256 steps take a second or more here)
         old = _kill_engine(socket_path, signal.SIGKILL)
         assert old is not None
         replies = [await lsp.reply(100 + n, timeout=30) for n in range(3)]

@@ -50,3 +50,13 @@ def test_edits_become_chunks_once_the_user_works_elsewhere() -> None:
     ring.take_edits("file:///z.py", texts.get)  # now in z.py: a.py's edited region is context
     (chunk,) = ring.for_request("file:///z.py", 10_000)
     assert "line 150\n" in chunk.text and chunk.text.startswith("line 118\n")
+
+
+def test_a_huge_line_is_cut_and_the_ring_stays_small() -> None:
+    from diffgemma_lsp.extra_context import CHUNK_CHARS, RING_SIZE, ExtraContext
+
+    ring = ExtraContext()
+    for n in range(RING_SIZE + 4):
+        ring.add(f"file:///min{n}.js", "x" * 20_000_000)  # a minified file: one 20 MB line
+    chunks = ring.for_request("file:///other.py", 10**9)
+    assert len(chunks) == RING_SIZE and all(len(chunk.text) == CHUNK_CHARS for chunk in chunks)

@@ -30,7 +30,29 @@ async def test_newer_job_for_the_same_document_supersedes() -> None:
         queue.submit(job)
     assert old.should_stop() == "superseded"
     assert other.should_stop() is None and new.should_stop() is None
-    assert [queue.take(), queue.take(), queue.take()] == [old, other, new]
+    # The superseded job was still waiting: it left the queue and was answered at once.
+    reply = old.future.result()
+    assert isinstance(reply, protocol.Result) and reply.stop is protocol.StopReason.SUPERSEDED and reply.id == "1"
+    assert [queue.take(), queue.take()] == [other, new] and len(queue) == 0
+
+
+async def test_superseded_and_cancelled_waiting_jobs_do_not_pile_up() -> None:
+    """5,000 superseding 200 KB requests for one document keep one job queued, not 5,000 (1 GB)."""
+    loop = asyncio.get_running_loop()
+    queue = JobQueue(max_pending=4)
+    big = "x" * 200_000
+    jobs = []
+    for n in range(5000):
+        request = protocol.Infill(id=str(n), uri="u", prefix=big)
+        jobs.append(Job(request=request, key=(1, "u"), loop=loop, future=loop.create_future()))
+        queue.submit(jobs[-1])  # never busy: the waiting ones are superseded, not counted
+    assert len(queue) == 1 and queue.take() is jobs[-1]
+    assert all(job.future.done() and job.future.result().stop is protocol.StopReason.SUPERSEDED for job in jobs[:-1])
+    waiting = _job(loop, "c", uri="w", connection=2)
+    queue.submit(waiting)
+    assert queue.cancel_request(2, "c") and waiting.future.result().stop is protocol.StopReason.CANCELLED
+    assert len(queue) == 0
+    print(f"superseded while waiting: {len(jobs) - 1} answered at once, 1 queued")
 
 
 async def test_same_document_on_another_connection_is_independent() -> None:

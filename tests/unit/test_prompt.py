@@ -98,3 +98,27 @@ def test_the_character_cut_keeps_the_text_next_to_the_cursor_on_line_boundaries(
     parts = char_budget_cut(PromptParts(prefix="a\n" * 10 + "B", suffix="C\n" + "d\n" * 10), 16)
     assert parts.prefix.endswith("\nB") and parts.prefix.startswith("a") and len(parts.prefix) <= 12
     assert parts.suffix.startswith("C\n") and parts.suffix.endswith("\n") and len(parts.suffix) <= 4
+
+
+def test_other_files_too_long_to_fit_are_not_tokenized() -> None:
+    """A 7 MB chunk is dropped before the tokenizer sees it (it held the model thread for seconds)."""
+    from engine import protocol
+    from engine.infill import build_prompt
+
+    seen: list[int] = []
+
+    class Layout:
+        name = "fim"
+
+        def prompt(self, parts: PromptParts, max_tokens: int):  # noqa: ANN201
+            seen.extend(len(text) for _, text in parts.extra)
+            return build_fim_prompt(parts, encode, SPECIAL, max_tokens)
+
+    class Loaded:
+        max_prompt_tokens = 1024
+        layout = Layout()
+
+    chunks = [protocol.Chunk(filename="a.py", text="a = 1\n"), protocol.Chunk(filename="big.js", text="x" * 7_000_000)]
+    request = protocol.Infill(id="1", uri="u", prefix="def f():\n", extra=chunks)
+    build_prompt(Loaded(), request)  # type: ignore[arg-type]
+    assert seen == [6]

@@ -54,3 +54,36 @@ def test_each_model_and_device_has_its_own_engine(tmp_path: Path, monkeypatch: p
     base = Settings()
     assert base.backend_key() != attrs.evolve(base, model="/m").backend_key()
     assert base.backend_key() == attrs.evolve(base, debounce_ms=5).backend_key()
+
+
+def test_settings_cannot_send_another_secret_or_use_another_scheme() -> None:
+    settings, problems = parse_settings(
+        {"openaiApiKeyEnv": "AWS_SECRET_ACCESS_KEY", "openaiUrl": "file:///etc/passwd", "backend": "openai"}
+    )
+    assert settings.openai_api_key_env == "DIFFGEMMA_API_KEY" and settings.openai_url == ""
+    assert any("openaiApiKeyEnv" in problem for problem in problems)
+    assert any("openaiUrl" in problem and "http" in problem for problem in problems)
+    settings, problems = parse_settings({"openaiApiKeyEnv": "VLLM_API_KEY", "openaiUrl": "https://gpu:8000/v1"})
+    assert problems == [] and settings.openai_api_key_env == "VLLM_API_KEY"
+    assert parse_settings({"openaiApiKeyEnv": ""})[1] == []  # no key at all
+
+
+def test_plain_http_to_another_machine_is_told_apart() -> None:
+    from diffgemma_lsp.settings import plain_http_elsewhere
+
+    assert plain_http_elsewhere("http://gpu-box:8000/v1/completions")
+    assert plain_http_elsewhere("http://10.0.0.5/v1/completions")
+    for url in ("https://gpu-box/v1", "http://127.0.0.1:8790/v1", "http://localhost/v1", "http://[::1]:8/v1"):
+        assert not plain_http_elsewhere(url), url
+
+
+def test_limits_the_engine_would_refuse_are_reported_here() -> None:
+    from engine.infill import MAX_CANVAS_LENGTH, MAX_STEPS
+
+    settings, problems = parse_settings(
+        {"canvasLength": MAX_CANVAS_LENGTH + 1, "steps": MAX_STEPS + 1, "contextTokens": 10**9, "debounceMs": 5}
+    )
+    assert (settings.canvas_length, settings.steps, settings.context_tokens) == (0, 0, 1024)
+    assert settings.debounce_ms == 5
+    assert len(problems) == 3 and all("at most" in problem for problem in problems), problems
+    assert parse_settings({"canvasLength": MAX_CANVAS_LENGTH, "steps": MAX_STEPS})[1] == []

@@ -100,3 +100,16 @@ def test_npm_compile_and_unit_tests_pass() -> None:
     counts = dict(re.findall(r"^# (pass|fail) (\d+)$", proc.stdout, flags=re.MULTILINE))
     assert counts.get("fail") == "0", proc.stdout
     assert int(counts.get("pass", "0")) > 0, proc.stdout
+
+
+def test_a_repository_cannot_choose_where_code_goes_or_what_loads() -> None:
+    """Settings that send code or a secret elsewhere, or pick what the engine loads, are the user's own: machine
+    scope (never from a workspace's .vscode/settings.json) and restricted in untrusted workspaces."""
+    package = json.loads((EXTENSION / "package.json").read_text())
+    restricted = set(package["capabilities"]["untrustedWorkspaces"]["restrictedConfigurations"])
+    contributed = _contributed()
+    for key in ("model", "backend", "openaiUrl", "openaiModel", "openaiApiKeyEnv"):
+        assert contributed[key].get("scope") == "machine", key
+        assert f"diffgemma.{key}" in restricted, key
+    assert {"diffgemma.serverPath", "diffgemma.serverArgs"} <= restricted
+    assert "/tmp/" not in json.dumps(package)  # no example path another user could own

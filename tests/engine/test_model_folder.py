@@ -1,0 +1,25 @@
+"""A model folder chosen by a repository or a typo is read with limits and refused with a clear reason."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engine.errors import ModelLoadError
+from engine.model import MAX_SETTINGS_FILE_BYTES, load_model
+
+
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json", "diffgemma.json"])
+def test_a_huge_settings_file_is_refused_before_it_is_read(tmp_path: Path, release_random_dir: Path, name: str) -> None:
+    folder = tmp_path / "model"
+    shutil.copytree(release_random_dir, folder)
+    (folder / name).write_text("{" + " " * (MAX_SETTINGS_FILE_BYTES + 1) + "}")
+    with pytest.raises(ModelLoadError, match=f"{name} is {MAX_SETTINGS_FILE_BYTES + 3} bytes"):
+        load_model(folder)
+
+
+def test_a_folder_without_a_checkpoint_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="config.json is missing"):
+        load_model(tmp_path)

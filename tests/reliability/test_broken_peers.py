@@ -1,0 +1,179 @@
+"""Broken engines and servers, played by small asyncio servers of this user's speaking the real wire protocol:
+the language server must neither hang on them nor hammer them, nor flood the user with messages."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from diffgemma_lsp.engine_client import ANSWER_SLACK_S, EngineClient, EngineUnavailable, ExitCheck
+from diffgemma_lsp.openai_client import MAX_ANSWER_BYTES, OpenAIBackend
+from engine import protocol
+from tests.support.lsp import RawLsp, server_command
+from tests.support.openai_endpoint import serving_route
+
+pytestmark = pytest.mark.e2e
+HELLO_OK = protocol.HelloOk(protocol=protocol.PROTOCOL_VERSION, model_id="fake", ready=True, layout="fim")
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]
+
+
+@contextlib.asynccontextmanager
+async def _serve(path: Path, handler: Handler) -> AsyncIterator[list[int]]:
+    """A Unix socket server running ``handler`` per connection; yields the list of connections made."""
+    connections: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        try:
+            await handler(reader, writer)  # type: ignore[misc]
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_unix_server(handle, str(path))
+    try:
+        yield connections
+    finally:
+        server.close()
+
+
+async def _hello_then_drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await protocol.read_message(reader)
+    writer.write(protocol.encode(HELLO_OK))
+    await writer.drain()
+
+
+async def _hello_then_silence(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await protocol.read_message(reader)
+    writer.write(protocol.encode(HELLO_OK))
+    await writer.drain()
+    while True:  # reads every request and answers none (an engine stopped with SIGSTOP, or answering wrong ids)
+        await protocol.read_message(reader)
+
+
+@pytest.fixture
+def socket_dir(short_tmp: Path) -> Path:
+    directory = short_tmp / "run"
+    directory.mkdir(mode=0o700)
+    return directory
+
+
+async def test_an_engine_that_drops_every_connection_is_not_hammered(socket_dir: Path) -> None:
+    path = socket_dir / "engine.sock"
+    async with _serve(path, _hello_then_drop) as connections:
+        client = EngineClient(path)  # no engine to start: only reconnects
+        client.start()
+        await asyncio.sleep(4.0)
+        await client.close()
+        # Before: the backoff started over after every handshake, about 1,100 connections a second.
+        assert 2 <= len(connections) <= 8, len(connections)
+        print(f"engine dropping each connection: {len(connections)} connections in 4 s")
+
+
+async def test_an_engine_that_never_answers_does_not_hold_a_request_forever(socket_dir: Path) -> None:
+    path = socket_dir / "engine.sock"
+    async with _serve(path, _hello_then_silence):
+        client = EngineClient(path)
+        client.start()
+        for _ in range(100):
+            if client.hello is not None:
+                break
+            await asyncio.sleep(0.05)
+        started = time.monotonic()
+        with pytest.raises(EngineUnavailable, match="did not answer"):
+            request = protocol.Infill(id="1", uri="u", prefix="x", deadline_ms=500)
+            await asyncio.wait_for(client.infill(request), 30)  # before: it waited forever
+        waited = time.monotonic() - started
+        assert waited < 0.5 + ANSWER_SLACK_S + 2, waited
+        assert client.pending_count() == 0  # nothing left behind
+        await client.close()
+
+
+async def test_a_flapping_engine_is_reported_once(socket_dir: Path) -> None:
+    path = socket_dir / "engine.sock"
+    uri = "file:///work/flap.py"
+    async with _serve(path, _hello_then_drop):
+        lsp = await RawLsp.start(server_command(path, None))
+        try:
+            await lsp.initialize({"debounceMs": 0})
+            lsp.open(uri, "def f():\n    ")
+            params = {"textDocument": {"uri": uri}, "position": {"line": 1, "character": 4}}
+            for request_id in range(10, 30):
+                lsp.request(request_id, "textDocument/completion", params)
+                assert (await lsp.reply(request_id))["result"]["items"] == []
+                await asyncio.sleep(0.2)
+            shown = [m for m in lsp.notifications if m["method"] == "window/showMessage"]
+            assert len(shown) == 1, shown  # before: one per reconnection (16,828 in 15 s)
+        finally:
+            await lsp.stop()
+
+
+async def test_a_huge_answer_from_a_completions_server_is_refused_unread() -> None:
+    async def huge(_: web.Request) -> web.StreamResponse:
+        text = "x" * (MAX_ANSWER_BYTES * 4)
+        return web.json_response({"choices": [{"text": text, "finish_reason": "stop"}]})
+
+    async with serving_route("/v1/completions", huge) as url:
+        backend = OpenAIBackend(url, api_key_env="")
+        try:
+            with pytest.raises(Exception, match="more than"):
+                await backend.infill(protocol.Infill(id="1", uri="u", prefix="x"))
+        finally:
+            await backend.close()
+
+
+async def test_an_engine_that_exits_at_start_is_reported_with_its_reason_and_not_restarted(
+    socket_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the engine's error output was thrown away and it was started again every few seconds, forever;
+    the user read "cannot reach the engine"."""
+    import subprocess
+    import sys
+
+    from diffgemma_lsp import launcher
+    from diffgemma_lsp.engine_client import EngineState
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(socket_dir.parent / "state"))
+    failing = [sys.executable, "-c", "import sys; sys.stderr.write('cannot listen: no space left'); sys.exit(4)"]
+    monkeypatch.setattr(launcher, "engine_command", lambda *_, **__: failing)
+    starts: list[subprocess.Popen[bytes]] = []
+    states: list[tuple[EngineState, str]] = []
+
+    async def start_engine() -> ExitCheck:
+        process = launcher.spawn_engine(socket_dir / "engine.sock", None, "auto")
+        starts.append(process)
+        return lambda: launcher.exit_reason(process)
+
+    client = EngineClient(
+        socket_dir / "engine.sock", start_engine, lambda state, detail: states.append((state, detail))
+    )
+    client.start()
+    await asyncio.sleep(3.0)
+    await client.close()
+    assert len(starts) == 1
+    failed = [detail for state, detail in states if state is EngineState.FAILED]
+    assert failed == ["the engine exited with status 4: cannot listen: no space left"], states
+    with pytest.raises(EngineUnavailable, match="no space left"):
+        await client.infill(protocol.Infill(id="1", uri="u", prefix="x"))
+
+
+def test_an_unwritable_state_directory_moves_the_engines_log_not_its_start(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from diffgemma_lsp import launcher
+
+    blocker = short_tmp / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker / "state"))  # cannot be a directory, even for root
+    folder = launcher._log_folder()
+    assert folder != launcher.engine_log_path().parent and folder.is_dir()
+    assert os.stat(folder).st_mode & 0o077 == 0  # a private temporary folder
