@@ -14,7 +14,7 @@ import torch
 from engine.denoise import SamplerSettings
 from engine.errors import ModelLoadError
 from engine.prefix_cache import PrefixCache
-from engine.prompt import SUFFIX_FIRST, PromptLayout, layout_for
+from engine.prompt import CHAT_ORDERS, SUFFIX_FIRST, PromptLayout, layout_for
 from engine.step import DecoderStep
 
 logger = logging.getLogger(__name__)
@@ -96,6 +96,30 @@ class LoadedModel:
         return self.tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
 
 
+HINT_RANGES = {"max_prompt_tokens": (16, 1 << 20), "line_canvas_length": (1, 512)}
+
+
+def read_hints(folder: Path) -> dict:
+    """The checkpoint's ``diffgemma.json``, checked: numbers in range, a known ``chat_order``; ``ModelLoadError``
+    naming the bad key otherwise (a bad hint would make every completion fail later, unseen)."""
+    path = folder / HINTS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        hints = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(hints, dict):
+        raise ModelLoadError(f"{path} must hold a JSON object")
+    for key, (low, high) in HINT_RANGES.items():
+        value = hints.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
+            raise ModelLoadError(f"{path}: {key} must be a whole number from {low} to {high}, got {value!r}")
+    if hints.get("chat_order", SUFFIX_FIRST) not in CHAT_ORDERS:
+        raise ModelLoadError(f"{path}: chat_order must be one of {', '.join(CHAT_ORDERS)}, got {hints['chat_order']!r}")
+    return hints
+
+
 def pick_device(name: str | None) -> torch.device:
     """``auto`` (or None) means CUDA when present, else CPU."""
     if name in (None, "auto"):
@@ -161,13 +185,12 @@ def load_model(
         ),
         confidence_threshold=generation.confidence_threshold or defaults.confidence_threshold,
     )
-    hints_path = folder / HINTS_FILE
-    hints = json.loads(hints_path.read_text()) if hints_path.is_file() else {}
-    max_prompt_tokens = min(max_prompt_tokens, int(hints.get("max_prompt_tokens", max_prompt_tokens)))
+    hints = read_hints(folder)
+    max_prompt_tokens = min(max_prompt_tokens, hints.get("max_prompt_tokens", max_prompt_tokens))
     line_canvas_length = hints.get("line_canvas_length")
     try:
         layout = layout_for(tokenizer, chat_order=hints.get("chat_order", SUFFIX_FIRST))
-    except ValueError as exc:  # no FIM tokens and no usable chat template, or an unknown chat_order
+    except ValueError as exc:  # no FIM tokens and no usable chat template
         raise ModelLoadError(f"cannot lay out prompts for the checkpoint in {folder}: {exc}") from exc
     loaded = LoadedModel(
         model=model,

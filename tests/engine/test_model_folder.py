@@ -23,3 +23,14 @@ def test_a_huge_settings_file_is_refused_before_it_is_read(tmp_path: Path, relea
 def test_a_folder_without_a_checkpoint_says_so(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="config.json is missing"):
         load_model(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "hints", ['{"max_prompt_tokens": -5}', '{"line_canvas_length": 0}', '{"chat_order": "sideways"}', "[1]", "{"]
+)
+def test_a_bad_hint_is_refused_at_load_with_its_key(tmp_path: Path, release_random_dir: Path, hints: str) -> None:
+    folder = tmp_path / "model"
+    shutil.copytree(release_random_dir, folder)
+    (folder / "diffgemma.json").write_text(hints)
+    with pytest.raises(ModelLoadError, match="diffgemma.json|chat_order"):
+        load_model(folder)
