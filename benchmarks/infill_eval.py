@@ -424,7 +424,9 @@ def main() -> None:
         # 0: the engine chooses, as it does for the language server (recorded as the model's own figures)
         canvases, steps_list = args.canvas or [0], args.steps or [0]
 
-        args.instruct = loaded.layout.name == "chat"
+        from engine.protocol import CHAT_LAYOUT
+
+        args.instruct = loaded.layout.name == CHAT_LAYOUT
 
         def completer(canvas: int, steps: int) -> Complete:
             return engine_completer(loaded, canvas, steps)

@@ -69,9 +69,9 @@ def build_context(document: TextDocument, position: types.Position, context_toke
     budget = max(context_tokens, 1) * CHARS_PER_TOKEN
     suffix_budget = budget // 4
     block = block_lines(budget, CHARS_PER_LINE)
-    start = _prefix_start(lines, server.line, offset, budget - suffix_budget, block)
+    start = _prefix_start(lines, server.line, server.character, offset, budget - suffix_budget, block)
     prefix = source[start:offset]
-    suffix = source[offset : _suffix_end(lines, server.line, offset, suffix_budget)]
+    suffix = source[offset : _suffix_end(lines, server.line, server.character, offset, suffix_budget)]
     word = _WORD_BEFORE.search(prefix)
     word_text = word.group(0) if word else ""
     word_start = types.Position(line=position.line, character=position.character - _utf16_length(word_text))
@@ -86,12 +86,12 @@ def build_context(document: TextDocument, position: types.Position, context_toke
     )
 
 
-def _prefix_start(lines: Sequence[str], line: int, offset: int, budget: int, block: int) -> int:
+def _prefix_start(lines: Sequence[str], line: int, column: int, offset: int, budget: int, block: int) -> int:
     """Where the prefix starts: at a line whose number is a multiple of ``block``, the first such line within
     ``budget`` characters of the cursor, so that the start stays put while the user types (the engine reuses the
     prompt's encoding up to the first change) and moves a block at a time. A block that does not fit whole falls
     back to the first whole line that fits, then to a cut inside the cursor's line."""
-    start = offset - sum(map(len, lines[:line]))  # the cursor's column: the start of its line is offset - start
+    start = column  # characters from the start of line ``first`` to the cursor
     first = line
     while first > 0 and start + len(lines[first - 1]) <= budget:
         first -= 1
@@ -103,10 +103,10 @@ def _prefix_start(lines: Sequence[str], line: int, offset: int, budget: int, blo
     return line_start + sum(map(len, lines[first:aligned]))
 
 
-def _suffix_end(lines: Sequence[str], line: int, offset: int, budget: int) -> int:
+def _suffix_end(lines: Sequence[str], line: int, column: int, offset: int, budget: int) -> int:
     """Where the suffix ends: after the whole lines that fit in ``budget`` (else inside the cursor's line). Typing
     before the suffix changes neither its text nor this end, so no blocks are needed here."""
-    end = sum(map(len, lines[: line + 1])) if line < len(lines) else offset
+    end = offset - column + len(lines[line]) if line < len(lines) else offset  # the end of the cursor's line
     if end - offset > budget:
         return offset + budget
     for next_line in lines[line + 1 :]:

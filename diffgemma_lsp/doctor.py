@@ -47,16 +47,13 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
         report["problem"] = f"no engine reachable on {socket_path}: {exc}"
         return report, 2
 
-    failure: list[str] = []
-
     async def reply(request_id: str | None) -> protocol.Message:
         """The answer to ``request_id`` (the handshake's when None); a load failure the engine broadcasts on
-        the way is kept in ``failure``, and a ``Ready`` skipped."""
+        the way raises ``LoadFailed``, and a ``Ready`` is skipped."""
         while True:
             message = await asyncio.wait_for(protocol.read_message(reader), TIMEOUT_S * 6)
             if isinstance(message, protocol.Error) and message.id is None and request_id is not None:
                 if message.code is protocol.ErrorCode.MODEL_ERROR:
-                    failure.append(message.message)
                     raise LoadFailed(message.message)
                 continue
             if isinstance(message, protocol.Ready):
@@ -99,9 +96,6 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
         report["problem"] = f"{exc} (the engine exits after a failed load)"
         return report, 1
     except (OSError, asyncio.IncompleteReadError, TimeoutError, protocol.ProtocolError) as exc:
-        if failure:
-            report["problem"] = failure[0]
-            return report, 1
         report["problem"] = f"the engine stopped answering: {exc!r}"
         return report, 2
     finally:

@@ -48,6 +48,10 @@ class EngineUnavailable(Exception):
     """No ready engine to ask; the caller answers empty."""
 
 
+class EngineTimeout(EngineUnavailable):
+    """The engine took a request and did not answer it in time (stopped, or answering other ids)."""
+
+
 class EngineRequestError(Exception):
     """The engine refused one request."""
 
@@ -58,6 +62,11 @@ class EngineRequestError(Exception):
 
 class EngineStartError(OSError):
     """The engine this client started exited before it served (its reason: status and last output)."""
+
+
+async def _backoff(attempt: int) -> None:
+    """The wait before reconnection attempt ``attempt`` (0 first), growing to the last of ``RETRY_DELAYS_S``."""
+    await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
 
 
 StateListener = Callable[[EngineState, str], None]
@@ -132,10 +141,9 @@ class EngineClient:
                     self.load_failure = str(exc)
                     self._set_state(EngineState.FAILED, self.load_failure)
                     return
-                delay = RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]
-                attempt += 1
                 self._set_state(EngineState.FAILED, f"cannot reach the engine: {exc}")
-                await asyncio.sleep(delay)
+                await _backoff(attempt)
+                attempt += 1
                 continue
             connected_at, answers = asyncio.get_running_loop().time(), self._answers
             await self._read_loop(reader)
@@ -149,7 +157,7 @@ class EngineClient:
             if self._answers > answers or lasted >= STABLE_CONNECTION_S:
                 attempt = 0
             else:  # dropped right after the handshake: wait, longer each time
-                await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
+                await _backoff(attempt)
                 attempt += 1
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -288,7 +296,7 @@ class EngineClient:
         except TimeoutError:
             self._pending.pop(request.id, None)
             self._send_nowait(protocol.Cancel(id=request.id))
-            raise EngineUnavailable(f"the engine did not answer within {wait_s:.0f} s") from None
+            raise EngineTimeout(f"the engine did not answer within {wait_s:.0f} s") from None
         except asyncio.CancelledError:
             self._pending.pop(request.id, None)
             self._send_nowait(protocol.Cancel(id=request.id))

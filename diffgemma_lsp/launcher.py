@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import attrs
+
 logger = logging.getLogger(__name__)
 
 IDLE_EXIT_S = 900
@@ -59,9 +61,36 @@ def _log_folder() -> Path:
         return fallback
 
 
-def spawn_engine(socket_path: Path, model: str | None, device: str) -> subprocess.Popen[bytes]:
+STDERR_FILE = "engine.stderr"
+TAIL_CHARS = 600
+
+
+@attrs.frozen
+class StartedEngine:
+    """An engine this process started, and the folder of its log and error output."""
+
+    process: subprocess.Popen[bytes]
+    folder: Path
+
+    def exit_reason(self) -> str | None:
+        """Why it is gone: its exit status and the end of its error output (else its log's last line); None while
+        it runs, or when it exited 0 (another engine took the socket first: that one serves)."""
+        status = self.process.poll()
+        if status is None or status == 0:
+            return None
+        for name, tail in ((STDERR_FILE, lambda text: text), ("engine.log", lambda text: text.splitlines()[-1])):
+            try:
+                text = (self.folder / name).read_text(errors="replace").strip()
+            except OSError:
+                continue
+            if text:
+                return f"the engine exited with status {status}: {tail(text[-TAIL_CHARS:])}"
+        return f"the engine exited with status {status} (no output; see {self.folder})"
+
+
+def spawn_engine(socket_path: Path, model: str | None, device: str) -> StartedEngine:
     """Start an engine in its own session; its stdout never reaches the LSP's stdout, and its error output goes
-    to ``engine.stderr`` beside its log (read by ``exit_reason`` when it exits before serving)."""
+    to ``engine.stderr`` beside its log (read by ``StartedEngine.exit_reason`` if it exits before serving)."""
     folder = _log_folder()
     command = engine_command(socket_path, model, device, folder / "engine.log")
     logger.info("starting engine: %s", " ".join(command))
@@ -77,28 +106,4 @@ def spawn_engine(socket_path: Path, model: str | None, device: str) -> subproces
         )
     finally:
         os.close(stderr)
-    process.stderr_path = folder / STDERR_FILE  # type: ignore[attr-defined]
-    return process
-
-
-STDERR_FILE = "engine.stderr"
-TAIL_CHARS = 600
-
-
-def exit_reason(process: subprocess.Popen[bytes]) -> str | None:
-    """Why a started engine is gone: its exit status and the end of its error output and log; None while it
-    runs, or when it exited 0 (another engine took the socket first: that one serves)."""
-    status = process.poll()
-    if status is None or status == 0:
-        return None
-    folder = Path(getattr(process, "stderr_path", engine_log_path())).parent
-    tail = ""
-    for name in (STDERR_FILE, "engine.log"):
-        try:
-            text = (folder / name).read_text(errors="replace").strip()
-        except OSError:
-            continue
-        if text:
-            tail = text[-TAIL_CHARS:].splitlines()[-1] if name == "engine.log" else text[-TAIL_CHARS:]
-            break
-    return f"the engine exited with status {status}" + (f": {tail}" if tail else f" (no output; see {folder})")
+    return StartedEngine(process, folder)

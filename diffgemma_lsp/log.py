@@ -44,7 +44,6 @@ def setup_logging(server: LanguageServer, level: str, log_file: Path | None) -> 
     """Configure the root logger for the language server process."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr), WindowLogHandler(server)]
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(private_file_handler(log_file))
     for handler in handlers:
         handler.setFormatter(

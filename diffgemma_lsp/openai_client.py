@@ -26,7 +26,7 @@ import aiohttp
 from diffgemma_lsp.engine_client import EngineRequestError, EngineState, EngineUnavailable
 from diffgemma_lsp.fim_formats import CHAT, SUFFIX_FIELD, format_named
 from engine import protocol
-from engine.prompt import PromptParts, chat_user_text
+from engine.prompt import chat_user_text, parts_of
 
 logger = logging.getLogger(__name__)
 
@@ -102,13 +102,7 @@ class OpenAIBackend:
             body["n"] = request.candidates
         fmt = format_named(self.prompt_format)
         if self.prompt_format == CHAT:
-            parts = PromptParts(
-                prefix=request.prefix,
-                suffix=request.suffix,
-                extra=[(chunk.filename, chunk.text) for chunk in request.extra],
-                language=request.language_id,
-            )
-            body["messages"] = [{"role": "user", "content": chat_user_text(parts)}]
+            body["messages"] = [{"role": "user", "content": chat_user_text(parts_of(request))}]
             body["chat_template_kwargs"] = {"enable_thinking": False}  # a completion has no time to think
         elif fmt is None:
             body["prompt"], body["suffix"] = request.prefix, request.suffix
@@ -181,7 +175,7 @@ class OpenAIBackend:
                 model_id=model,
                 ready=True,
                 device="remote",
-                layout="chat" if self.prompt_format == CHAT else "fim",
+                layout=protocol.CHAT_LAYOUT if self.prompt_format == CHAT else protocol.FIM_LAYOUT,
             )
         self._set_state(EngineState.READY)
         return protocol.Result(

@@ -26,7 +26,7 @@ from diffgemma_lsp import __version__
 from diffgemma_lsp.context import cursor_scope
 from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable, ExitCheck
 from diffgemma_lsp.fim_formats import split_prompt
-from diffgemma_lsp.launcher import exit_reason, spawn_engine
+from diffgemma_lsp.launcher import spawn_engine
 from diffgemma_lsp.openai_wire import (
     ApiError,
     completion_body,
@@ -163,11 +163,9 @@ async def completions(request: web.Request) -> web.StreamResponse:
         status = 429 if exc.error.code is protocol.ErrorCode.BUSY else 400
         raise ApiError(status, f"the engine refused the request: {exc.error.message}") from None
     choices: list[tuple[str, str]] = []
+    instruct = engine.hello.instruct  # checked ready above
     for raw in (result.text, *result.alternatives):
-        text, stopped = cut_at_stop(
-            insertion_text(prefix, suffix, raw, instruct=bool(engine.hello and engine.hello.layout == "chat")),
-            wanted.stop,
-        )
+        text, stopped = cut_at_stop(insertion_text(prefix, suffix, raw, instruct=instruct), wanted.stop)
         if choices and (not text or any(text == seen for seen, _ in choices)):
             continue  # candidates that came out the same (or empty) after post-processing
         choices.append((text, "stop" if stopped or result.stop is protocol.StopReason.EOS else "length"))
@@ -212,8 +210,7 @@ async def serve(args: argparse.Namespace) -> None:
     socket_path = args.engine_socket or protocol.socket_path_for(args.model, args.device)
 
     async def start_engine() -> ExitCheck:
-        process = spawn_engine(socket_path, args.model, args.device)
-        return lambda: exit_reason(process)
+        return spawn_engine(socket_path, args.model, args.device).exit_reason
 
     engine = EngineClient(
         socket_path,
@@ -255,7 +252,6 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if args.log_file is not None:
-        args.log_file.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(private_file_handler(args.log_file))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -24,9 +24,16 @@ from diffgemma_lsp.context import (
     cursor_scope,
     end_of_line,
 )
-from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable, ExitCheck
+from diffgemma_lsp.engine_client import (
+    EngineClient,
+    EngineRequestError,
+    EngineState,
+    EngineTimeout,
+    EngineUnavailable,
+    ExitCheck,
+)
 from diffgemma_lsp.extra_context import ExtraContext
-from diffgemma_lsp.launcher import exit_reason, spawn_engine
+from diffgemma_lsp.launcher import spawn_engine
 from diffgemma_lsp.openai_client import OpenAIBackend
 from diffgemma_lsp.postprocess import postprocess
 from diffgemma_lsp.results import completion_item, inline_item
@@ -127,8 +134,7 @@ class DiffgemmaServer(LanguageServer):
         socket_path = self.engine_socket or protocol.socket_path_for(settings.model, settings.device)
 
         async def start_engine() -> ExitCheck:
-            process = spawn_engine(socket_path, settings.model, settings.device)
-            return lambda: exit_reason(process)
+            return spawn_engine(socket_path, settings.model, settings.device).exit_reason
 
         self.engine = EngineClient(socket_path, start_engine, self.on_engine_state)
         self.engine.start()
@@ -238,8 +244,7 @@ class DiffgemmaServer(LanguageServer):
         if result is None or self.workspace.get_text_document(uri).version != context.version:
             return []  # no answer, or the document changed while the model worked: the result is stale
         found: list[tuple[InfillContext, str]] = []
-        instruct = self.engine is not None and self.engine.hello is not None and self.engine.hello.layout == "chat"
-        # An instruction model's answer may come fenced or echo the code around the cursor (diffgemma_lsp.answer).
+        instruct = self.engine is not None and self.engine.hello is not None and self.engine.hello.instruct
         for raw in (result.text, *result.alternatives):
             edit = postprocess(context.prefix, context.suffix, raw, document.language_id or "", instruct=instruct)
             if edit is None or any(edit.text == text for _, text in found):
@@ -274,8 +279,11 @@ class DiffgemmaServer(LanguageServer):
             if current is not None and current.cancelling():
                 raise  # the client cancelled this request
             return None  # superseded by a newer request for the same document
+        except EngineTimeout as exc:
+            logger.warning("no completion: %s", exc)
+            return None
         except EngineUnavailable as exc:
-            (logger.warning if "did not answer" in str(exc) else logger.debug)("no completion: %s", exc)
+            logger.debug("no completion: %s", exc)
             return None
         except EngineRequestError as exc:
             logger.warning("engine refused request %s: %s", request.id, exc)

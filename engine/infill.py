@@ -8,13 +8,14 @@ import math
 import time
 from collections.abc import Hashable
 
+import attrs
 import torch
 
 from engine import protocol
 from engine.denoise import StopCheck, cut_at_eos, run_canvas
 from engine.errors import BadRequestError
 from engine.model import LoadedModel
-from engine.prompt import Prompt, PromptParts, char_budget_cut
+from engine.prompt import Prompt, char_budget_cut, parts_of
 
 MAX_CANVAS_LENGTH = protocol.MAX_CANVAS_LENGTH
 MAX_STEPS = protocol.MAX_STEPS
@@ -26,14 +27,9 @@ def build_prompt(loaded: LoadedModel, request: protocol.Infill) -> Prompt:
     # Never tokenize more text than could fit: a few characters per token at most. Other files may take a
     # quarter of the budget, whole chunks in order: the first that could not fit ends them, before tokenizing.
     max_chars = loaded.max_prompt_tokens * CHARS_PER_TOKEN * 2
-    extra = list(itertools.takewhile(lambda chunk: len(chunk.text) <= max_chars // 4, request.extra))
-    parts = PromptParts(
-        prefix=request.prefix,
-        suffix=request.suffix,
-        extra=[(chunk.filename, chunk.text) for chunk in extra],
-        language=request.language_id,
-    )
-    parts = char_budget_cut(parts, max_chars)
+    parts = parts_of(request)
+    extra = list(itertools.takewhile(lambda chunk: len(chunk[1]) <= max_chars // 4, parts.extra))
+    parts = char_budget_cut(attrs.evolve(parts, extra=extra), max_chars)
     return loaded.layout.prompt(parts, loaded.max_prompt_tokens)
 
 

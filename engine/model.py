@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from engine import protocol
 from engine.denoise import SamplerSettings
 from engine.errors import ModelLoadError
 from engine.prefix_cache import PrefixCache
@@ -96,7 +97,7 @@ class LoadedModel:
         return self.tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
 
 
-HINT_RANGES = {"max_prompt_tokens": (16, 1 << 20), "line_canvas_length": (1, 512)}
+HINT_RANGES = {"max_prompt_tokens": (16, 1 << 20), "line_canvas_length": (1, protocol.MAX_CANVAS_LENGTH)}
 
 
 def read_hints(folder: Path) -> dict:
@@ -155,11 +156,12 @@ def load_model(
         raise ModelLoadError(f"no DiffusionGemma checkpoint in {folder}: config.json is missing")
     for name in ("config.json", "generation_config.json", HINTS_FILE):
         path = folder / name
-        if path.is_file() and path.stat().st_size > MAX_SETTINGS_FILE_BYTES:
+        if path.is_file() and (size := path.stat().st_size) > MAX_SETTINGS_FILE_BYTES:
             raise ModelLoadError(
-                f"{path} is {path.stat().st_size} bytes: a checkpoint's settings file holds at most "
+                f"{path} is {size} bytes: a checkpoint's settings file holds at most "
                 f"{MAX_SETTINGS_FILE_BYTES} (the release's config.json is 3 KB)"
             )
+    hints = read_hints(folder)  # before the weights: a bad hint fails in milliseconds
     start = time.perf_counter()
     torch_device = pick_device(device)
     torch_dtype = pick_dtype(dtype, torch_device)
@@ -185,7 +187,6 @@ def load_model(
         ),
         confidence_threshold=generation.confidence_threshold or defaults.confidence_threshold,
     )
-    hints = read_hints(folder)
     max_prompt_tokens = min(max_prompt_tokens, hints.get("max_prompt_tokens", max_prompt_tokens))
     line_canvas_length = hints.get("line_canvas_length")
     try:

@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Protocol
 
 import attrs
 
-from engine import budget, vocab
+from engine import budget, protocol, vocab
 
 Encode = Callable[[str], list[int]]
 """Text to token ids, special tokens written in the text encoded as text."""
@@ -66,6 +66,16 @@ class PromptParts:
     """(filename, text) chunks from other files."""
     language: str = ""
     """The document's language id (``python``), for the chat layout's code fences; may be empty."""
+
+
+def parts_of(request: protocol.Infill) -> PromptParts:
+    """The texts of an ``Infill`` request (the engine's layouts and the remote backend's chat turn read them)."""
+    return PromptParts(
+        prefix=request.prefix,
+        suffix=request.suffix,
+        extra=[(chunk.filename, chunk.text) for chunk in request.extra],
+        language=request.language_id,
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -236,7 +246,7 @@ class PromptLayout(Protocol):
 class FimLayout:
     """Fill-in-the-middle sentinels in SPM order (a tokenizer with FIM tokens: the shipped model)."""
 
-    name: ClassVar[str] = "fim"
+    name: ClassVar[str] = protocol.FIM_LAYOUT
     encode: Encode
     special: SpecialIds
     count: budget.Count = attrs.field(init=False, eq=False, repr=False)
@@ -254,7 +264,7 @@ class FimLayout:
 class ChatLayout:
     """An instruction in one user turn of the checkpoint's chat template (the released DiffusionGemma-IT)."""
 
-    name: ClassVar[str] = "chat"
+    name: ClassVar[str] = protocol.CHAT_LAYOUT
     encode: Encode
     template: ChatTemplate
     order: str = attrs.field(default=SUFFIX_FIRST, validator=attrs.validators.in_(CHAT_ORDERS))

@@ -51,6 +51,11 @@ DISCARD_LIMIT_BYTES = 64 * 1024 * 1024
 """An oversized frame up to this size is read and thrown away so the connection stays usable."""
 
 
+CHAT_LAYOUT = "chat"
+"""``HelloOk.layout`` of an instruction model, prompted in its chat template (``FIM_LAYOUT``: sentinels)."""
+FIM_LAYOUT = "fim"
+
+
 class ErrorCode(enum.Enum):
     """Why a request or a frame was refused."""
 
@@ -138,6 +143,11 @@ class HelloOk:
     """How the model is prompted: ``fim`` (sentinels; the answer is the middle as written) or ``chat`` (an
     instruction model: its answer may come fenced or echo the code around the cursor, see
     ``diffgemma_lsp.answer``)."""
+
+    @property
+    def instruct(self) -> bool:
+        """Whether answers are an instruction model's, to unwrap before post-processing."""
+        return self.layout == CHAT_LAYOUT
 
 
 @attrs.frozen(kw_only=True)

@@ -136,7 +136,6 @@ async def test_an_engine_that_exits_at_start_is_reported_with_its_reason_and_not
 ) -> None:
     """Before: the engine's error output was thrown away and it was started again every few seconds, forever;
     the user read "cannot reach the engine"."""
-    import subprocess
     import sys
 
     from diffgemma_lsp import launcher
@@ -145,13 +144,12 @@ async def test_an_engine_that_exits_at_start_is_reported_with_its_reason_and_not
     monkeypatch.setenv("XDG_STATE_HOME", str(socket_dir.parent / "state"))
     failing = [sys.executable, "-c", "import sys; sys.stderr.write('cannot listen: no space left'); sys.exit(4)"]
     monkeypatch.setattr(launcher, "engine_command", lambda *_, **__: failing)
-    starts: list[subprocess.Popen[bytes]] = []
+    starts: list[launcher.StartedEngine] = []
     states: list[tuple[EngineState, str]] = []
 
     async def start_engine() -> ExitCheck:
-        process = launcher.spawn_engine(socket_dir / "engine.sock", None, "auto")
-        starts.append(process)
-        return lambda: launcher.exit_reason(process)
+        starts.append(launcher.spawn_engine(socket_dir / "engine.sock", None, "auto"))
+        return starts[-1].exit_reason
 
     client = EngineClient(
         socket_dir / "engine.sock", start_engine, lambda state, detail: states.append((state, detail))
