@@ -26,6 +26,7 @@ from diffgemma_lsp import __version__
 from diffgemma_lsp.context import cursor_scope
 from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable, ExitCheck
 from diffgemma_lsp.fim_formats import split_prompt
+from diffgemma_lsp.http_guard import ConnectionGuard, GuardedSite, HttpLimits, RepeatLimitedErrors
 from diffgemma_lsp.launcher import spawn_engine
 from diffgemma_lsp.openai_wire import (
     ApiError,
@@ -49,6 +50,7 @@ ENGINE = web.AppKey("engine", EngineClient)
 API_KEY = web.AppKey("api_key", str)
 DEADLINE_MS = web.AppKey("deadline_ms", int)
 MAX_STEPS = web.AppKey("max_steps", int)
+READ_TIMEOUT_S = web.AppKey("read_timeout_s", float)
 
 
 def api_key_file() -> Path:
@@ -74,7 +76,10 @@ def load_api_key() -> tuple[str, str]:
 
 def _json_error(error: ApiError) -> web.Response:
     headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
-    return web.json_response(error.body(), status=error.status, headers=headers)
+    response = web.json_response(error.body(), status=error.status, headers=headers)
+    if error.status == 408:  # the rest of the body may still come: this connection cannot carry another request
+        response.force_close()
+    return response
 
 
 @web.middleware
@@ -134,9 +139,15 @@ def canvas_for(max_tokens: int | None, model_canvas: int) -> int:
 async def completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/completions``: one fill-in-the-middle completion."""
     try:
-        body = await request.json(loads=json.loads)
+        raw = await asyncio.wait_for(request.read(), request.app[READ_TIMEOUT_S])
+    except TimeoutError:
+        raise ApiError(408, f"the request body took over {request.app[READ_TIMEOUT_S]:g} s to arrive") from None
+    try:
+        body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply to be a completion request") from None
     wanted = parse_completion_request(body)
     prefix, suffix = split_prompt(wanted.prompt, wanted.suffix)
     engine = request.app[ENGINE]
@@ -191,10 +202,20 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return stream
 
 
-def make_app(engine: EngineClient, api_key: str, deadline_ms: int = 2000, max_steps: int = 0) -> web.Application:
-    """The endpoint's routes around a started engine client; every request gets ``deadline_ms`` and ``max_steps``."""
-    app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY_BYTES)
+def make_app(
+    engine: EngineClient,
+    api_key: str,
+    deadline_ms: int = 2000,
+    max_steps: int = 0,
+    guard: ConnectionGuard | None = None,
+) -> web.Application:
+    """The endpoint's routes around a started engine client; every request gets ``deadline_ms`` and ``max_steps``;
+    ``guard`` (when the app is served by a ``GuardedSite``) sees which connections are busy."""
+    limits = guard.limits if guard is not None else HttpLimits()
+    middlewares = [errors_and_auth] if guard is None else [guard.middleware, errors_and_auth]
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[ENGINE] = engine
+    app[READ_TIMEOUT_S] = limits.read_timeout_s
     app[API_KEY] = api_key
     app[DEADLINE_MS] = deadline_ms
     app[MAX_STEPS] = max_steps
@@ -219,13 +240,25 @@ async def serve(args: argparse.Namespace) -> None:
         client_name="diffgemma-openai",
     )
     engine.start()
+    asyncio.get_running_loop().set_exception_handler(RepeatLimitedErrors())
+    guard = ConnectionGuard(
+        HttpLimits(
+            read_timeout_s=args.read_timeout_s, idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections
+        )
+    )
     # A client that hangs up (the user typed on) cancels its request, and with it the engine's work.
     runner = web.AppRunner(
-        make_app(engine, api_key, args.deadline_ms, args.steps), handler_cancellation=True, access_log=None
+        make_app(engine, api_key, args.deadline_ms, args.steps, guard),
+        handler_cancellation=True,
+        access_log=None,
+        keepalive_timeout=args.idle_timeout_s,
+        lingering_time=args.read_timeout_s,  # how long the unread rest of a refused request's body is drained
     )
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
+    site = GuardedSite(runner, args.host, args.port, guard)
     await site.start()
+    if guard.max_connections < args.max_connections:
+        logger.warning("at most %d connections at once (the file limit allows no more)", guard.max_connections)
     if args.host not in ("127.0.0.1", "::1", "localhost"):
         logger.warning("listening on %s: every machine that can reach it and has the key can use it", args.host)
     host, port = runner.addresses[0][:2]
@@ -247,6 +280,25 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--device", default="auto", help="device for an engine this command starts")
     parser.add_argument("--deadline-ms", type=int, default=2000, help="denoising time limit per request (0: none)")
     parser.add_argument("--steps", type=int, default=0, help="most denoising steps per request (0: the model's)")
+    defaults = HttpLimits()
+    parser.add_argument(
+        "--read-timeout-s",
+        type=float,
+        default=defaults.read_timeout_s,
+        help=f"longest a client may take to send a request's head, and its body (default {defaults.read_timeout_s:g})",
+    )
+    parser.add_argument(
+        "--idle-timeout-s",
+        type=float,
+        default=defaults.idle_timeout_s,
+        help=f"an idle connection is closed after this long (default {defaults.idle_timeout_s:g})",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=defaults.max_connections,
+        help=f"open connections at once; the oldest idle one makes room (default {defaults.max_connections})",
+    )
     parser.add_argument("--log-file", type=Path, default=None)
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)

@@ -100,6 +100,10 @@ class LoadedModel:
 HINT_RANGES = {"max_prompt_tokens": (16, 1 << 20), "line_canvas_length": (1, protocol.MAX_CANVAS_LENGTH)}
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+"""A checkpoint's tokenizer is one of these (fast, SentencePiece, byte-level BPE with its merges)."""
+
+
 def read_hints(folder: Path) -> dict:
     """The checkpoint's ``diffgemma.json``, checked: numbers in range, a known ``chat_order``; ``ModelLoadError``
     naming the bad key otherwise (a bad hint would make every completion fail later, unseen)."""
@@ -162,6 +166,11 @@ def load_model(
                 f"{MAX_SETTINGS_FILE_BYTES} (the release's config.json is 3 KB)"
             )
     hints = read_hints(folder)  # before the weights: a bad hint fails in milliseconds
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelLoadError(
+            f"no tokenizer in {folder}: it needs {' or '.join(TOKENIZER_FILES)} (copy the tokenizer files "
+            "that came with the checkpoint)"
+        )
     start = time.perf_counter()
     torch_device = pick_device(device)
     torch_dtype = pick_dtype(dtype, torch_device)

@@ -26,6 +26,12 @@ from engine.stats import ReplyLog, rss_mb
 
 logger = logging.getLogger(__name__)
 
+SOCKET_CHECK_S = 2.0
+"""How often the engine checks that its socket file is still there (a /tmp cleaner may remove it)."""
+CLOSE_WAIT_S = 2.0
+"""How long ``close`` waits for the connections' handlers to finish."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
 
 class AlreadyRunningError(RuntimeError):
     """Another engine is listening on the socket."""
@@ -83,6 +89,8 @@ class EngineServer:
         self.load_error: str | None = None
         self._connection_ids = itertools.count(1)
         self._writers: dict[int, tuple[asyncio.StreamWriter, asyncio.Lock]] = {}
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._socket_id: tuple[int, int] | None = None
         self._waiting_ready: set[int] = set()
         self._server: asyncio.Server | None = None
         self._lock_file: int | None = None
@@ -93,43 +101,104 @@ class EngineServer:
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
+    def _take_lock(self, path: Path) -> None:
+        """Hold the socket's lock file (created if missing); ``AlreadyRunningError`` if another engine holds it.
+        A lock this engine holds on the same file is kept (a second ``flock`` would conflict with it)."""
+        lock_path = path.with_name(path.name + ".lock")
+        if self._lock_file is not None:
+            held = os.fstat(self._lock_file)
+            with contextlib.suppress(FileNotFoundError):
+                current = os.lstat(lock_path)
+                if (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+                    return
+        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            raise AlreadyRunningError(f"another engine is starting or running on {path}") from None
+        if self._lock_file is not None:
+            os.close(self._lock_file)
+        self._lock_file = descriptor
+
     def _claim_socket(self, path: Path) -> None:
         """Take the socket's lock and clear a stale socket file; ``AlreadyRunningError`` if an engine holds it."""
         prepare_socket_dir(path)
-        lock_path = path.with_name(path.name + ".lock")
-        self._lock_file = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_file)
-            self._lock_file = None
-            raise AlreadyRunningError(f"another engine is starting or running on {path}") from None
+        self._take_lock(path)
         if path.exists() or path.is_symlink():
             if is_listening(path):
                 raise AlreadyRunningError(f"another engine is listening on {path}")
             path.unlink()
 
-    async def start(self, path: Path) -> None:
-        """Bind the socket (0600 in a 0700 directory); ``AlreadyRunningError`` if an engine holds it."""
-        self._claim_socket(path)
+    async def _bind(self, path: Path) -> asyncio.Server:
+        """Listen on ``path`` (0600); its identity is kept to notice when the file is removed or replaced."""
         old_umask = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(self._handle, path=str(path))
+            server = await asyncio.start_unix_server(self._handle, path=str(path))
         finally:
             os.umask(old_umask)
         os.chmod(path, 0o600)
+        info = os.lstat(path)
+        self._socket_id = (info.st_dev, info.st_ino)
+        return server
+
+    async def start(self, path: Path) -> None:
+        """Bind the socket (0600 in a 0700 directory); ``AlreadyRunningError`` if an engine holds it."""
+        self._claim_socket(path)
+        self._server = await self._bind(path)
         self.socket_path = path
         logger.info("listening on %s", path)
+
+    async def _socket_watchdog(self) -> None:
+        """Listen again when the socket file disappears (a /tmp cleaner): new clients would find no engine, and
+        could start none while this one holds the lock. When another process has taken the path meanwhile, take
+        no new clients and exit once the connected ones have left."""
+        while True:
+            await asyncio.sleep(SOCKET_CHECK_S)
+            path = self.socket_path
+            if path is None:
+                if not self._writers:
+                    logger.info("the socket is another engine's now and no client is left: exiting")
+                    self.stop()
+                    return
+                continue
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                info = None
+            if info is not None and (info.st_dev, info.st_ino) == self._socket_id:
+                continue
+            try:
+                if info is not None:
+                    raise AlreadyRunningError(f"{path} was replaced by another process's file")
+                self._claim_socket(path)
+                server = await self._bind(path)
+            except (AlreadyRunningError, OSError) as exc:
+                logger.warning("socket %s is gone and cannot be taken again (%s): taking no new clients", path, exc)
+                self._stop_listening()
+                continue
+            logger.warning("socket %s was removed: listening on it again", path)
+            if self._server is not None:
+                self._server.close()  # the old listener, on a file that is gone; its connections stay
+            self._server = server
+
+    def _stop_listening(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self._server = None
+        self.socket_path = None  # not ours any more: close() must not remove it
 
     async def serve_until_stopped(self) -> None:
         """Serve until ``stop`` (a signal, a model load failure, or the idle timeout)."""
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in STOP_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, self.stop)
-        watchdog = asyncio.create_task(self._idle_watchdog()) if self.idle_exit_s > 0 else None
+        watchdogs = [asyncio.create_task(self._socket_watchdog())]
+        if self.idle_exit_s > 0:
+            watchdogs.append(asyncio.create_task(self._idle_watchdog()))
         await self._stopped.wait()
-        if watchdog is not None:
+        for watchdog in watchdogs:
             watchdog.cancel()
         await self.close()
 
@@ -138,11 +207,14 @@ class EngineServer:
         self._stopped.set()
 
     async def close(self) -> None:
-        """Stop listening, close every connection and remove the socket."""
+        """Stop listening, close every connection (their handlers finish, rather than being cancelled at exit
+        with a traceback each) and remove the socket."""
         if self._server is not None:
             self._server.close()
         for writer, _ in list(self._writers.values()):
             writer.close()
+        if self._handlers:
+            await asyncio.wait(list(self._handlers), timeout=CLOSE_WAIT_S)
         if self.socket_path is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()
@@ -200,6 +272,10 @@ class EngineServer:
                 await writer.drain()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        if handler is not None:
+            self._handlers.add(handler)
+            handler.add_done_callback(self._handlers.discard)
         connection = next(self._connection_ids)
         self._last_activity = time.monotonic()
         try:

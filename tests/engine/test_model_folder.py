@@ -34,3 +34,12 @@ def test_a_bad_hint_is_refused_at_load_with_its_key(tmp_path: Path, release_rand
     (folder / "diffgemma.json").write_text(hints)
     with pytest.raises(ModelLoadError, match="diffgemma.json|chat_order"):
         load_model(folder)
+
+
+def test_a_folder_without_a_tokenizer_says_so(tmp_path: Path, release_random_dir: Path) -> None:
+    folder = tmp_path / "model"
+    shutil.copytree(release_random_dir, folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (folder / name).unlink()
+    with pytest.raises(ModelLoadError, match="no tokenizer in .*tokenizer.json or tokenizer.model"):
+        load_model(folder)

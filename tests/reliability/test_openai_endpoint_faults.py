@@ -134,3 +134,11 @@ def test_it_listens_on_loopback_only(endpoint: Endpoint) -> None:
     port_hex = f"{endpoint.port:04X}"
     ours = [line.split() for line in listening if line.split()[1].endswith(":" + port_hex)]
     assert ours and all(fields[1].startswith("0100007F:") for fields in ours), ours  # 127.0.0.1
+
+
+def test_deeply_nested_json_is_a_clear_400(endpoint: Endpoint) -> None:
+    for raw in [b"[" * 1000 + b"]" * 1000, b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"]:
+        status, _, answer = post(endpoint.url, None, raw=raw)
+        assert status == 400 and "nested too deeply" in answer["error"]["message"], (status, answer)
+    status, _, answer = post(endpoint.url, GOOD)
+    assert status == 200 and answer["choices"][0]["text"] == MEMORIZED_MIDDLE

@@ -48,6 +48,12 @@ async def serving_route(path: str, handler) -> AsyncIterator[str]:  # noqa: ANN0
         await runner.cleanup()
 
 
+def _limit_files(count: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+
 class Endpoint:
     """``diffgemma-lsp openai`` on loopback, with its own engine on ``socket_path``; ``stop`` ends both."""
 
@@ -59,7 +65,9 @@ class Endpoint:
         port: int = 0,
         extra: list[str] | None = None,
         env: dict[str, str] | None = None,
+        max_files: int | None = None,
     ) -> None:
+        """``max_files``: the endpoint's file descriptor limit (soft and hard), as a small ``ulimit -n`` would."""
         self.socket_path = socket_path
         self.log_path = log_path
         command = [
@@ -78,7 +86,12 @@ class Endpoint:
         environment = dict(os.environ, **(env or {}), DIFFGEMMA_API_KEY=API_KEY)
         with log_path.open("w") as log:
             self.process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, env=environment
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=environment,
+                preexec_fn=None if max_files is None else lambda: _limit_files(max_files),
             )
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not (found := re.search(r"http://127\.0\.0\.1:(\d+)/v1/completions", self.log())):
@@ -138,13 +151,20 @@ def post(
 
 @contextmanager
 def running_endpoint(
-    model_dir: Path, tmp: Path, extra: list[str] | None = None, port: int = 0, env: dict[str, str] | None = None
+    model_dir: Path,
+    tmp: Path,
+    extra: list[str] | None = None,
+    port: int = 0,
+    env: dict[str, str] | None = None,
+    max_files: int | None = None,
 ) -> Iterator[Endpoint]:
     """A ready endpoint with its own engine under ``tmp``; both are stopped afterwards."""
     from tests.e2e.test_lsp_engine import _kill_engine
 
     socket_path = tmp / "run" / "endpoint-engine.sock"
-    server = Endpoint(model_dir, socket_path, tmp / "endpoint.log", port=port, extra=extra, env=env)
+    server = Endpoint(
+        model_dir, socket_path, tmp / "endpoint.log", port=port, extra=extra, env=env, max_files=max_files
+    )
     try:
         server.wait_ready()
         yield server
