@@ -33,6 +33,29 @@ def bars(path: Path, title: str, labels: Sequence[str], values: Sequence[float],
     save(figure, path)
 
 
+def grouped_bars(
+    path: Path, title: str, groups: Sequence[str], series: dict[str, Sequence[float]], unit: str, log: bool = False
+) -> None:
+    """One group of bars per entry of ``groups``, one bar in each per series (``log``: a logarithmic axis, for
+    values that span decades), its value written on it."""
+    plt = pyplot()
+    if plt is None:
+        return
+    figure, axes = plt.subplots(figsize=(7, 3.8))
+    width = 0.8 / len(series)
+    for index, (label, values) in enumerate(series.items()):
+        places = [group + (index - (len(series) - 1) / 2) * width for group in range(len(groups))]
+        drawn = axes.bar(places, list(values), width, label=label)
+        axes.bar_label(drawn, labels=[f"{value:.3g}" for value in values], fontsize=7)
+    axes.set_xticks(range(len(groups)), list(groups))
+    axes.set_ylabel(unit)
+    if log:
+        axes.set_yscale("log")
+    axes.set_title(title, fontsize=10)
+    axes.legend(fontsize=7)
+    save(figure, path)
+
+
 def cdf(path: Path, title: str, series: dict[str, Sequence[float]], unit: str = "ms") -> None:
     """The cumulative share of samples under each value, one line per series."""
     plt = pyplot()

@@ -9,6 +9,7 @@ import attrs
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
+from diffgemma_lsp.document import LineDocument
 from engine.budget import CHARS_PER_LINE, block_lines
 
 CHARS_PER_TOKEN = 4
@@ -61,11 +62,11 @@ def clamp_position(
 
 def build_context(document: TextDocument, position: types.Position, context_tokens: int) -> InfillContext:
     """Prefix and suffix around ``position`` within about ``context_tokens`` tokens (3/4 prefix, 1/4 suffix)."""
-    lines = document.lines  # pygls splits the text anew on every access: once per request is enough
+    lines = document.lines  # pygls' TextDocument splits the text anew on every access: once per request is enough
     position = clamp_position(document, position, lines)
-    source = document.source
+    source = document.source  # a LineDocument joins it once per change; the server reads it for reuse anyway
     server = document.position_codec.position_from_client_units(lines, position)
-    offset = server.character + sum(map(len, lines[: server.line]))
+    offset = server.character + _line_start(document, lines, server.line)
     budget = max(context_tokens, 1) * CHARS_PER_TOKEN
     suffix_budget = budget // 4
     block = block_lines(budget, CHARS_PER_LINE)
@@ -84,6 +85,13 @@ def build_context(document: TextDocument, position: types.Position, context_toke
         offset=offset,
         version=document.version,
     )
+
+
+def _line_start(document: TextDocument, lines: Sequence[str], line: int) -> int:
+    """The offset of ``line``'s start: kept by a LineDocument between keystrokes, else the sum of the lines before."""
+    if isinstance(document, LineDocument):
+        return document.offset_at_line(line)
+    return sum(map(len, lines[:line]))
 
 
 def _prefix_start(lines: Sequence[str], line: int, column: int, offset: int, budget: int, block: int) -> int:
@@ -109,10 +117,10 @@ def _suffix_end(lines: Sequence[str], line: int, column: int, offset: int, budge
     end = offset - column + len(lines[line]) if line < len(lines) else offset  # the end of the cursor's line
     if end - offset > budget:
         return offset + budget
-    for next_line in lines[line + 1 :]:
-        if end + len(next_line) - offset > budget:
+    for index in range(line + 1, len(lines)):  # not ``lines[line + 1 :]``: that copies the rest of the document
+        if end + len(lines[index]) - offset > budget:
             break
-        end += len(next_line)
+        end += len(lines[index])
     return end
 
 

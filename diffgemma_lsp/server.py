@@ -8,12 +8,14 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import attrs
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
+from pygls.workspace import TextDocument
 
 from diffgemma_lsp import __version__
 from diffgemma_lsp.context import (
@@ -24,6 +26,7 @@ from diffgemma_lsp.context import (
     cursor_scope,
     end_of_line,
 )
+from diffgemma_lsp.document import LineWorkspace
 from diffgemma_lsp.engine_client import (
     EngineClient,
     EngineRequestError,
@@ -45,7 +48,23 @@ logger = logging.getLogger(__name__)
 
 
 class DiffgemmaProtocol(LanguageServerProtocol):
-    """pygls' protocol, except that a request whose params cannot be read still gets an error reply."""
+    """pygls' protocol, except that a request whose params cannot be read still gets an error reply, and that
+    documents are kept as lists of lines (``LineWorkspace``)."""
+
+    @property
+    def workspace(self) -> LineWorkspace:
+        """pygls' workspace, made a ``LineWorkspace`` the first time it is used.
+
+        pygls builds a plain ``Workspace`` inside ``lsp_initialize`` and has no option to build another kind. Its
+        first use comes after that, from pygls' own handlers (``didOpen`` puts the first document in it) or ours:
+        swapping it here, for one in the same state, happens before any document exists and needs neither a copy
+        of pygls' ``lsp_initialize`` nor a patch of its module's ``Workspace`` (global, and blind to a renamed
+        import). It relies on pygls keeping the workspace in ``_workspace``; the protocol tests fail if not.
+        """
+        workspace = super().workspace
+        if not isinstance(workspace, LineWorkspace):
+            workspace = self._workspace = LineWorkspace.like(workspace)
+        return workspace
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         """Deserialize; on failure, answer the request (pygls would drop it and the client would wait forever)."""
@@ -194,16 +213,21 @@ class DiffgemmaServer(LanguageServer):
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
 
     def _text_of(self, uri: str) -> str | None:
-        document = self.workspace.text_documents.get(uri)
+        document = self.open_document(uri)
         return document.source if document is not None else None
+
+    def open_document(self, uri: str) -> TextDocument | None:
+        """The open document ``uri`` names, or None. pygls keeps documents under their unquoted URIs (it looks
+        them up so too): ``file:///my%20project/a.py`` is the document opened under that URI."""
+        return self.workspace.text_documents.get(unquote(uri))
 
     # -- completion core ---------------------------------------------------------------------------------
 
     def context_at(self, uri: str, position: types.Position) -> InfillContext:
         """The infill context, or an InvalidParams error that says what is wrong with the request."""
-        if uri not in self.workspace.text_documents:
+        document = self.open_document(uri)
+        if document is None:
             raise JsonRpcInvalidParams(f"{uri} is not open: send textDocument/didOpen first")
-        document = self.workspace.get_text_document(uri)
         try:
             return build_context(document, position, self.settings.context_tokens)
         except PositionError as exc:
