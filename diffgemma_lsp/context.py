@@ -41,7 +41,7 @@ class InfillContext:
 
 
 def _utf16_length(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2  # a lone surrogate (JSON allows one) is one unit
 
 
 def clamp_position(

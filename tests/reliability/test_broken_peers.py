@@ -60,6 +60,16 @@ async def _hello_then_silence(reader: asyncio.StreamReader, writer: asyncio.Stre
         await protocol.read_message(reader)
 
 
+async def _hello_then_answer_empty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await protocol.read_message(reader)
+    writer.write(protocol.encode(HELLO_OK))
+    while True:
+        message = await protocol.read_message(reader)
+        if isinstance(message, protocol.Infill):
+            writer.write(protocol.encode(protocol.Result(id=message.id, text="", stop=protocol.StopReason.EOS)))
+        await writer.drain()
+
+
 @pytest.fixture
 def socket_dir(short_tmp: Path) -> Path:
     directory = short_tmp / "run"
@@ -106,7 +116,7 @@ async def test_a_flapping_engine_is_reported_once(socket_dir: Path) -> None:
         try:
             await lsp.initialize({"debounceMs": 0})
             lsp.open(uri, "def f():\n    ")
-            params = {"textDocument": {"uri": uri}, "position": {"line": 1, "character": 4}}
+            params = {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 2_200_001}}
             for request_id in range(10, 30):
                 lsp.request(request_id, "textDocument/completion", params)
                 assert (await lsp.reply(request_id))["result"]["items"] == []
@@ -175,3 +185,30 @@ def test_an_unwritable_state_directory_moves_the_engines_log_not_its_start(
     folder = launcher._log_folder()
     assert folder != launcher.engine_log_path().parent and folder.is_dir()
     assert os.stat(folder).st_mode & 0o077 == 0  # a private temporary folder
+
+
+async def test_a_request_over_the_frame_cap_is_an_empty_completion_not_a_traceback(socket_dir: Path) -> None:
+    """The largest context the settings allow, of characters that JSON escapes to 12 bytes each (one lone
+    surrogate makes the whole frame ASCII), does not fit one frame: the completion is empty, nothing waits for
+    an answer that cannot come, and the next request is served."""
+    path = socket_dir / "engine.sock"
+    uri = "file:///work/wide.py"
+    async with _serve(path, _hello_then_answer_empty):
+        lsp = await RawLsp.start(server_command(path, None))
+        try:
+            await lsp.initialize({"debounceMs": 0, "contextTokens": 262_144, "extraContextTokens": 0})
+            lsp.open(uri, "\U0001f600" * 1_100_000 + "\ud800")  # one line: the cursor at its end
+            lsp.open("file:///work/small.py", "x = ")
+            params = {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 2_200_001}}
+            small = {"textDocument": {"uri": "file:///work/small.py"}, "position": {"line": 0, "character": 4}}
+            for request_id in (10, 11):
+                lsp.request(request_id, "textDocument/completion", params)
+                reply = await lsp.reply(request_id)
+                assert "error" not in reply and reply["result"]["items"] == [], reply  # before: -32603, traceback
+                lsp.request(request_id + 10, "textDocument/completion", small)
+                assert (await lsp.reply(request_id + 10))["result"]["items"] == []  # answered by the engine
+            logs = [m["params"]["message"] for m in lsp.notifications if m["method"] == "window/logMessage"]
+            assert any("exceeds" in message for message in logs), logs
+            assert not any("Traceback" in message for message in logs), logs
+        finally:
+            await lsp.stop()

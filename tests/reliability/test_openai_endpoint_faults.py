@@ -136,6 +136,12 @@ def test_it_listens_on_loopback_only(endpoint: Endpoint) -> None:
     assert ours and all(fields[1].startswith("0100007F:") for fields in ours), ours  # 127.0.0.1
 
 
+def test_a_body_just_under_the_size_cap_is_a_clear_400(endpoint: Endpoint) -> None:
+    body = {"prompt": "x" * (8 * 1024 * 1024 - 100), "suffix": ""}  # fits the body cap, not the engine's frame
+    status, _, answer = post(endpoint.url, body)
+    assert status == 400 and "exceeds" in answer["error"]["message"], (status, answer)
+
+
 def test_deeply_nested_json_is_a_clear_400(endpoint: Endpoint) -> None:
     for raw in [b"[" * 1000 + b"]" * 1000, b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"]:
         status, _, answer = post(endpoint.url, None, raw=raw)

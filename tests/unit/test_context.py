@@ -35,6 +35,13 @@ def test_surrogate_pairs_count_as_two_utf16_units() -> None:
     assert ctx.word_start == types.Position(line=0, character=7)
 
 
+def test_a_lone_surrogate_counts_as_one_utf16_unit() -> None:
+    # JSON lets a client send "\ud800" alone; it is one UTF-16 code unit, not an error.
+    ctx = _at("s = '\ud800x'\n", 0, 99)
+    assert ctx.prefix == "s = '\ud800x'"
+    assert ctx.position == types.Position(line=0, character=8)
+
+
 def test_crlf_lines() -> None:
     ctx = _at("a = 1\r\nbb = 2\r\n", 1, 2)
     assert ctx.prefix == "a = 1\r\nbb"
