@@ -3,6 +3,8 @@
 diffgemma-engine serve  [--model DIR] [--socket PATH] [--device auto|cpu|cuda] [--dtype auto|...]
 diffgemma-engine infill [--model DIR] [--prefix FILE] [--suffix FILE] [--language ID] [--show-prompt]
                                                     (prefix from stdin by default)
+diffgemma-engine plan   [--model DIR] [--device D] [--quantization Q] [--max-memory SPEC] [--json]
+                                                    (memory and placement from the config; loads no weights)
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from engine import protocol
 from engine.logfile import private_file_handler
+from engine.plan import DEFAULT_PROMPT_TOKENS, PRECISIONS  # light: attrs and the standard library
 
 COMPILE_CHOICES = ("on", "off")
 
@@ -126,6 +129,39 @@ def infill(args: argparse.Namespace) -> int:
     return 0
 
 
+def plan(args: argparse.Namespace) -> int:
+    """Print how much memory the checkpoint needs and where it would go, from its config (no weights loaded)."""
+    import json
+
+    from engine.errors import EngineError
+    from engine.plan import (
+        PlanError,
+        detect_devices,
+        format_plan,
+        make_plan,
+        parse_max_memory,
+        plan_json,
+        read_spec,
+        select_devices,
+    )
+
+    try:
+        spec = read_spec(args.model)
+        devices = parse_max_memory(args.max_memory) if args.max_memory else detect_devices()
+        result = make_plan(
+            spec,
+            select_devices(devices, args.device),
+            precisions=(args.quantization,) if args.quantization else PRECISIONS,
+            prompt_tokens=args.prompt_tokens,
+            rows=args.rows,
+        )
+    except (EngineError, PlanError) as exc:
+        print(f"diffgemma-engine: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(plan_json(result), indent=2) if args.json else format_plan(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(prog="diffgemma-engine", description="The DiffusionGemma completion engine.")
@@ -168,6 +204,34 @@ def main(argv: list[str] | None = None) -> None:
         "--show-prompt", action="store_true", help="print the prompt as the model sees it, and its size, on stderr"
     )
 
+    plan_parser = commands.add_parser("plan", help="memory needed and where it would go, from the config alone")
+    plan_parser.add_argument("--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)")
+    plan_parser.add_argument(
+        "--device",
+        default="auto",
+        help="plan on these devices only: auto (all), cpu, cuda, cuda:0, cuda:0,1, cuda:0,cpu",
+    )
+    plan_parser.add_argument(
+        "--quantization",
+        choices=PRECISIONS,
+        default=None,
+        help="place this precision only (default: all of them, and recommend one)",
+    )
+    plan_parser.add_argument(
+        "--max-memory",
+        default=None,
+        metavar="SPEC",
+        help="describe the devices instead of measuring them, accelerate-style: cuda:0=24GiB,cpu=64GiB (or 0=24GiB)",
+    )
+    plan_parser.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=DEFAULT_PROMPT_TOKENS,
+        help=f"prompt length for the per-request cache (default {DEFAULT_PROMPT_TOKENS})",
+    )
+    plan_parser.add_argument("--rows", type=int, default=1, help="requests denoised together (serve --max-batch)")
+    plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
+
     args = parser.parse_args(argv)
     if args.command == "serve" and args.compile not in COMPILE_CHOICES:  # argparse does not check a default
         parser.error(f"--compile (or $DIFFGEMMA_COMPILE) must be on or off, not {args.compile!r}")
@@ -176,6 +240,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.socket is None:
             args.socket = protocol.default_socket_path()
         sys.exit(asyncio.run(serve(args)))
+    if args.command == "plan":
+        sys.exit(plan(args))
     sys.exit(infill(args))
 
 

@@ -1,0 +1,899 @@
+"""How much memory a checkpoint needs and where it would go, from its config alone: ``diffgemma-engine plan``.
+
+The model is built on the meta device (shapes, no storage: 0.2 s for the 26B release) with its encoder and
+decoder tied, as ``from_pretrained`` ties them, and described as a list of :class:`Weight` records; everything
+after that is arithmetic on those records, pure and testable without torch:
+
+* weights per precision: ``bfloat16`` and ``float32`` count every tensor at 2 or 4 bytes; ``fp8`` and ``int8``
+  store the weights ``engine.quantize_policy`` converts at 1 byte plus one bfloat16 scale per output channel,
+  ``int4`` at half a byte plus one bfloat16 scale per group of ``INT4_GROUP_SIZE`` input weights (symmetric, no
+  zero point); what the policy keeps stays bfloat16;
+* per request, at the model's canvas: the encoded prompt's keys and values and the denoising step's
+  vocabulary-sized tensors (``STEP_VOCAB_TENSORS``);
+* a placement per precision over the devices present or described (``--max-memory``), filled in order as
+  accelerate's ``sequential`` device map fills them. Not by accelerate itself: its ``infer_auto_device_map``
+  (1.15) fails on this model with an ``IndexError`` once it must split the encoder (every encoder weight is tied
+  to a decoder weight, accelerate issues #958, #3308; transformers #46566), and transformers' own (5.24) skips the
+  names ``named_parameters`` keeps for tied tensors and counts the tied 26B model as 1.1 GiB. Here the unit of
+  placement is a no-split block (``model._no_split_modules``: a decoder layer, a vision layer) merged with every
+  block it shares a tensor with: encoder layer *i* with decoder layer *i*, the three names of the embedding.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import attrs
+
+from engine.quantize_policy import EXPERT_WEIGHTS, MULTIMODAL_MODULES, stays_unquantized
+
+GIB = 1 << 30
+MIB = 1 << 20
+PRECISIONS: tuple[str, ...] = ("bfloat16", "float32", "fp8", "int8", "int4")
+QUANTIZED: tuple[str, ...] = ("fp8", "int8", "int4")
+INT4_GROUP_SIZE = 128
+"""Input weights per int4 scale (the common choice of GPTQ, AWQ and torchao's int4 weight-only layouts)."""
+SCALE_BYTES = 2
+"""A quantization scale is one bfloat16."""
+ELEMENT_BYTES = {"bfloat16": 2, "float32": 4}
+KINDS: tuple[str, ...] = ("routed_experts", "linear", "embedding", "vision", "other")
+"""Disjoint kinds of parameters: the fused expert tensors; the text stack's ``nn.Linear`` layers (attention, dense
+MLP, router, self-conditioning); the token embedding, tied to the LM head; the vision tower and its embedder; the
+rest (norms, scales)."""
+STEP_VOCAB_TENSORS = 5.0
+"""Vocabulary-sized (rows x canvas x vocab) float32 tensors alive at the peak of one eager denoising step
+(``engine.step.score_logits``'s ``log_softmax``): the previous step's scaled logits and probabilities, which
+``denoise_canvas`` still holds, and this step's scaled logits, probabilities and log-probabilities. Measured with a
+dispatch-mode tracker on the small checkpoints (``tests/engine/test_plan.py``); ``exact`` sampling holds more."""
+SELF_CONDITIONING_COPY = 0.5
+"""A bfloat16 model keeps the previous logits once more, cast for self-conditioning: half a float32 tensor."""
+DEFAULT_PROMPT_TOKENS = 2048
+PREFIX_CACHE_SLOTS = 16
+"""Documents whose encoded prompt the engine keeps (``engine.prefix_cache.DEFAULT_SLOTS``)."""
+FITS_GPU = "fits_gpu"
+FITS_WITH_OFFLOAD = "fits_with_cpu_offload"
+FITS_CPU = "fits_cpu"
+DOES_NOT_FIT = "does_not_fit"
+VERDICT_TEXT = {
+    FITS_GPU: "fits on the GPU",
+    FITS_WITH_OFFLOAD: "fits with CPU offload",
+    FITS_CPU: "fits in CPU memory",
+    DOES_NOT_FIT: "does not fit",
+}
+GPU_PREFERENCE = ("bfloat16", "int8", "int4")
+"""Recommended on an accelerator, first that fits wholly on it. fp8 is the size of int8 (and needs a GPU with fp8
+support), so it is planned but chosen only when asked for (``--quantization fp8``)."""
+OFFLOAD_PREFERENCE = ("int4", "int8", "bfloat16")
+"""When nothing fits on the accelerators: the smallest first, so the least is offloaded."""
+CPU_PREFERENCE = ("float32", "bfloat16", "int8", "int4")
+"""On CPU alone: the engine's own CPU dtype (float32) first."""
+MAX_INDEX_FILE_BYTES = 64 << 20
+
+
+class PlanError(ValueError):
+    """A ``--max-memory`` or ``--device`` that cannot be planned for."""
+
+
+@attrs.frozen(kw_only=True)
+class Weight:
+    """One tensor of the model (each shared tensor once, under the first name ``named_modules`` gives it)."""
+
+    name: str
+    shape: tuple[int, ...]
+    kind: str
+    unit: str
+    """The placement unit it belongs to: tensors of one unit always go to the same device."""
+    buffer: bool = False
+    linear: bool = False
+    """Held by an ``nn.Linear`` (the vision tower's included)."""
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def quantized(self) -> bool:
+        """Converted by a quantizer (``engine.quantize_policy``); buffers never are."""
+        return not self.buffer and len(self.shape) >= 2 and not stays_unquantized(self.name)
+
+
+@attrs.frozen(kw_only=True)
+class AttentionLayer:
+    """What one layer caches per prompt token: a key and a value of ``kv_width`` (kv heads x head dim) each."""
+
+    kv_width: int
+    window: int | None
+    """The sliding window; None for full attention."""
+
+
+@attrs.frozen(kw_only=True)
+class StoredCheckpoint:
+    """What the folder says about its weights, if it has any."""
+
+    dtype: str | None
+    bytes: int | None
+    source: str | None
+
+
+@attrs.frozen(kw_only=True)
+class ModelSpec:
+    """A checkpoint's shape, read from its config: the input of :func:`make_plan`."""
+
+    folder: str
+    architecture: str
+    weights: tuple[Weight, ...]
+    parameters_before_tie: int
+    attention: tuple[AttentionLayer, ...]
+    canvas_length: int
+    vocab_size: int
+    stored: StoredCheckpoint
+    build_s: float
+
+    @property
+    def parameters(self) -> int:
+        return sum(weight.numel for weight in self.weights if not weight.buffer)
+
+
+@attrs.frozen(kw_only=True)
+class Device:
+    """A device and the bytes the plan may use on it."""
+
+    name: str
+    """``cuda:N``, ``mps`` or ``cpu``."""
+    bytes: int
+    source: str
+
+    @property
+    def accelerator(self) -> bool:
+        return self.name != "cpu"
+
+
+@attrs.frozen(kw_only=True)
+class RequestMemory:
+    """What one request needs beside the weights, for activations of ``dtype``."""
+
+    dtype: str
+    canvas_length: int
+    prompt_tokens: int
+    rows: int
+    kv_bytes_per_token: int
+    """Every layer's key and value for one prompt token."""
+    kv_bytes_per_token_sliding: int
+    kv_bytes_per_token_full: int
+    kv_prompt_bytes: int
+    """A cache of ``prompt_tokens`` with the sliding layers holding their window (``window - 1`` tokens)."""
+    kv_engine_document_bytes: int
+    """What the engine's prefix cache keeps for one document of ``prompt_tokens``: a master of every token on every
+    layer (so it can be cut back), plus the decoder view's copy of the sliding layers' window."""
+    step_tensor_bytes: int
+    """One vocabulary-sized float32 tensor for one row: canvas x vocab x 4."""
+    step_tensors: float
+    step_bytes: int
+    """``step_tensors`` of them, per row."""
+
+    @property
+    def reserve_bytes(self) -> int:
+        """Kept free on the first device: the document caches and step tensors of ``rows`` requests."""
+        return self.rows * (self.kv_engine_document_bytes + self.step_bytes)
+
+
+@attrs.frozen(kw_only=True)
+class DeviceShare:
+    """One device's part of a placement."""
+
+    device: str
+    capacity_bytes: int
+    weights_bytes: int
+    reserved_bytes: int
+    units: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class Placement:
+    """Where the weights of one precision go, and whether they fit."""
+
+    precision: str
+    verdict: str
+    shares: tuple[DeviceShare, ...]
+    unplaced_bytes: int
+    setting: str | None
+    """The engine options for it (None when it does not fit)."""
+
+    @property
+    def used_devices(self) -> tuple[str, ...]:
+        return tuple(share.device for share in self.shares if share.units)
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    """Everything ``diffgemma-engine plan`` reports."""
+
+    spec: ModelSpec
+    weights_bytes: dict[str, int]
+    shares: dict[str, float]
+    linear_anywhere_share: float
+    """Every ``nn.Linear`` wherever it sits (the vision tower's too): the release README's measure."""
+    quantized_share: float
+    requests: dict[str, RequestMemory]
+    """Per activation dtype: ``bfloat16`` (every precision but float32) and ``float32``."""
+    devices: tuple[Device, ...]
+    placements: tuple[Placement, ...]
+    recommendation: Placement | None
+
+
+# -- arithmetic ------------------------------------------------------------------------------------------------
+
+
+def kind_of(name: str, *, linear: bool, embedding: bool) -> str:
+    """The :data:`KINDS` entry of a tensor, from its name and the class of the module that holds it."""
+    parts = name.split(".")
+    if any(part in MULTIMODAL_MODULES for part in parts):
+        return "vision"
+    if parts[-1] in EXPERT_WEIGHTS and len(parts) >= 2 and parts[-2] == "experts":
+        return "routed_experts"
+    if embedding or parts[0] == "lm_head":
+        return "embedding"
+    return "linear" if linear else "other"
+
+
+def weight_bytes(weight: Weight, precision: str) -> int:
+    """Bytes of ``weight`` stored at ``precision`` (see the module docstring for the quantized layouts)."""
+    count = weight.numel
+    if precision == "float32":
+        return 4 * count
+    if precision == "bfloat16" or not weight.quantized:
+        return 2 * count
+    rows = count // weight.shape[-1]
+    if precision in ("fp8", "int8"):
+        return count + rows * SCALE_BYTES
+    if precision == "int4":
+        return (count + 1) // 2 + rows * math.ceil(weight.shape[-1] / INT4_GROUP_SIZE) * SCALE_BYTES
+    raise PlanError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+
+
+def total_bytes(weights: Iterable[Weight], precision: str) -> int:
+    return sum(weight_bytes(weight, precision) for weight in weights)
+
+
+def kind_shares(weights: Sequence[Weight]) -> dict[str, float]:
+    """Each kind's share of the parameters (by count; buffers left out)."""
+    parameters = [weight for weight in weights if not weight.buffer]
+    total = sum(weight.numel for weight in parameters) or 1
+    return {kind: sum(w.numel for w in parameters if w.kind == kind) / total for kind in KINDS}
+
+
+def activation_dtype(precision: str) -> str:
+    """Quantized weights compute in bfloat16; float32 weights in float32."""
+    return "float32" if precision == "float32" else "bfloat16"
+
+
+def request_memory(
+    layers: Sequence[AttentionLayer],
+    *,
+    canvas_length: int,
+    vocab_size: int,
+    prompt_tokens: int,
+    dtype: str = "bfloat16",
+    rows: int = 1,
+) -> RequestMemory:
+    """The per-request memory of a model with ``layers``; keys and values are stored in ``dtype``."""
+    element = ELEMENT_BYTES[dtype]
+    per_layer = [2 * layer.kv_width * element for layer in layers]  # a key and a value
+    sliding = sum(size for size, layer in zip(per_layer, layers, strict=True) if layer.window is not None)
+    full = sum(size for size, layer in zip(per_layer, layers, strict=True) if layer.window is None)
+    windowed = 0
+    copies = 0
+    for size, layer in zip(per_layer, layers, strict=True):
+        if layer.window is None:
+            windowed += size * prompt_tokens
+            continue
+        keep = layer.window - 1
+        windowed += size * min(prompt_tokens, keep)
+        if prompt_tokens > keep:  # engine.prefix_cache.decoder_view copies the window out of the master
+            copies += size * keep
+    step_tensor = canvas_length * vocab_size * 4
+    step_tensors = STEP_VOCAB_TENSORS + (SELF_CONDITIONING_COPY if dtype != "float32" else 0.0)
+    return RequestMemory(
+        dtype=dtype,
+        canvas_length=canvas_length,
+        prompt_tokens=prompt_tokens,
+        rows=rows,
+        kv_bytes_per_token=sliding + full,
+        kv_bytes_per_token_sliding=sliding,
+        kv_bytes_per_token_full=full,
+        kv_prompt_bytes=windowed,
+        kv_engine_document_bytes=(sliding + full) * prompt_tokens + copies,
+        step_tensor_bytes=step_tensor,
+        step_tensors=step_tensors,
+        step_bytes=round(step_tensors * step_tensor),
+    )
+
+
+def placement_units(weights: Sequence[Weight], precision: str) -> list[tuple[str, int]]:
+    """(unit, bytes) in model order, the vision tower's units last: never run for code, they are offloaded first."""
+    sizes: dict[str, int] = {}
+    vision: dict[str, bool] = {}
+    for weight in weights:
+        sizes[weight.unit] = sizes.get(weight.unit, 0) + weight_bytes(weight, precision)
+        vision[weight.unit] = vision.get(weight.unit, True) and weight.kind == "vision"
+    order = {unit: index for index, unit in enumerate(sizes)}
+    return sorted(sizes.items(), key=lambda item: (vision[item[0]], order[item[0]]))
+
+
+def _fill(
+    units: Sequence[tuple[str, int]], devices: Sequence[Device], reserved: dict[str, int]
+) -> tuple[list[list[str]], list[int], int]:
+    """Fill the devices in order, moving to the next one when a unit does not fit (never back)."""
+    budgets = [device.bytes - reserved.get(device.name, 0) for device in devices]
+    placed: list[list[str]] = [[] for _ in devices]
+    used = [0] * len(devices)
+    unplaced = 0
+    current = 0
+    for name, size in units:
+        while current < len(devices) and used[current] + size > budgets[current]:
+            current += 1
+        if current == len(devices):
+            unplaced += size
+            continue
+        used[current] += size
+        placed[current].append(name)
+    return placed, used, unplaced
+
+
+def place(units: Sequence[tuple[str, int]], devices: Sequence[Device], precision: str, request_bytes: int) -> Placement:
+    """Where ``units`` go on ``devices`` (accelerators first, then CPU), ``request_bytes`` kept on the first.
+
+    With anything on the CPU and an accelerator in use, the first accelerator also keeps room for the largest unit,
+    as accelerate's offload hooks bring an offloaded layer in to run it.
+    """
+    ordered = sort_devices(devices)
+    reserved = {ordered[0].name: request_bytes} if ordered else {}
+    placed, used, unplaced = _fill(units, ordered, reserved)
+    on_cpu = any(names for device, names in zip(ordered, placed, strict=True) if not device.accelerator)
+    on_accelerator = any(names for device, names in zip(ordered, placed, strict=True) if device.accelerator)
+    if on_cpu and on_accelerator and units:
+        first = next(device.name for device in ordered if device.accelerator)
+        reserved[first] = reserved.get(first, 0) + max(size for _, size in units)
+        placed, used, unplaced = _fill(units, ordered, reserved)
+        on_cpu = any(names for device, names in zip(ordered, placed, strict=True) if not device.accelerator)
+        on_accelerator = any(names for device, names in zip(ordered, placed, strict=True) if device.accelerator)
+    if unplaced or not units:
+        verdict = DOES_NOT_FIT
+    elif on_accelerator:
+        verdict = FITS_WITH_OFFLOAD if on_cpu else FITS_GPU
+    else:
+        verdict = FITS_CPU
+    shares = tuple(
+        DeviceShare(
+            device=device.name,
+            capacity_bytes=device.bytes,
+            weights_bytes=used[index],
+            reserved_bytes=reserved.get(device.name, 0),
+            units=tuple(placed[index]),
+        )
+        for index, device in enumerate(ordered)
+    )
+    used_devices = [share.device for share in shares if share.units]
+    setting = None if verdict == DOES_NOT_FIT else engine_setting(precision, used_devices)
+    return Placement(precision=precision, verdict=verdict, shares=shares, unplaced_bytes=unplaced, setting=setting)
+
+
+def engine_setting(precision: str, devices: Sequence[str]) -> str:
+    """The engine options for ``precision`` on ``devices``: ``--device cuda:0,1`` (``,cpu`` when offloaded), then
+    ``--quantization`` or the ``--dtype`` the engine would not pick by itself (bfloat16 on CUDA, float32 elsewhere)."""
+    gpus = [name.removeprefix("cuda:") for name in devices if name.startswith("cuda")]
+    names = ([f"cuda:{','.join(gpus)}"] if gpus else []) + [name for name in ("mps", "cpu") if name in devices]
+    options = [f"--device {','.join(names)}"]
+    if precision in QUANTIZED:
+        options.append(f"--quantization {precision}")
+    dtype = activation_dtype(precision)
+    if dtype != ("bfloat16" if gpus else "float32"):
+        options.append(f"--dtype {dtype}")
+    return " ".join(options)
+
+
+def recommend(placements: Sequence[Placement]) -> Placement | None:
+    """The placement to use: the best precision wholly on accelerators, else the least offloaded one, else CPU."""
+    by_precision = {placement.precision: placement for placement in placements}
+    for verdict, preference in (
+        (FITS_GPU, GPU_PREFERENCE),
+        (FITS_WITH_OFFLOAD, OFFLOAD_PREFERENCE),
+        (FITS_CPU, CPU_PREFERENCE),
+    ):
+        for precision in preference + tuple(p for p in by_precision if p not in preference):
+            placement = by_precision.get(precision)
+            if placement is not None and placement.verdict == verdict:
+                return placement
+    return None
+
+
+def make_plan(
+    spec: ModelSpec,
+    devices: Sequence[Device],
+    *,
+    precisions: Sequence[str] = PRECISIONS,
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
+    rows: int = 1,
+) -> Plan:
+    """The plan of ``spec`` on ``devices``; placements (and the recommendation) only for ``precisions``."""
+    if prompt_tokens < 1 or rows < 1:
+        raise PlanError(f"a plan needs at least one prompt token and one row, not {prompt_tokens} and {rows}")
+    for precision in precisions:
+        if precision not in PRECISIONS:
+            raise PlanError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+    weights = spec.weights
+    requests = {
+        dtype: request_memory(
+            spec.attention,
+            canvas_length=spec.canvas_length,
+            vocab_size=spec.vocab_size,
+            prompt_tokens=prompt_tokens,
+            dtype=dtype,
+            rows=rows,
+        )
+        for dtype in ("bfloat16", "float32")
+    }
+    placements = tuple(
+        place(
+            placement_units(weights, precision),
+            devices,
+            precision,
+            requests[activation_dtype(precision)].reserve_bytes,
+        )
+        for precision in precisions
+    )
+    parameters = [weight for weight in weights if not weight.buffer]
+    total = sum(weight.numel for weight in parameters) or 1
+    return Plan(
+        spec=spec,
+        weights_bytes={precision: total_bytes(weights, precision) for precision in PRECISIONS},
+        shares=kind_shares(weights),
+        linear_anywhere_share=sum(w.numel for w in parameters if w.linear) / total,
+        quantized_share=sum(w.numel for w in parameters if w.quantized) / total,
+        requests=requests,
+        devices=tuple(sort_devices(devices)),
+        placements=placements,
+        recommendation=recommend(placements),
+    )
+
+
+# -- devices ---------------------------------------------------------------------------------------------------
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]i?b|b)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20}
+_UNITS |= {"gib": 1 << 30, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes of ``24GiB``, ``24GB`` (decimal, as accelerate reads it), ``512MiB`` or a plain number of bytes."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise PlanError(f"cannot read the size {text!r}: write it like 24GiB, 24GB or 512MiB")
+    return int(float(match.group(1)) * _UNITS[(match.group(2) or "b").lower()])
+
+
+def device_name(key: str) -> str:
+    """``cuda:N``, ``mps`` or ``cpu`` for a device key: ``0`` and ``cuda`` (accelerate's style) are CUDA devices."""
+    key = key.strip().lower()
+    if key.isdigit():
+        return f"cuda:{int(key)}"
+    if key == "cuda":
+        return "cuda:0"
+    if key.startswith("cuda:") and key[5:].isdigit():
+        return f"cuda:{int(key[5:])}"
+    if key in ("mps", "cpu"):
+        return key
+    raise PlanError(f"unknown device {key!r}: use cuda:N (or N), mps or cpu (disk offload is not planned)")
+
+
+def sort_devices(devices: Iterable[Device]) -> list[Device]:
+    """CUDA devices by index, then MPS, then the CPU: the order they are filled in."""
+
+    def key(device: Device) -> tuple[int, int]:
+        if device.name.startswith("cuda:"):
+            return (0, int(device.name[5:]))
+        return (1, 0) if device.name == "mps" else (2, 0)
+
+    return sorted(devices, key=key)
+
+
+def parse_max_memory(spec: str) -> list[Device]:
+    """Devices described as accelerate's ``max_memory``: ``cuda:0=24GiB,cpu=64GiB`` (or ``0=24GiB,cpu=64GiB``)."""
+    devices: dict[str, Device] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise PlanError(f"--max-memory: {item!r} is not DEVICE=SIZE (e.g. cuda:0=24GiB,cpu=64GiB)")
+        name = device_name(key)
+        if name in devices:
+            raise PlanError(f"--max-memory names {name} twice")
+        devices[name] = Device(name=name, bytes=parse_size(value), source="--max-memory")
+    if not devices:
+        raise PlanError("--max-memory is empty: describe devices like cuda:0=24GiB,cpu=64GiB")
+    return sort_devices(devices.values())
+
+
+def select_devices(devices: Sequence[Device], spec: str | None) -> list[Device]:
+    """The devices ``--device`` names (``auto``: all of them): ``cpu``, ``cuda`` (every CUDA device), ``cuda:0``,
+    ``cuda:0,1`` or ``cuda:0,cpu``."""
+    if spec in (None, "", "auto"):
+        return sort_devices(devices)
+    available = {device.name: device for device in devices}
+    wanted: list[str] = []
+    for item in filter(None, (part.strip().lower() for part in spec.split(","))):
+        if item == "cuda":
+            wanted += [name for name in available if name.startswith("cuda:")] or ["cuda:0"]
+        elif item.isdigit() and wanted and wanted[-1].startswith("cuda:"):
+            wanted.append(f"cuda:{int(item)}")
+        else:
+            wanted.append(device_name(item))
+    missing = [name for name in wanted if name not in available]
+    if missing:
+        found = ", ".join(available) or "none"
+        raise PlanError(f"--device {spec}: no {', '.join(missing)} here (devices: {found})")
+    return sort_devices(available[name] for name in dict.fromkeys(wanted))
+
+
+def cpu_memory() -> Device:
+    """The CPU and the memory available to a new process (``MemAvailable``, else free pages)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return Device(name="cpu", bytes=int(line.split()[1]) * 1024, source="/proc/meminfo MemAvailable")
+    except (OSError, ValueError, IndexError):
+        pass
+    page = os.sysconf("SC_PAGE_SIZE")
+    for name in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):
+        try:
+            return Device(name="cpu", bytes=os.sysconf(name) * page, source=f"sysconf {name}")
+        except (ValueError, OSError):
+            continue
+    return Device(name="cpu", bytes=0, source="unknown")
+
+
+def detect_devices() -> list[Device]:
+    """The devices of this machine: each CUDA device's free memory, MPS's recommended limit, the CPU's RAM.
+
+    On Apple silicon MPS and the CPU share one memory, so their figures overlap.
+    """
+    import torch
+
+    found: list[Device] = []
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            free, _total = torch.cuda.mem_get_info(index)
+            found.append(Device(name=f"cuda:{index}", bytes=int(free), source="torch.cuda.mem_get_info (free)"))
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        limit = int(torch.mps.recommended_max_memory())
+        found.append(Device(name="mps", bytes=limit, source="torch.mps.recommended_max_memory"))
+    found.append(cpu_memory())
+    return sort_devices(found)
+
+
+# -- the model on the meta device ------------------------------------------------------------------------------
+
+
+def _read_json(path: Path, limit: int) -> dict:
+    from engine.errors import ModelLoadError
+
+    if (size := path.stat().st_size) > limit:
+        raise ModelLoadError(f"{path} is {size} bytes: more than the {limit} a checkpoint's file of this kind holds")
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{path} must hold a JSON object")
+    return data
+
+
+def stored_checkpoint(folder: Path, config: dict) -> StoredCheckpoint:
+    """The stored dtype (``config.json``) and size: the index's ``total_size``, else the safetensors files' data
+    (their size less their header; no tensor is read)."""
+    dtype = config.get("dtype") or config.get("torch_dtype")
+    text = config.get("text_config")
+    if dtype is None and isinstance(text, dict):
+        dtype = text.get("dtype") or text.get("torch_dtype")
+    dtype = str(dtype) if dtype is not None else None
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        total = _read_json(index, MAX_INDEX_FILE_BYTES).get("metadata", {}).get("total_size")
+        return StoredCheckpoint(dtype=dtype, bytes=int(total) if total else None, source=index.name)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return StoredCheckpoint(dtype=dtype, bytes=None, source=None)
+    data = 0
+    for path in files:
+        with path.open("rb") as handle:
+            header = int.from_bytes(handle.read(8), "little")
+        data += path.stat().st_size - 8 - header
+    return StoredCheckpoint(dtype=dtype, bytes=data, source=", ".join(path.name for path in files))
+
+
+def describe_model(model: object) -> tuple[list[Weight], int]:
+    """The :class:`Weight` records of a built model (meta or not) and its parameter count before tying.
+
+    Each tensor is recorded once, under its first name; its unit is the outermost ``_no_split_modules`` block that
+    holds it (else its own module), merged with every other unit that holds the same tensor.
+    """
+    import torch
+
+    no_split = set(getattr(model, "_no_split_modules", None) or ())
+    modules = list(model.named_modules(remove_duplicate=False))  # type: ignore[attr-defined]
+    classes = {name: type(module).__name__ for name, module in modules}
+
+    def unit_of(module_name: str) -> str:
+        """The outermost no-split ancestor of ``module_name``, else the module itself."""
+        parts = module_name.split(".") if module_name else []
+        for end in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:end])
+            if classes.get(prefix) in no_split:
+                return prefix
+        return module_name
+
+    roots: dict[str, str] = {}
+
+    def root(unit: str) -> str:
+        while roots.setdefault(unit, unit) != unit:
+            unit = roots[unit]
+        return unit
+
+    first: dict[int, tuple[str, tuple[int, ...], str, bool, bool, str]] = {}
+    before_tie = 0
+    for module_name, module in modules:
+        unit = unit_of(module_name)
+        root(unit)
+        tensors = [(leaf, tensor, False) for leaf, tensor in module.named_parameters(recurse=False)]
+        tensors += [(leaf, tensor, True) for leaf, tensor in module.named_buffers(recurse=False)]
+        for leaf, tensor, is_buffer in tensors:
+            if tensor is None:
+                continue
+            if not is_buffer:
+                before_tie += tensor.numel()
+            key = id(tensor)
+            if key in first:
+                a, b = root(first[key][5]), root(unit)
+                if a != b:  # the earlier unit names the merged one
+                    roots[b] = a
+                continue
+            name = f"{module_name}.{leaf}" if module_name else leaf
+            kind = kind_of(
+                name, linear=isinstance(module, torch.nn.Linear), embedding=isinstance(module, torch.nn.Embedding)
+            )
+            first[key] = (name, tuple(tensor.shape), kind, is_buffer, isinstance(module, torch.nn.Linear), unit)
+    weights = [
+        Weight(name=name, shape=shape, kind=kind, unit=root(unit), buffer=is_buffer, linear=linear)
+        for name, shape, kind, is_buffer, linear, unit in first.values()
+    ]
+    return weights, before_tie
+
+
+def read_spec(model_dir: Path | None) -> ModelSpec:
+    """Build the checkpoint in ``model_dir`` (the shipped model when None) on the meta device and describe it.
+
+    Reads ``config.json`` (and the safetensors index or headers for the stored size); loads no weights.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from engine.errors import ModelLoadError
+
+    if model_dir is None:
+        from engine.model import DEFAULT_MODEL_DIR
+
+        model_dir = DEFAULT_MODEL_DIR
+        name = "default"
+    else:
+        name = str(Path(model_dir).resolve())
+    folder = Path(model_dir)
+    config_path = folder / "config.json"
+    if not config_path.is_file():  # before torch is imported: a mistyped folder is reported at once
+        raise ModelLoadError(f"no DiffusionGemma checkpoint in {folder}: {config_path} is missing")
+
+    import torch
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+    from transformers.utils import logging as hf_logging
+
+    from engine.model import MAX_SETTINGS_FILE_BYTES
+
+    hf_logging.set_verbosity_error()
+    raw = _read_json(config_path, MAX_SETTINGS_FILE_BYTES)  # refused when huge, before transformers reads it
+    try:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, TypeError, KeyError, StrictDataclassError) as exc:
+        raise ModelLoadError(f"cannot read {config_path}: {exc}") from exc
+    if not isinstance(config, DiffusionGemmaConfig):
+        raise ModelLoadError(f"{config_path} describes a {config.model_type!r} model, not DiffusionGemma")
+    start = time.perf_counter()
+    try:
+        with torch.device("meta"):
+            model = DiffusionGemmaForBlockDiffusion(config)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise ModelLoadError(f"cannot build the model {config_path} describes: {exc}") from exc
+    model.tie_weights()
+    build_s = time.perf_counter() - start
+    weights, before_tie = describe_model(model)
+    # named_parameters lists a tied tensor once (data_ptr cannot tell meta tensors apart); describe_model goes by
+    # the tensor objects of every name: the two counts agree when every tie is seen.
+    unique = sum(parameter.numel() for _, parameter in model.named_parameters())
+    if unique != sum(weight.numel for weight in weights if not weight.buffer):
+        raise RuntimeError(f"named_parameters counts {unique} parameters, the tensors of every name another number")
+    if config.tie_word_embeddings and unique == before_tie:
+        raise RuntimeError("config.json ties the encoder to the decoder, but the model built has no shared tensor")
+    text = config.text_config
+    attention = tuple(
+        AttentionLayer(
+            kv_width=layer.num_key_value_heads * layer.head_dim,
+            window=text.sliding_window if layer_type == "sliding_attention" else None,
+        )
+        for layer, layer_type in (
+            (text.per_layer_config[index] if getattr(text, "is_heterogeneous", False) else text, layer_type)
+            for index, layer_type in enumerate(text.layer_types[: text.num_hidden_layers])
+        )
+    )
+    return ModelSpec(
+        folder=name,
+        architecture=type(model).__name__,
+        weights=tuple(weights),
+        parameters_before_tie=before_tie,
+        attention=attention,
+        canvas_length=int(config.canvas_length),
+        vocab_size=int(text.vocab_size),
+        stored=stored_checkpoint(folder, raw),
+        build_s=build_s,
+    )
+
+
+# -- output ----------------------------------------------------------------------------------------------------
+
+
+def _gib(count: float) -> float:
+    return round(count / GIB, 3)
+
+
+def _request_json(request: RequestMemory) -> dict:
+    return {
+        "dtype": request.dtype,
+        "canvas_length": request.canvas_length,
+        "prompt_tokens": request.prompt_tokens,
+        "rows": request.rows,
+        "kv_bytes_per_token": request.kv_bytes_per_token,
+        "kv_bytes_per_token_sliding": request.kv_bytes_per_token_sliding,
+        "kv_bytes_per_token_full": request.kv_bytes_per_token_full,
+        "kv_prompt_bytes": request.kv_prompt_bytes,
+        "kv_engine_document_bytes": request.kv_engine_document_bytes,
+        "step_tensor_bytes": request.step_tensor_bytes,
+        "step_tensor_mib": round(request.step_tensor_bytes / MIB, 1),
+        "step_tensors": request.step_tensors,
+        "step_bytes": request.step_bytes,
+        "reserve_bytes": request.reserve_bytes,
+    }
+
+
+def _placement_json(placement: Placement) -> dict:
+    return {
+        "precision": placement.precision,
+        "verdict": placement.verdict,
+        "fits": placement.verdict != DOES_NOT_FIT,
+        "setting": placement.setting,
+        "unplaced_gib": _gib(placement.unplaced_bytes),
+        "devices": {
+            share.device: {
+                "weights_gib": _gib(share.weights_bytes),
+                "reserved_gib": _gib(share.reserved_bytes),
+                "capacity_gib": _gib(share.capacity_bytes),
+                "units": list(share.units),
+            }
+            for share in placement.shares
+        },
+    }
+
+
+def plan_json(plan: Plan) -> dict:
+    """The plan as one JSON object."""
+    spec = plan.spec
+    return {
+        "model": spec.folder,
+        "architecture": spec.architecture,
+        "build_s": round(spec.build_s, 3),
+        "parameters": spec.parameters,
+        "parameters_before_tie": spec.parameters_before_tie,
+        "buffers": sum(weight.numel for weight in spec.weights if weight.buffer),
+        "stored": {"dtype": spec.stored.dtype, "bytes": spec.stored.bytes, "source": spec.stored.source},
+        "weights_gib": {precision: _gib(count) for precision, count in plan.weights_bytes.items()},
+        "weights_bytes": dict(plan.weights_bytes),
+        "quantization": {
+            "int4_group_size": INT4_GROUP_SIZE,
+            "scale_dtype": "bfloat16",
+            "fp8_int8_scales": "per output channel",
+            "quantized_share": round(plan.quantized_share, 4),
+        },
+        "shares": {kind: round(share, 4) for kind, share in plan.shares.items()},
+        "linear_anywhere_share": round(plan.linear_anywhere_share, 4),
+        "requests": {dtype: _request_json(request) for dtype, request in plan.requests.items()},
+        "prefix_cache_slots": PREFIX_CACHE_SLOTS,
+        "devices": [{"name": d.name, "gib": _gib(d.bytes), "source": d.source} for d in plan.devices],
+        "placements": {placement.precision: _placement_json(placement) for placement in plan.placements},
+        "recommendation": (
+            None
+            if plan.recommendation is None
+            else {
+                "precision": plan.recommendation.precision,
+                "verdict": plan.recommendation.verdict,
+                "setting": plan.recommendation.setting,
+            }
+        ),
+    }
+
+
+def _size(count: float) -> str:
+    if count >= GIB:
+        return f"{count / GIB:.1f} GiB"
+    if count >= MIB:
+        return f"{count / MIB:.0f} MiB"
+    return f"{count / 1024:.1f} KiB"
+
+
+def _units_range(units: Sequence[str]) -> str:
+    if not units:
+        return "nothing"
+    if len(units) == 1:
+        return units[0]
+    return f"{len(units)} units, {units[0]} .. {units[-1]}"
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan as text for a person."""
+    spec = plan.spec
+    bf16 = plan.requests["bfloat16"]
+    names = {"routed_experts": "routed experts", "linear": "linear layers", "embedding": "embedding/LM head"}
+    names |= {"vision": "vision tower", "other": "other"}
+    lines = [
+        f"{spec.architecture} in {spec.folder}: built on the meta device in {spec.build_s:.2f} s, no weights loaded",
+        f"  parameters: {spec.parameters / 1e9:.2f} B after the encoder/decoder tie "
+        f"({spec.parameters_before_tie / 1e9:.2f} B before)",
+    ]
+    if spec.stored.bytes is not None:
+        lines.append(
+            f"  stored: {spec.stored.dtype or 'unknown dtype'}, {_size(spec.stored.bytes)} ({spec.stored.source})"
+        )
+    lines += [
+        "  weights: " + ", ".join(f"{p} {plan.weights_bytes[p] / GIB:.1f} GiB" for p in PRECISIONS),
+        f"    quantized: {plan.quantized_share:.1%} of the parameters (routed experts and text linear layers); "
+        f"fp8/int8 1 byte + a bf16 scale per output channel, int4 0.5 byte + a bf16 scale per {INT4_GROUP_SIZE} "
+        "weights; embedding/LM head, router, norms, biases and vision tower stay bf16",
+        "  by kind: "
+        + ", ".join(f"{names[kind]} {share:.1%}" for kind, share in plan.shares.items())
+        + f" (nn.Linear anywhere: {plan.linear_anywhere_share:.1%})",
+        f"  per request (canvas {bf16.canvas_length}, bf16 activations; float32 doubles the cache):",
+        f"    prefix cache: {_size(bf16.kv_bytes_per_token)} per prompt token "
+        f"(sliding layers {_size(bf16.kv_bytes_per_token_sliding)}, full {_size(bf16.kv_bytes_per_token_full)}); "
+        f"{_size(bf16.kv_prompt_bytes)} for {bf16.prompt_tokens} tokens with sliding layers at their window; "
+        f"the engine keeps {_size(bf16.kv_engine_document_bytes)} per document (every token on every layer, plus "
+        f"the window's copy), for up to {PREFIX_CACHE_SLOTS} documents",
+        f"    step: {bf16.step_tensors:g} x {_size(bf16.step_tensor_bytes)} vocabulary-sized tensors = "
+        f"{_size(bf16.step_bytes)} per canvas row (serve --max-batch N runs N rows)",
+        f"    kept free on the first device: {_size(bf16.reserve_bytes)} for {bf16.rows} row(s)",
+        "  devices: " + (", ".join(f"{d.name} {_size(d.bytes)} ({d.source})" for d in plan.devices) or "none"),
+    ]
+    for placement in plan.placements:
+        where = ", ".join(f"{share.device} {_size(share.weights_bytes)}" for share in placement.shares if share.units)
+        if placement.unplaced_bytes:
+            where += f"{', ' if where else ''}{_size(placement.unplaced_bytes)} left over"
+        setting = f"   {placement.setting}" if placement.setting else ""
+        lines.append(f"  {placement.precision:9s} {VERDICT_TEXT[placement.verdict]:22s} {where}{setting}")
+        for share in placement.shares:
+            if share.units and len(plan.devices) > 1:
+                lines.append(f"      {share.device}: {_units_range(share.units)}")
+    if plan.recommendation is None:
+        lines.append("  use: nothing fits these devices")
+    else:
+        verdict = VERDICT_TEXT[plan.recommendation.verdict]
+        lines.append(f"  use: {plan.recommendation.setting}  ({plan.recommendation.precision} {verdict})")
+    return "\n".join(lines)
