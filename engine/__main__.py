@@ -42,8 +42,17 @@ def setup_logging(level: str, log_file: Path | None) -> None:
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``serve`` and ``infill``."""
     parser.add_argument("--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="auto (CUDA, then MPS, then CPU), cpu, mps, cuda, cuda:N, cuda:0,1; add cpu or disk to offload",
+    )
+    parser.add_argument("--dtype", default="auto", help="auto (the checkpoint's own), float32, bfloat16 or float16")
+    parser.add_argument(
+        "--max-memory",
+        default=None,
+        help="memory to use per device when spreading the model, e.g. cuda:0=20GiB,cpu=48GiB (default: what is free)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
 
@@ -74,6 +83,7 @@ async def serve(args: argparse.Namespace) -> int:
         threads=args.threads,
         max_batch=args.max_batch,
         compile_step=args.compile == "on",
+        max_memory=args.max_memory,
     )
     worker.start()
     await server.serve_until_stopped()
@@ -90,7 +100,7 @@ def infill(args: argparse.Namespace) -> int:
     prefix = args.prefix.read_text() if args.prefix else sys.stdin.read()
     suffix = args.suffix.read_text() if args.suffix else ""
     try:
-        loaded = load_model(args.model, args.device, args.dtype)
+        loaded = load_model(args.model, args.device, args.dtype, max_memory=args.max_memory)
         request = protocol.Infill(
             id="cli",
             uri="",

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import DynamicCache
 
+from engine.placement import execution_device
 from engine.step import DecoderStep, Scores
 
 if TYPE_CHECKING:
@@ -168,7 +169,7 @@ def denoise_canvas(
     each row's canvas positions, ``decoder_mask`` (B, L + C) hides the padding of the shorter rows' caches, and
     ``row_checks`` stop rows one by one (a stopped row is frozen like a settled one).
     """
-    device = model.device
+    device = execution_device(model)
     vocab_size = model.config.text_config.vocab_size
     step = step or DecoderStep(model)
     cache_length = cache.get_seq_length()

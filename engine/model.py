@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from engine import protocol
+from engine import placement, protocol
 from engine.denoise import SamplerSettings
 from engine.errors import ModelLoadError
 from engine.prefix_cache import PrefixCache
@@ -125,21 +126,22 @@ def read_hints(folder: Path) -> dict:
     return hints
 
 
-def pick_device(name: str | None) -> torch.device:
-    """``auto`` (or None) means CUDA when present, else CPU."""
-    if name in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+def _placed(where: dict[str, str]) -> str:
+    """How many device-map entries went to each device, for the log."""
+    counts: dict[str, int] = {}
+    for device in where.values():
+        counts[device] = counts.get(device, 0) + 1
+    return ", ".join(f"{device}: {count} blocks" for device, count in counts.items())
 
 
-def pick_dtype(name: str | None, device: torch.device) -> torch.dtype:
-    """``auto`` means bfloat16 on GPU and float32 on CPU."""
-    if name in (None, "auto"):
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+def stored_dtype(folder: Path) -> str | None:
+    """The dtype ``config.json`` says the weights are stored in (``dtype``, formerly ``torch_dtype``)."""
     try:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-    except KeyError:
-        raise ModelLoadError(f"unknown dtype {name!r}: use auto, float32, bfloat16 or float16") from None
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = (config.get("dtype") or config.get("torch_dtype")) if isinstance(config, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def load_model(
@@ -147,8 +149,12 @@ def load_model(
     device: str | None = None,
     dtype: str | None = None,
     max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+    max_memory: str | None = None,
+    offload_folder: Path | None = None,
 ) -> LoadedModel:
-    """Load ``model_dir`` (the shipped default model when None); nothing is fetched from a hub."""
+    """Load ``model_dir`` (the shipped default model when None) straight onto ``device`` (``engine.placement``:
+    one device, or several with ``max_memory`` bytes each, ``disk`` offload into ``offload_folder``); nothing is
+    fetched from a hub."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
     from transformers.utils import logging as hf_logging
@@ -172,14 +178,21 @@ def load_model(
             "that came with the checkpoint)"
         )
     start = time.perf_counter()
-    torch_device = pick_device(device)
-    torch_dtype = pick_dtype(dtype, torch_device)
+    devices = placement.pick_devices(device)
+    torch_dtype = placement.pick_dtype(dtype, stored_dtype(folder), devices.first)
+    where = placement.device_map(folder, devices, torch_dtype, placement.parse_max_memory(max_memory))
+    offload = {}
+    if placement.DISK in where.values():
+        offload["offload_folder"] = str(offload_folder or Path(tempfile.mkdtemp(prefix="diffgemma-offload-")))
     try:
-        model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch_dtype, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(
+            folder, dtype=torch_dtype, device_map=where, local_files_only=True, **offload
+        )
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load the checkpoint in {folder}: {exc}") from exc
-    model = model.to(torch_device).eval()
+    model.eval()
+    torch_device = torch.device(devices.first)
     generation = model.generation_config
     eos = generation.eos_token_id if generation.eos_token_id is not None else tokenizer.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
@@ -220,7 +233,7 @@ def load_model(
     logger.info(
         "loaded %s on %s (%s, layout %s, canvas %d, %d steps) in %.0f ms",
         loaded.model_id,
-        torch_device,
+        devices if devices.single else f"{devices} ({_placed(where)})",
         torch_dtype,
         loaded.layout.name,
         loaded.canvas_length,

@@ -134,6 +134,9 @@ class ModelSpec:
     vocab_size: int
     stored: StoredCheckpoint
     build_s: float
+    members: tuple[tuple[str, str], ...] = ()
+    """(module, unit) for the modules a device map names, under each of their names: every tensor is in one of
+    them; the decoder's tied blocks go where their encoder twins go."""
 
     @property
     def parameters(self) -> int:
@@ -617,8 +620,10 @@ def stored_checkpoint(folder: Path, config: dict) -> StoredCheckpoint:
     return StoredCheckpoint(dtype=dtype, bytes=data, source=", ".join(path.name for path in files))
 
 
-def describe_model(model: object) -> tuple[list[Weight], int]:
-    """The :class:`Weight` records of a built model (meta or not) and its parameter count before tying.
+def describe_model(model: object) -> tuple[list[Weight], int, list[tuple[str, str]]]:
+    """The :class:`Weight` records of a built model (meta or not), its parameter count before tying, and the
+    (module, unit) pairs a device map needs: every no-split block, every other module holding a tensor (none inside
+    another), under each of its names.
 
     Each tensor is recorded once, under its first name; its unit is the outermost ``_no_split_modules`` block that
     holds it (else its own module), merged with every other unit that holds the same tensor.
@@ -646,12 +651,15 @@ def describe_model(model: object) -> tuple[list[Weight], int]:
         return unit
 
     first: dict[int, tuple[str, tuple[int, ...], str, bool, bool, str]] = {}
+    holders: dict[str, str] = {}
     before_tie = 0
     for module_name, module in modules:
         unit = unit_of(module_name)
         root(unit)
         tensors = [(leaf, tensor, False) for leaf, tensor in module.named_parameters(recurse=False)]
         tensors += [(leaf, tensor, True) for leaf, tensor in module.named_buffers(recurse=False)]
+        if any(tensor is not None for _, tensor, _ in tensors):  # a no-split block, or the module holding it
+            holders[unit] = unit
         for leaf, tensor, is_buffer in tensors:
             if tensor is None:
                 continue
@@ -668,11 +676,22 @@ def describe_model(model: object) -> tuple[list[Weight], int]:
                 name, linear=isinstance(module, torch.nn.Linear), embedding=isinstance(module, torch.nn.Embedding)
             )
             first[key] = (name, tuple(tensor.shape), kind, is_buffer, isinstance(module, torch.nn.Linear), unit)
+    # A device map cannot send a module one way and one of its submodules another (accelerate places a mapped
+    # module whole): a module that holds tensors itself and contains other holders (the vision tower's scale and
+    # bias) makes one unit with them, and only it is a key.
+    keys = sorted(holders)
+    for index, key in enumerate(keys):
+        for ancestor in keys[:index]:
+            if key.startswith(ancestor + ".") and ancestor in holders:
+                a, b = root(holders[ancestor]), root(holders.pop(key))
+                if a != b:
+                    roots[b] = a
+                break
     weights = [
         Weight(name=name, shape=shape, kind=kind, unit=root(unit), buffer=is_buffer, linear=linear)
         for name, shape, kind, is_buffer, linear, unit in first.values()
     ]
-    return weights, before_tie
+    return weights, before_tie, [(key, root(unit)) for key, unit in holders.items()]
 
 
 def read_spec(model_dir: Path | None) -> ModelSpec:
@@ -718,7 +737,7 @@ def read_spec(model_dir: Path | None) -> ModelSpec:
         raise ModelLoadError(f"cannot build the model {config_path} describes: {exc}") from exc
     model.tie_weights()
     build_s = time.perf_counter() - start
-    weights, before_tie = describe_model(model)
+    weights, before_tie, members = describe_model(model)
     # named_parameters lists a tied tensor once (data_ptr cannot tell meta tensors apart); describe_model goes by
     # the tensor objects of every name: the two counts agree when every tie is seen.
     unique = sum(parameter.numel() for _, parameter in model.named_parameters())
@@ -747,6 +766,7 @@ def read_spec(model_dir: Path | None) -> ModelSpec:
         vocab_size=int(text.vocab_size),
         stored=stored_checkpoint(folder, raw),
         build_s=build_s,
+        members=tuple(members),
     )
 
 

@@ -21,6 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.denoise import encode_prompt
+from engine.placement import execution_device
 
 DEFAULT_SLOTS = 16
 
@@ -73,7 +74,7 @@ class PrefixCache:
         reused = min(common_prefix_length(cached_ids, ids), len(ids) - 1)  # the encoder needs >= 1 new token
         if master.get_seq_length() > reused:
             master.crop(reused - master.get_seq_length())
-        device = self.model.device
+        device = execution_device(self.model)
         with torch.inference_mode():  # the view's copies too: the compiled step is traced on inference tensors
             encode_prompt(self.model, torch.tensor([ids[reused:]], dtype=torch.long, device=device), master)
             view = decoder_view(master, len(ids), self.text_config)

@@ -26,6 +26,8 @@ from typing import NamedTuple
 import torch
 from transformers import DynamicCache
 
+from engine.placement import execution_device
+
 logger = logging.getLogger(__name__)
 
 WARM_UP_CANVAS = 37
@@ -193,7 +195,7 @@ class DecoderStep:
 
         tracing = DecoderStep(self.model, compiled, stance="default")
         model, config = self.model, self.model.config
-        device, canvas_length, vocab = model.device, WARM_UP_CANVAS, config.text_config.vocab_size
+        device, canvas_length, vocab = execution_device(model), WARM_UP_CANVAS, config.text_config.vocab_size
         prefixes = PrefixCache(model)
         generator = torch.Generator(device=device).manual_seed(0)
         settings = SamplerSettings(max_steps=2)

@@ -38,12 +38,14 @@ class ModelWorker(threading.Thread):
         threads: int | None = None,
         max_batch: int = MAX_BATCH,
         compile_step: bool = False,
+        max_memory: str | None = None,
     ) -> None:
         super().__init__(name="diffgemma-model", daemon=True)
         self.queue = queue
         self.model_dir = model_dir
         self.device = device
         self.dtype = dtype
+        self.max_memory = max_memory
         self.on_loaded = on_loaded
         self.on_failed = on_failed
         self.threads = threads
@@ -56,7 +58,7 @@ class ModelWorker(threading.Thread):
         if self.threads:
             torch.set_num_threads(self.threads)
         try:
-            self.loaded = load_model(self.model_dir, self.device, self.dtype)
+            self.loaded = load_model(self.model_dir, self.device, self.dtype, max_memory=self.max_memory)
             self._warm_up(self.loaded)
         except BaseException as exc:  # noqa: BLE001 - reported to every client, then the engine exits
             logger.exception("model load failed")

@@ -79,6 +79,14 @@ def release_memorized_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def release_wide_dir() -> Path:
+    """The release format with random weights at ``release_format.WIDE`` sizes (about 90 MB of bf16)."""
+    from tests.support.release_format import build_release_wide
+
+    return _cached_checkpoint("release-wide", build_release_wide)
+
+
+@pytest.fixture(scope="session")
 def release_tokenizer(release_random_dir: Path):  # noqa: ANN201 - a transformers GemmaTokenizer
     """The release-format checkpoint's tokenizer, loaded as the engine loads it."""
     from transformers import AutoTokenizer

@@ -117,8 +117,14 @@ def build_tokenizer():  # noqa: ANN201 - a transformers GemmaTokenizer
     return tokenizer
 
 
-def build_config(vocab_size: int, image_ids: dict[str, int]):  # noqa: ANN201 - a DiffusionGemmaConfig
-    """The release's config with the text stack and vision tower scaled down."""
+SMALL = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 64, "num_experts": 4, "head_dim": 32}
+WIDE = {"hidden_size": 512, "intermediate_size": 1024, "moe_intermediate_size": 512, "num_experts": 8, "head_dim": 64}
+"""About 90 MB of bfloat16 weights (86% of them in the routed experts, as in the release's 88%): big enough to
+measure what a load or a quantizer does to memory."""
+
+
+def build_config(vocab_size: int, image_ids: dict[str, int], sizes: dict[str, int] = SMALL):  # noqa: ANN201
+    """The release's config (a DiffusionGemmaConfig) with the text stack and vision tower scaled down to ``sizes``."""
     from transformers import DiffusionGemmaConfig
 
     from engine.training.configs import TINY_VISION
@@ -128,16 +134,16 @@ def build_config(vocab_size: int, image_ids: dict[str, int]):  # noqa: ANN201 - 
     layers = 6
     text.update(
         vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        moe_intermediate_size=64,
+        hidden_size=sizes["hidden_size"],
+        intermediate_size=sizes["intermediate_size"],
+        moe_intermediate_size=sizes["moe_intermediate_size"],
         num_hidden_layers=layers,
         layer_types=text["layer_types"][:layers],
         num_attention_heads=2,
         num_key_value_heads=1,
-        head_dim=32,
-        per_layer_config={f"{layers - 1:02d}": {"head_dim": 64, "num_key_value_heads": 1}},
-        num_experts=4,
+        head_dim=sizes["head_dim"],
+        per_layer_config={f"{layers - 1:02d}": {"head_dim": 2 * sizes["head_dim"], "num_key_value_heads": 1}},
+        num_experts=sizes["num_experts"],
         top_k_experts=2,
         sliding_window=128,
     )
@@ -147,10 +153,10 @@ def build_config(vocab_size: int, image_ids: dict[str, int]):  # noqa: ANN201 - 
     return DiffusionGemmaConfig.from_dict(release)
 
 
-def save_release_format(model: torch.nn.Module, tokenizer: object, out_dir: Path) -> Path:
-    """Write ``model`` and ``tokenizer`` as the release lays out its folder."""
+def save_release_format(model: torch.nn.Module, tokenizer: object, out_dir: Path, shard_size: str = "300KB") -> Path:
+    """Write ``model`` and ``tokenizer`` as the release lays out its folder (sharded safetensors and an index)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(out_dir, max_shard_size="300KB")
+    model.to(torch.bfloat16).save_pretrained(out_dir, max_shard_size=shard_size)
     tokenizer.save_pretrained(out_dir)  # type: ignore[attr-defined]
     for name in ("generation_config.json",):
         (out_dir / name).write_text((RELEASE / name).read_text())
@@ -159,7 +165,7 @@ def save_release_format(model: torch.nn.Module, tokenizer: object, out_dir: Path
     return out_dir
 
 
-def _new_model(seed: int):  # noqa: ANN202
+def _new_model(seed: int, sizes: dict[str, int] = SMALL):  # noqa: ANN202
     from transformers import DiffusionGemmaForBlockDiffusion
 
     torch.manual_seed(seed)
@@ -169,13 +175,19 @@ def _new_model(seed: int):  # noqa: ANN202
         "image_token_id": tokenizer.convert_tokens_to_ids("<|image|>"),
         "eoi_token_id": tokenizer.convert_tokens_to_ids("<image|>"),
     }
-    return DiffusionGemmaForBlockDiffusion(build_config(len(tokenizer), ids)), tokenizer
+    return DiffusionGemmaForBlockDiffusion(build_config(len(tokenizer), ids, sizes)), tokenizer
 
 
 def build_release_random(out_dir: Path, seed: int = 0) -> Path:
     """Random weights: its canvases never settle, so every one of the release's 48 steps runs."""
     model, tokenizer = _new_model(seed)
     return save_release_format(model.eval(), tokenizer, out_dir)
+
+
+def build_release_wide(out_dir: Path, seed: int = 0) -> Path:
+    """Random weights at the ``WIDE`` sizes, in 20 MB shards."""
+    model, tokenizer = _new_model(seed, WIDE)
+    return save_release_format(model.eval(), tokenizer, out_dir, shard_size="20MB")
 
 
 ANSWERED_PREFIX = "def add(a, b):\n"
@@ -207,14 +219,17 @@ CONTROL_IDS = {token: token_id for token_id, token in CONTROL_TOKENS.items()}
 
 
 def main() -> None:
-    """``python -m tests.support.release_format DIR [--memorized]``: build one for benchmarks or by hand."""
+    """``python -m tests.support.release_format DIR [--memorized | --wide]``: build one for benchmarks or by hand."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--memorized", action="store_true", help="the one trained to answer ANSWERED_PREFIX")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--memorized", action="store_true", help="the one trained to answer ANSWERED_PREFIX")
+    kind.add_argument("--wide", action="store_true", help="random, at the WIDE sizes (about 90 MB)")
     args = parser.parse_args()
-    (build_release_memorized if args.memorized else build_release_random)(args.out)
+    build = build_release_memorized if args.memorized else build_release_wide if args.wide else build_release_random
+    build(args.out)
     print(args.out)
 
 
