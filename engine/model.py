@@ -10,12 +10,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import attrs
 import torch
 
-from engine import placement, protocol
+from engine import placement, plan, protocol
 from engine.denoise import SamplerSettings
 from engine.errors import ModelLoadError
-from engine.prefix_cache import PrefixCache
+from engine.prefix_cache import DEFAULT_SLOTS, PrefixCache
 from engine.prompt import CHAT_ORDERS, SUFFIX_FIRST, PromptLayout, layout_for
 from engine.step import DecoderStep
 
@@ -58,6 +59,10 @@ class StepClock:
         return new if old is None else old + self.SMOOTHING * (new - old)
 
 
+MAX_ROWS = 64
+"""The most canvas rows one step runs, however much memory there is."""
+
+
 @dataclass
 class LoadedModel:
     """A model ready to serve, and what the engine needs to know about it."""
@@ -76,6 +81,9 @@ class LoadedModel:
     load_ms: float
     line_canvas_length: int | None = None
     """The canvas for ``scope = "line"`` requests (None: the model's own canvas)."""
+    max_rows: int = MAX_ROWS
+    """Canvas rows denoised together (batched requests, or a request's candidates) that the memory left after
+    loading allows (``engine.plan.serving_limits``)."""
     prefix_cache: PrefixCache | None = None
     """Encoded prompts kept per document, reused by the next keystroke."""
     clock: StepClock = field(default_factory=StepClock)
@@ -211,6 +219,7 @@ def load_model(
     )
     max_prompt_tokens = min(max_prompt_tokens, hints.get("max_prompt_tokens", max_prompt_tokens))
     line_canvas_length = hints.get("line_canvas_length")
+    limits = serving_limits(model, torch_device, torch_dtype, max_prompt_tokens)
     try:
         layout = layout_for(tokenizer, chat_order=hints.get("chat_order", SUFFIX_FIRST))
     except ValueError as exc:  # no FIM tokens and no usable chat template
@@ -227,8 +236,9 @@ def load_model(
         sampler=sampler,
         max_prompt_tokens=max_prompt_tokens,
         load_ms=(time.perf_counter() - start) * 1000.0,
-        prefix_cache=PrefixCache(model),
+        prefix_cache=PrefixCache(model, slots=limits.cache_slots),
         line_canvas_length=int(line_canvas_length) if line_canvas_length else None,
+        max_rows=limits.rows,
     )
     logger.info(
         "loaded %s on %s (%s, layout %s, canvas %d, %d steps) in %.0f ms",
@@ -240,4 +250,20 @@ def load_model(
         sampler.max_steps,
         loaded.load_ms,
     )
+    logger.info("memory left after loading: up to %d cached prompts, %d canvas rows at once", *attrs.astuple(limits))
     return loaded
+
+
+def serving_limits(
+    model: torch.nn.Module, device: torch.device, dtype: torch.dtype, prompt_tokens: int
+) -> plan.ServingLimits:
+    """Cached prompts and step rows that fit in the memory left on ``device`` (``engine.plan.serving_limits``)."""
+    config = model.config
+    request = plan.request_memory(
+        plan.attention_layers(config),
+        canvas_length=int(config.canvas_length),
+        vocab_size=int(config.text_config.vocab_size),
+        prompt_tokens=prompt_tokens,
+        dtype="float32" if dtype == torch.float32 else "bfloat16",
+    )
+    return plan.serving_limits(placement.free_bytes(device), request, max_slots=DEFAULT_SLOTS, max_rows=MAX_ROWS)

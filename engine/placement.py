@@ -175,6 +175,20 @@ def execution_device(model: torch.nn.Module) -> torch.device:
     return torch.device(running[0] if running else "cpu")
 
 
+def free_bytes(device: torch.device) -> int:
+    """Memory still free on ``device`` (CUDA: the driver's count; MPS: its recommended limit less what it holds;
+    the CPU: ``MemAvailable``)."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type == "mps":
+        return max(0, int(torch.mps.recommended_max_memory()) - int(torch.mps.driver_allocated_memory()))
+    from engine import plan
+
+    return plan.cpu_memory().bytes
+
+
 def _device(value: object) -> str:
     """A device map's value as a device name (accelerate writes CUDA devices as bare indices)."""
     return f"cuda:{value}" if isinstance(value, int) else str(value)

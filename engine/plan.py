@@ -318,6 +318,31 @@ def request_memory(
     )
 
 
+CACHE_SHARE = 0.25
+"""Of the memory free once the weights are in, what the prefix cache may hold."""
+STEP_SHARE = 0.5
+"""Of it, what the rows of one denoising step (a batch, or a request's candidates) may take."""
+
+
+@attrs.frozen(kw_only=True)
+class ServingLimits:
+    """What the engine keeps and runs at once, from the memory left after loading."""
+
+    cache_slots: int
+    """Documents whose encoded prompt is kept."""
+    rows: int
+    """Canvas rows denoised together: batched requests, or one request's candidates."""
+
+
+def serving_limits(free_bytes: int, request: RequestMemory, max_slots: int, max_rows: int) -> ServingLimits:
+    """``CACHE_SHARE`` of ``free_bytes`` for cached prompts (each ``request.kv_engine_document_bytes``) and
+    ``STEP_SHARE`` for step rows (each ``request.step_bytes``), within ``max_slots`` / ``max_rows``; at least one
+    of each (a request is always tried: out of memory, the engine sheds what it can)."""
+    slots = int(free_bytes * CACHE_SHARE) // max(request.kv_engine_document_bytes, 1)
+    rows = int(free_bytes * STEP_SHARE) // max(request.step_bytes, 1)
+    return ServingLimits(cache_slots=max(1, min(max_slots, slots)), rows=max(1, min(max_rows, rows)))
+
+
 def placement_units(weights: Sequence[Weight], precision: str) -> list[tuple[str, int]]:
     """(unit, bytes) in model order, the vision tower's units last: never run for code, they are offloaded first."""
     sizes: dict[str, int] = {}
@@ -694,6 +719,21 @@ def describe_model(model: object) -> tuple[list[Weight], int, list[tuple[str, st
     return weights, before_tie, [(key, root(unit)) for key, unit in holders.items()]
 
 
+def attention_layers(config: object) -> tuple[AttentionLayer, ...]:
+    """What each text layer of a DiffusionGemma config caches per token (Gemma 4's layers may differ in width)."""
+    text = config.text_config  # type: ignore[attr-defined]
+    return tuple(
+        AttentionLayer(
+            kv_width=layer.num_key_value_heads * layer.head_dim,
+            window=text.sliding_window if layer_type == "sliding_attention" else None,
+        )
+        for layer, layer_type in (
+            (text.per_layer_config[index] if getattr(text, "is_heterogeneous", False) else text, layer_type)
+            for index, layer_type in enumerate(text.layer_types[: text.num_hidden_layers])
+        )
+    )
+
+
 def read_spec(model_dir: Path | None) -> ModelSpec:
     """Build the checkpoint in ``model_dir`` (the shipped model when None) on the meta device and describe it.
 
@@ -746,16 +786,7 @@ def read_spec(model_dir: Path | None) -> ModelSpec:
     if config.tie_word_embeddings and unique == before_tie:
         raise RuntimeError("config.json ties the encoder to the decoder, but the model built has no shared tensor")
     text = config.text_config
-    attention = tuple(
-        AttentionLayer(
-            kv_width=layer.num_key_value_heads * layer.head_dim,
-            window=text.sliding_window if layer_type == "sliding_attention" else None,
-        )
-        for layer, layer_type in (
-            (text.per_layer_config[index] if getattr(text, "is_heterogeneous", False) else text, layer_type)
-            for index, layer_type in enumerate(text.layer_types[: text.num_hidden_layers])
-        )
-    )
+    attention = attention_layers(config)
     return ModelSpec(
         folder=name,
         architecture=type(model).__name__,

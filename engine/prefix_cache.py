@@ -66,6 +66,15 @@ class PrefixCache:
         self.slots = slots
         self._masters: collections.OrderedDict[Hashable, tuple[DynamicCache, list[int]]] = collections.OrderedDict()
 
+    def drop_others(self, key: Hashable) -> int:
+        """Forget every document's encoded prompt but ``key``'s (to free memory); how many were dropped."""
+        kept = self._masters.pop(key, None)
+        dropped = len(self._masters)
+        self._masters.clear()
+        if kept is not None:
+            self._masters[key] = kept
+        return dropped
+
     def prepare(self, key: Hashable, ids: list[int]) -> tuple[DynamicCache, int]:
         """Encode what ``ids`` (B=1) does not share with ``key``'s last prompt; returns (decoder view, reused)."""
         master, cached_ids = self._masters.pop(key, (None, []))

@@ -20,8 +20,15 @@ from engine.model import LoadedModel, load_model
 
 logger = logging.getLogger(__name__)
 
-MIN_CANVAS = 8
 """Out of memory, a request's canvas is halved down to this many tokens before giving up."""
+
+
+def _release_device_memory(loaded: LoadedModel) -> None:
+    """Give the allocator's cached blocks back after an out-of-memory error, so that a retry can use them."""
+    if loaded.device.type == "cuda":
+        torch.cuda.empty_cache()
+    elif loaded.device.type == "mps":
+        torch.mps.empty_cache()
 
 
 class ModelWorker(threading.Thread):
@@ -78,7 +85,10 @@ class ModelWorker(threading.Thread):
         """``job`` and the queued jobs that can share its decoder passes (up to ``max_batch``)."""
         if self.max_batch <= 1 or job.cancel_reason is not None or loaded.prefix_cache is None:
             return [job]
-        return [job, *self.queue.take_matching(lambda other: compatible(job, other, loaded), self.max_batch - 1)]
+        rows = min(self.max_batch, loaded.max_rows)
+        if rows <= 1:
+            return [job]
+        return [job, *self.queue.take_matching(lambda other: compatible(job, other, loaded), rows - 1)]
 
     def _serve_batch(self, loaded: LoadedModel, jobs: list[Job]) -> None:
         started = time.monotonic()
@@ -86,6 +96,12 @@ class ModelWorker(threading.Thread):
             job.started = started
         try:
             results = run_batch(loaded, jobs)
+        except torch.OutOfMemoryError:
+            _release_device_memory(loaded)
+            logger.warning("out of memory with a batch of %d rows: serving its requests one by one", len(jobs))
+            for job in jobs:
+                self._serve(loaded, job)
+            return
         except Exception:  # noqa: BLE001 - one at a time instead, where a failure stays with its request
             logger.exception("a batch of %d failed; serving its requests one by one", len(jobs))
             for job in jobs:
@@ -149,10 +165,27 @@ class ModelWorker(threading.Thread):
         )
         job.resolve_threadsafe(self._result(job, text, stop, timings, alternatives))
 
-    @staticmethod
-    def _run_candidates(loaded: LoadedModel, job: Job) -> tuple[str, protocol.StopReason, protocol.Timings, list[str]]:
-        """``candidates`` canvases for one prompt in one batch: the first row's answer and the other distinct ones."""
-        rows = run_batch(loaded, [job] * job.request.candidates)
+    def _run_candidates(
+        self, loaded: LoadedModel, job: Job
+    ) -> tuple[str, protocol.StopReason, protocol.Timings, list[str]]:
+        """``candidates`` canvases for one prompt in one batch: the first row's answer and the other distinct ones.
+        As many as the memory allows (``loaded.max_rows``); out of memory, half as many, down to one."""
+        count = min(job.request.candidates, loaded.max_rows)
+        if count < job.request.candidates:
+            logger.info("request %s: %d of %d candidates fit", job.request.id, count, job.request.candidates)
+        while count > 1:
+            try:
+                rows = run_batch(loaded, [job] * count)
+                break
+            except torch.OutOfMemoryError:
+                _release_device_memory(loaded)
+                logger.warning(
+                    "request %s: out of memory with %d candidates; trying %d", job.request.id, count, count // 2
+                )
+                count //= 2
+        else:
+            text, stop, timings = self._run_with_memory_fallback(loaded, job.request, job)
+            return text, stop, timings, []
         text, stop, timings = rows[0]
         alternatives: list[str] = []
         for other, _, _ in rows[1:]:
@@ -164,19 +197,36 @@ class ModelWorker(threading.Thread):
     def _run_with_memory_fallback(
         loaded: LoadedModel, request: protocol.Infill, job: Job
     ) -> tuple[str, protocol.StopReason, protocol.Timings]:
-        """Run the request; out of memory, retry with half the canvas down to ``MIN_CANVAS``."""
+        """Run the request. Out of memory, shed what costs nothing in quality first: the other documents' encoded
+        prompts (the prefix cache); then a canvas longer than the model's own is halved down to it. Never quietly
+        below the canvas the model was trained on (256 for the release): what it writes in a shorter one is not
+        what it was trained to write, so past that the request fails, saying so."""
+        cache_dropped = False
         while True:
             try:
                 deadline = job.deadline
                 time_left_ms = (deadline - time.monotonic()) * 1000.0 if deadline is not None else None
                 return run_infill(loaded, request, job.should_stop, cache_key=job.key, time_left_ms=time_left_ms)
-            except torch.OutOfMemoryError:
+            except torch.OutOfMemoryError as exc:
+                _release_device_memory(loaded)
                 canvas, _ = check_request(loaded, request)
-                if canvas <= MIN_CANVAS:
-                    raise
-                if loaded.device.type == "cuda":
-                    torch.cuda.empty_cache()
-                smaller = max(MIN_CANVAS, canvas // 2)
+                if not cache_dropped and loaded.prefix_cache is not None:
+                    cache_dropped = True
+                    dropped = loaded.prefix_cache.drop_others(job.key)
+                    if dropped:
+                        logger.warning(
+                            "request %s: out of memory at canvas %d; dropped %d cached prompts, retrying",
+                            request.id,
+                            canvas,
+                            dropped,
+                        )
+                        continue
+                if canvas <= loaded.canvas_length:
+                    raise torch.OutOfMemoryError(
+                        f"{exc} (at canvas {canvas}; the model's own is {loaded.canvas_length} and a shorter one "
+                        "would change what it writes: free memory, or use a smaller model or quantization)"
+                    ) from exc
+                smaller = max(loaded.canvas_length, canvas // 2)
                 logger.warning("request %s: out of memory at canvas %d; retrying at %d", request.id, canvas, smaller)
                 request = attrs.evolve(request, canvas_length=smaller)
 

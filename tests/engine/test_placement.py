@@ -205,3 +205,18 @@ def test_a_model_spread_over_the_cpu_and_the_disk_answers_the_same(
     )
     text, _, _ = run_infill(loaded, request)
     assert text == RAW_ANSWER
+
+
+@pytest.mark.parametrize(("free_gib", "slots", "rows"), [(80, 16, 29), (10, 4, 3), (1, 1, 1), (0, 1, 1)])
+def test_cached_prompts_and_step_rows_follow_the_free_memory(
+    tmp_path: Path, free_gib: int, slots: int, rows: int
+) -> None:
+    """The release at a 2048-token prompt: 640 MiB per cached document, 1.4 GiB per canvas row (bf16)."""
+    from engine import plan
+
+    spec = plan.read_spec(_release_config_only(tmp_path))
+    request = plan.request_memory(
+        spec.attention, canvas_length=spec.canvas_length, vocab_size=spec.vocab_size, prompt_tokens=2048
+    )
+    limits = plan.serving_limits(free_gib * GIB, request, max_slots=16, max_rows=64)
+    assert (limits.cache_slots, limits.rows) == (slots, rows)

@@ -12,7 +12,7 @@ import torch
 from engine import protocol
 from engine import worker as worker_module
 from engine.jobs import Job, JobQueue
-from engine.worker import MIN_CANVAS, ModelWorker
+from engine.worker import ModelWorker
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 
@@ -67,40 +67,83 @@ async def test_an_exception_fails_only_its_own_request(
     print("faults survived: 1 exception; requests answered: 3; lost: 0")
 
 
-async def test_out_of_memory_retries_with_a_smaller_canvas(
+async def test_out_of_memory_halves_a_canvas_longer_than_the_models_own_down_to_it(
     memorized_model_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     real = worker_module.run_infill
     canvases: list[int] = []
 
-    def oom_above_16(loaded, request, should_stop=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    def oom_above_32(loaded, request, should_stop=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
         if request.id == "warm-up":
             return real(loaded, request, should_stop, **kwargs)
         canvases.append(request.canvas_length or loaded.canvas_length)
-        if canvases[-1] > 16:
+        if canvases[-1] > 32:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(loaded, request, should_stop, **kwargs)
 
-    monkeypatch.setattr(worker_module, "run_infill", oom_above_16)
+    monkeypatch.setattr(worker_module, "run_infill", oom_above_32)
     with caplog.at_level(logging.WARNING, logger="engine.worker"):
-        (reply,) = await _serve(memorized_model_dir, [_request("big", canvas_length=64)])
-    assert isinstance(reply, protocol.Result)
-    assert canvases == [64, 32, 16]
-    assert "out of memory at canvas 64; retrying at 32" in caplog.text
+        (reply,) = await _serve(memorized_model_dir, [_request("big", canvas_length=128)])
+    assert isinstance(reply, protocol.Result) and reply.text == MEMORIZED_MIDDLE
+    assert canvases == [128, 64, 32]  # the model's own canvas is 32: never below it
+    assert "out of memory at canvas 128; retrying at 64" in caplog.text
 
 
-async def test_out_of_memory_at_the_smallest_canvas_is_an_error(
+async def test_out_of_memory_at_the_models_own_canvas_is_an_error_that_says_so(
     memorized_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = worker_module.run_infill
+    canvases: list[int] = []
 
     def oom_for_request_oom(loaded, request, should_stop=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
         if request.id == "oom":
+            canvases.append(request.canvas_length or loaded.canvas_length)
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(loaded, request, should_stop, **kwargs)
 
     monkeypatch.setattr(worker_module, "run_infill", oom_for_request_oom)
-    oom, ok = await _serve(memorized_model_dir, [_request("oom", canvas_length=MIN_CANVAS * 2), _request("ok")])
+    oom, ok = await _serve(memorized_model_dir, [_request("oom"), _request("ok")])
     assert isinstance(oom, protocol.Error) and oom.code is protocol.ErrorCode.MODEL_ERROR
-    assert "out of memory" in oom.message
+    assert "out of memory" in oom.message and "the model's own is 32" in oom.message
+    assert canvases == [32]  # not 16, 8: a shorter canvas than it was trained on would change what it writes
     assert isinstance(ok, protocol.Result) and ok.text == MEMORIZED_MIDDLE
+
+
+async def test_out_of_memory_drops_other_documents_cached_prompts_first(
+    memorized_model_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = worker_module.run_infill
+    failed: list[str] = []
+
+    def oom_once_for_second(loaded, request, should_stop=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        if request.id == "second" and not failed:
+            failed.append(request.id)
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(loaded, request, should_stop, **kwargs)
+
+    monkeypatch.setattr(worker_module, "run_infill", oom_once_for_second)
+    with caplog.at_level(logging.WARNING, logger="engine.worker"):
+        first, second = await _serve(memorized_model_dir, [_request("first"), _request("second")])
+    assert isinstance(first, protocol.Result) and isinstance(second, protocol.Result)
+    assert second.text == MEMORIZED_MIDDLE
+    assert "out of memory at canvas 32; dropped 1 cached prompts, retrying" in caplog.text
+
+
+async def test_out_of_memory_with_candidates_sheds_candidates_not_canvas(
+    memorized_model_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = worker_module.run_batch
+    rows_tried: list[int] = []
+
+    def oom_above_two_rows(loaded, jobs):  # noqa: ANN001, ANN202
+        rows_tried.append(len(jobs))
+        if len(jobs) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(loaded, jobs)
+
+    monkeypatch.setattr(worker_module, "run_batch", oom_above_two_rows)
+    with caplog.at_level(logging.WARNING, logger="engine.worker"):
+        (reply,) = await _serve(memorized_model_dir, [_request("several", candidates=4)])
+    assert isinstance(reply, protocol.Result) and reply.text == MEMORIZED_MIDDLE
+    assert rows_tried == [4, 2]
+    assert "out of memory with 4 candidates; trying 2" in caplog.text
