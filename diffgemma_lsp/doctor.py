@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +20,25 @@ from engine import protocol
 TIMEOUT_S = 10.0
 LOAD_WAIT_S = 60.0
 """How long the doctor waits for a loading model to be ready or to fail."""
+
+
+PLAN_TIMEOUT_S = 120.0
+
+
+def memory_plan(model: str | None, device: str) -> dict[str, object]:
+    """``diffgemma-engine plan --json`` for ``model`` (the shipped one when None) on ``device``, in a subprocess
+    (the doctor never imports torch): the weights per precision and the setting it recommends, or why not."""
+    command = [sys.executable, "-m", "engine", "plan", "--json", "--device", device]
+    if model:
+        command += ["--model", model]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PLAN_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"no memory plan: {exc}"}
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or [f"plan exited with {done.returncode}"])[-1]}
+    plan = json.loads(done.stdout)
+    return {"weights_gib": plan["weights_gib"], "recommendation": plan["recommendation"], "devices": plan["devices"]}
 
 
 class LoadFailed(Exception):
@@ -118,6 +138,16 @@ def render(report: dict[str, object]) -> str:
             f"over {report['recent_count']} completions",
             f"last error      {report['last_error'] or 'none'}",
         ]
+    if "plan" in report:
+        plan = report["plan"]
+        assert isinstance(plan, dict)
+        if "error" in plan:
+            lines.append(f"memory plan     {plan['error']}")
+        else:
+            sizes = ", ".join(f"{name} {gib:.1f} GiB" for name, gib in plan["weights_gib"].items())
+            chosen = plan["recommendation"]
+            use = f"use {chosen['setting']} ({chosen['precision']})" if chosen else "nothing fits: add cpu or disk"
+            lines.append(f"memory plan     weights {sizes}; {use}")
     if "probe" in report:
         probe = report["probe"]
         assert isinstance(probe, dict)
@@ -130,16 +160,24 @@ def render(report: dict[str, object]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``diffgemma-lsp doctor [--engine-socket PATH | --model DIR [--device D]] [--probe] [--json]``."""
+    """``diffgemma-lsp doctor [--engine-socket PATH | --model DIR [--device D]] [--probe] [--plan] [--json]``."""
     parser = argparse.ArgumentParser(prog="diffgemma-lsp doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--engine-socket", type=Path, default=None, help="the engine to check")
     parser.add_argument("--model", default=None, help="check the engine that serves this model (the model setting)")
     parser.add_argument("--device", default="auto", help="... on this device (the device setting)")
     parser.add_argument("--probe", action="store_true", help="also time one test completion")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--plan", action="store_true", help="also show the model's memory plan (always shown when its load failed)"
+    )
     args = parser.parse_args(argv)
     socket_path = args.engine_socket or protocol.socket_path_for(args.model, args.device)
     report, status = asyncio.run(gather(socket_path.expanduser(), args.probe))
+    served = report.get("model_id")
+    model = args.model or (served if isinstance(served, str) and served not in ("", "default") else None)
+    failed_load = "failed to load" in str(report.get("problem", ""))
+    if args.plan or (failed_load and model is not None):
+        report["plan"] = memory_plan(model, args.device)
     print(json.dumps(report, indent=2) if args.json else render(report))
     return status
 

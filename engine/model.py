@@ -134,6 +134,16 @@ def read_hints(folder: Path) -> dict:
     return hints
 
 
+def _advice(folder: Path, devices: placement.Devices, dtype: torch.dtype) -> str:
+    """The memory plan's advice for ``folder`` on this machine, for a load that ran out of memory."""
+    try:
+        found = plan.detect_devices()
+        chosen = [device for device in found if device.name in devices.names or device.name == "cpu"]
+        return plan.advice(plan.make_plan(plan.read_spec(folder), chosen), placement.precision_of(dtype))
+    except Exception as exc:  # noqa: BLE001 - the advice must not hide the load's own error
+        return f"(no memory plan: {exc})"
+
+
 def _placed(where: dict[str, str]) -> str:
     """How many device-map entries went to each device, for the log."""
     counts: dict[str, int] = {}
@@ -188,6 +198,8 @@ def load_model(
     start = time.perf_counter()
     devices = placement.pick_devices(device)
     torch_dtype = placement.pick_dtype(dtype, stored_dtype(folder), devices.first)
+    if devices.single and devices.first != "cpu":  # an accelerator: refused at once rather than out of memory later
+        placement.check_fits(folder, devices.first, torch_dtype, placement.free_bytes(torch.device(devices.first)))
     where = placement.device_map(folder, devices, torch_dtype, placement.parse_max_memory(max_memory))
     offload = {}
     if placement.DISK in where.values():
@@ -197,6 +209,10 @@ def load_model(
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(
             folder, dtype=torch_dtype, device_map=where, local_files_only=True, **offload
         )
+    except torch.OutOfMemoryError as exc:
+        raise ModelLoadError(
+            f"out of memory loading {folder} onto {devices}: {exc}; {_advice(folder, devices)}"
+        ) from exc
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load the checkpoint in {folder}: {exc}") from exc
     model.eval()

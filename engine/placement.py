@@ -121,7 +121,7 @@ def device_map(
     from engine import plan
 
     spec = plan.read_spec(folder)
-    precision = precision or ("float32" if str(dtype) == "torch.float32" else "bfloat16")
+    precision = precision or precision_of(dtype)
     present = {device.name: device for device in plan.detect_devices()}
     chosen: list[plan.Device] = []
     for name in devices.names:
@@ -192,6 +192,25 @@ def free_bytes(device: torch.device) -> int:
 def _device(value: object) -> str:
     """A device map's value as a device name (accelerate writes CUDA devices as bare indices)."""
     return f"cuda:{value}" if isinstance(value, int) else str(value)
+
+
+def precision_of(dtype: torch.dtype) -> str:
+    """The plan's name for the weights' precision at ``dtype`` (float16 takes the bytes bfloat16 does)."""
+    return "float32" if str(dtype) == "torch.float32" else "bfloat16"
+
+
+def check_fits(folder: Path, device: str, dtype: torch.dtype, free: int) -> None:
+    """Before loading onto one accelerator: ``ModelLoadError`` with the plan's advice when the weights and one
+    request do not fit in its ``free`` bytes (a load that would run out of memory after minutes of reading)."""
+    from engine import plan
+
+    spec = plan.read_spec(folder)
+    precision = precision_of(dtype)
+    alone = plan.make_plan(spec, [plan.Device(name=device, bytes=free, source="free")], precisions=(precision,))
+    if alone.placements[0].verdict == plan.FITS_GPU:
+        return
+    around = [plan.Device(name=device, bytes=free, source="free"), plan.cpu_memory()]
+    raise ModelLoadError(f"the model does not fit on {device}: {plan.advice(plan.make_plan(spec, around), precision)}")
 
 
 def parse_max_memory(spec: str | None) -> dict[str, int] | None:

@@ -374,7 +374,13 @@ def _fill(
     return placed, used, unplaced
 
 
-def place(units: Sequence[tuple[str, int]], devices: Sequence[Device], precision: str, request_bytes: int) -> Placement:
+def place(
+    units: Sequence[tuple[str, int]],
+    devices: Sequence[Device],
+    precision: str,
+    request_bytes: int,
+    stored_dtype: str = "bfloat16",
+) -> Placement:
     """Where ``units`` go on ``devices`` (accelerators first, then CPU), ``request_bytes`` kept on the first.
 
     With anything on the CPU and an accelerator in use, the first accelerator also keeps room for the largest unit,
@@ -408,21 +414,21 @@ def place(units: Sequence[tuple[str, int]], devices: Sequence[Device], precision
         for index, device in enumerate(ordered)
     )
     used_devices = [share.device for share in shares if share.units]
-    setting = None if verdict == DOES_NOT_FIT else engine_setting(precision, used_devices)
+    setting = None if verdict == DOES_NOT_FIT else engine_setting(precision, used_devices, stored_dtype)
     return Placement(precision=precision, verdict=verdict, shares=shares, unplaced_bytes=unplaced, setting=setting)
 
 
-def engine_setting(precision: str, devices: Sequence[str]) -> str:
+def engine_setting(precision: str, devices: Sequence[str], stored_dtype: str = "bfloat16") -> str:
     """The engine options for ``precision`` on ``devices``: ``--device cuda:0,1`` (``,cpu`` when offloaded), then
-    ``--quantization`` or the ``--dtype`` the engine would not pick by itself (bfloat16 on CUDA, float32 elsewhere)."""
+    ``--quantization``, or the ``--dtype`` when it is not the checkpoint's own (``stored_dtype``, what ``auto``
+    loads)."""
     gpus = [name.removeprefix("cuda:") for name in devices if name.startswith("cuda")]
     names = ([f"cuda:{','.join(gpus)}"] if gpus else []) + [name for name in ("mps", "cpu") if name in devices]
     options = [f"--device {','.join(names)}"]
     if precision in QUANTIZED:
         options.append(f"--quantization {precision}")
-    dtype = activation_dtype(precision)
-    if dtype != ("bfloat16" if gpus else "float32"):
-        options.append(f"--dtype {dtype}")
+    elif precision != stored_dtype:
+        options.append(f"--dtype {precision}")
     return " ".join(options)
 
 
@@ -473,6 +479,7 @@ def make_plan(
             devices,
             precision,
             requests[activation_dtype(precision)].reserve_bytes,
+            spec.stored.dtype or "float32",
         )
         for precision in precisions
     )
@@ -489,6 +496,23 @@ def make_plan(
         placements=placements,
         recommendation=recommend(placements),
     )
+
+
+def advice(plan: Plan, precision: str) -> str:
+    """One line for a load that cannot go as asked: what ``precision`` needs, what the devices have free, and what
+    the plan recommends instead."""
+    request = plan.requests[activation_dtype(precision)]
+    free = ", ".join(f"{device.name} {_gib(device.bytes):.1f} GiB" for device in plan.devices)
+    line = (
+        f"the weights need {_gib(plan.weights_bytes[precision]):.1f} GiB in {precision}, and a request "
+        f"{_gib(request.reserve_bytes):.1f} GiB more; free: {free}"
+    )
+    chosen = plan.recommendation
+    if chosen is None:
+        return line + "; nothing fits these devices: add cpu or disk to --device"
+    size = _gib(plan.weights_bytes[chosen.precision])
+    verdict = chosen.verdict.replace("_", " ")
+    return f"{line}; use {chosen.setting} ({chosen.precision}: {size:.1f} GiB, {verdict})"
 
 
 # -- devices ---------------------------------------------------------------------------------------------------

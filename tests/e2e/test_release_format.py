@@ -106,9 +106,12 @@ async def test_doctor_reports_a_failed_load_with_its_reason(short_tmp: Path, rel
     (broken / "chat_template.jinja").unlink()  # no FIM tokens and no chat template: no way to lay out a prompt
     process = EngineProcess(broken, short_tmp / "engine.sock", short_tmp / "engine.log")
     try:
-        status, report = doctor(process.socket_path)
+        status, report = doctor(process.socket_path, "--model", str(broken))
         assert status == 1, report
         assert "model failed to load" in str(report["problem"]) and "chat template" in str(report["problem"])
+        plan = report["plan"]  # the memory plan of the model that failed, from its config alone
+        assert isinstance(plan, dict) and plan["weights_gib"]["bfloat16"] > 0, plan
+        assert plan["recommendation"]["setting"].startswith("--device"), plan
     finally:
         process.stop()
 

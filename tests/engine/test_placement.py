@@ -220,3 +220,13 @@ def test_cached_prompts_and_step_rows_follow_the_free_memory(
     )
     limits = plan.serving_limits(free_gib * GIB, request, max_slots=16, max_rows=64)
     assert (limits.cache_slots, limits.rows) == (slots, rows)
+
+
+def test_a_gpu_too_small_is_refused_before_loading_with_the_plans_advice(tmp_path: Path) -> None:
+    folder = _release_config_only(tmp_path)
+    placement.check_fits(folder, "cuda:0", torch.bfloat16, 80 * GIB)  # fits: nothing said
+    with pytest.raises(ModelLoadError) as refused:
+        placement.check_fits(folder, "cuda:0", torch.bfloat16, 24 * GIB)
+    message = str(refused.value)
+    assert "does not fit on cuda:0: the weights need 48.1 GiB in bfloat16" in message
+    assert "use --device cuda:0 --quantization int4 (int4: 14.2 GiB, fits gpu)" in message

@@ -171,7 +171,7 @@ def test_64_gib_of_ram_holds_the_release_in_bf16(release: ModelSpec) -> None:
     verdicts = _verdicts(plan)
     assert verdicts["bfloat16"] == FITS_CPU
     assert verdicts["float32"] == DOES_NOT_FIT
-    assert plan.recommendation is not None and plan.recommendation.setting == "--device cpu --dtype bfloat16"
+    assert plan.recommendation is not None and plan.recommendation.setting == "--device cpu"
 
 
 def test_two_gpus_share_the_release(release: ModelSpec) -> None:
@@ -416,7 +416,8 @@ def test_place_fills_devices_in_order() -> None:
     assert offload.verdict == FITS_WITH_OFFLOAD
     assert [s.units for s in offload.shares] == [("embed", "layer0"), ("layer1", "layer2")]
     assert offload.shares[0].reserved_bytes == 15 and offload.setting == "--device cuda:0,cpu"
-    assert place(units, _devices(cpu=40), "float32", 0).setting == "--device cpu"
+    assert place(units, _devices(cpu=40), "float32", 0).setting == "--device cpu --dtype float32"  # not bf16's own
+    assert place(units, _devices(cpu=40), "float32", 0, stored_dtype="float32").setting == "--device cpu"
     short = place(units, _devices(cuda_0=20, cpu=10), "bfloat16", 0)
     assert short.verdict == DOES_NOT_FIT and short.unplaced_bytes > 0 and short.setting is None
     assert place(units, [], "bfloat16", 0).verdict == DOES_NOT_FIT
