@@ -37,6 +37,10 @@ def setup_logging(level: str, log_file: Path | None) -> None:
     )
     for noisy in ("transformers", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # torchao (imported by transformers when installed) tries its CUDA-only extensions and registers Enum constants
+    # on every start: expected with a CPU torch, and not the user's concern.
+    for noisy in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +56,13 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         "--max-memory",
         default=None,
         help="memory to use per device when spreading the model, e.g. cuda:0=20GiB,cpu=48GiB (default: what is free)",
+    )
+    parser.add_argument(
+        "--quantization",
+        choices=("none", "int8", "fp8"),
+        default=None,
+        help="int8 (torchao, CPU or GPU; needs the quant extra) or fp8 (CUDA compute capability 8.9+); "
+        "default: the checkpoint's own (none for a bf16 checkpoint)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
@@ -84,6 +95,7 @@ async def serve(args: argparse.Namespace) -> int:
         max_batch=args.max_batch,
         compile_step=args.compile == "on",
         max_memory=args.max_memory,
+        quantization=args.quantization,
     )
     worker.start()
     await server.serve_until_stopped()
@@ -100,7 +112,9 @@ def infill(args: argparse.Namespace) -> int:
     prefix = args.prefix.read_text() if args.prefix else sys.stdin.read()
     suffix = args.suffix.read_text() if args.suffix else ""
     try:
-        loaded = load_model(args.model, args.device, args.dtype, max_memory=args.max_memory)
+        loaded = load_model(
+            args.model, args.device, args.dtype, max_memory=args.max_memory, quantization=args.quantization
+        )
         request = protocol.Infill(
             id="cli",
             uri="",

@@ -21,6 +21,7 @@ from engine.errors import BadRequestError
 from engine.infill import check_request, finish_row, timed_prompt_ids
 from engine.jobs import Job
 from engine.model import LoadedModel
+from engine.quantize import grad_mode
 
 MAX_BATCH = 4
 
@@ -59,7 +60,6 @@ def stack_views(views: list[DynamicCache], text_config: object) -> tuple[Dynamic
     return batched, mask
 
 
-@torch.inference_mode()  # inference tensors, like the views: what the compiled step is traced on
 def stack_rows(
     views: list[DynamicCache], text_config: object, canvas_length: int
 ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
@@ -89,7 +89,8 @@ def run_batch(loaded: LoadedModel, jobs: list[Job]) -> list[tuple[str, protocol.
         views.append(view)
         reused.append(cached)
         prompt_lengths.append(len(ids))
-    cache, positions, decoder_mask = stack_rows(views, loaded.prefix_cache.text_config, canvas_length)
+    with grad_mode(loaded.model)():  # the views' mode (inference tensors, unless torchao's need no_grad)
+        cache, positions, decoder_mask = stack_rows(views, loaded.prefix_cache.text_config, canvas_length)
     settings = dataclasses.replace(loaded.sampler, max_steps=steps)
     start = time.perf_counter()
     denoised = denoise_canvas(

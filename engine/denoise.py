@@ -34,6 +34,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.placement import execution_device
+from engine.quantize import grad_mode, under_grad_mode
 from engine.step import DecoderStep, Scores
 
 if TYPE_CHECKING:
@@ -144,7 +145,7 @@ def accept_mask(entropy: torch.Tensor, bound: float) -> torch.Tensor:
     return torch.scatter(torch.zeros_like(keep_sorted), dim=-1, index=order, src=keep_sorted)
 
 
-@torch.inference_mode()
+@under_grad_mode  # inference mode, or no_grad for torchao's tensors (engine.quantize)
 def denoise_canvas(
     model: torch.nn.Module,
     cache: DynamicCache,
@@ -266,7 +267,7 @@ def run_canvas(
         cache, cached = prefix_cache.prepare(cache_key, prompt_ids[0].tolist())
     else:
         cache = DynamicCache(config=model.config.get_text_config(decoder=True))
-        with torch.inference_mode():
+        with grad_mode(model)():
             encode_prompt(model, prompt_ids, cache)
     encoded = _now_ms()
     denoised = denoise_canvas(

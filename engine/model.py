@@ -13,7 +13,7 @@ from pathlib import Path
 import attrs
 import torch
 
-from engine import placement, plan, protocol
+from engine import placement, plan, protocol, quantize
 from engine.denoise import SamplerSettings
 from engine.errors import ModelLoadError
 from engine.prefix_cache import DEFAULT_SLOTS, PrefixCache
@@ -81,6 +81,8 @@ class LoadedModel:
     load_ms: float
     line_canvas_length: int | None = None
     """The canvas for ``scope = "line"`` requests (None: the model's own canvas)."""
+    quantized: quantize.QuantizedReport | None = None
+    """What a quantized load converted and saved (None: not quantized)."""
     max_rows: int = MAX_ROWS
     """Canvas rows denoised together (batched requests, or a request's candidates) that the memory left after
     loading allows (``engine.plan.serving_limits``)."""
@@ -169,10 +171,12 @@ def load_model(
     max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
     max_memory: str | None = None,
     offload_folder: Path | None = None,
+    quantization: str | None = None,
 ) -> LoadedModel:
     """Load ``model_dir`` (the shipped default model when None) straight onto ``device`` (``engine.placement``:
     one device, or several with ``max_memory`` bytes each, ``disk`` offload into ``offload_folder``); nothing is
-    fetched from a hub."""
+    fetched from a hub. ``quantization`` (``engine.quantize``): none, int8, fp8, or None for the checkpoint's own;
+    a quantized load is checked right after it (experts converted, encoder and decoder one copy, smaller)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
     from transformers.utils import logging as hf_logging
@@ -198,16 +202,19 @@ def load_model(
     start = time.perf_counter()
     devices = placement.pick_devices(device)
     torch_dtype = placement.pick_dtype(dtype, stored_dtype(folder), devices.first)
+    settings = quantize.load_settings(quantization, torch.device(devices.first), folder)
+    precision = settings.method if settings.method != "none" else placement.precision_of(torch_dtype)
     if devices.single and devices.first != "cpu":  # an accelerator: refused at once rather than out of memory later
-        placement.check_fits(folder, devices.first, torch_dtype, placement.free_bytes(torch.device(devices.first)))
-    where = placement.device_map(folder, devices, torch_dtype, placement.parse_max_memory(max_memory))
+        free = placement.free_bytes(torch.device(devices.first))
+        placement.check_fits(folder, devices.first, torch_dtype, free, precision)
+    where = placement.device_map(folder, devices, torch_dtype, placement.parse_max_memory(max_memory), precision)
     offload = {}
     if placement.DISK in where.values():
         offload["offload_folder"] = str(offload_folder or Path(tempfile.mkdtemp(prefix="diffgemma-offload-")))
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(
-            folder, dtype=torch_dtype, device_map=where, local_files_only=True, **offload
+            folder, dtype=torch_dtype, device_map=where, local_files_only=True, **offload, **settings.kwargs
         )
     except torch.OutOfMemoryError as exc:
         raise ModelLoadError(
@@ -216,6 +223,11 @@ def load_model(
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load the checkpoint in {folder}: {exc}") from exc
     model.eval()
+    quantized = None
+    if settings.method != "none":
+        quantize.finish_load(model, settings.method, pre_quantized=settings.pre_quantized)
+        quantized = quantize.verify_quantized(model, settings.method)
+        logger.info("%s", quantized.summary())
     torch_device = torch.device(devices.first)
     generation = model.generation_config
     eos = generation.eos_token_id if generation.eos_token_id is not None else tokenizer.eos_token_id
@@ -255,6 +267,7 @@ def load_model(
         prefix_cache=PrefixCache(model, slots=limits.cache_slots),
         line_canvas_length=int(line_canvas_length) if line_canvas_length else None,
         max_rows=limits.rows,
+        quantized=quantized,
     )
     logger.info(
         "loaded %s on %s (%s, layout %s, canvas %d, %d steps) in %.0f ms",

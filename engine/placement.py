@@ -199,13 +199,13 @@ def precision_of(dtype: torch.dtype) -> str:
     return "float32" if str(dtype) == "torch.float32" else "bfloat16"
 
 
-def check_fits(folder: Path, device: str, dtype: torch.dtype, free: int) -> None:
+def check_fits(folder: Path, device: str, dtype: torch.dtype, free: int, precision: str | None = None) -> None:
     """Before loading onto one accelerator: ``ModelLoadError`` with the plan's advice when the weights and one
     request do not fit in its ``free`` bytes (a load that would run out of memory after minutes of reading)."""
     from engine import plan
 
     spec = plan.read_spec(folder)
-    precision = precision_of(dtype)
+    precision = precision or precision_of(dtype)
     alone = plan.make_plan(spec, [plan.Device(name=device, bytes=free, source="free")], precisions=(precision,))
     if alone.placements[0].verdict == plan.FITS_GPU:
         return

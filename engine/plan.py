@@ -4,10 +4,11 @@ The model is built on the meta device (shapes, no storage: 0.2 s for the 26B rel
 decoder tied, as ``from_pretrained`` ties them, and described as a list of :class:`Weight` records; everything
 after that is arithmetic on those records, pure and testable without torch:
 
-* weights per precision: ``bfloat16`` and ``float32`` count every tensor at 2 or 4 bytes; ``fp8`` and ``int8``
-  store the weights ``engine.quantize_policy`` converts at 1 byte plus one bfloat16 scale per output channel,
-  ``int4`` at half a byte plus one bfloat16 scale per group of ``INT4_GROUP_SIZE`` input weights (symmetric, no
-  zero point); what the policy keeps stays bfloat16;
+* weights per precision: ``bfloat16`` and ``float32`` count every tensor at 2 or 4 bytes; ``int8`` stores the
+  weights ``engine.quantize_policy`` converts at 1 byte plus a float32 scale and an int8 zero point per output row
+  (torchao's layout), ``fp8`` at 1 byte plus a float32 scale per ``FP8_BLOCK`` x ``FP8_BLOCK`` block (transformers'
+  fine-grained fp8), ``int4`` at half a byte plus one bfloat16 scale per group of ``INT4_GROUP_SIZE`` input
+  weights, planned for its size only (``UNAVAILABLE``); what the policy keeps stays bfloat16;
 * per request, at the model's canvas: the encoded prompt's keys and values and the denoising step's
   vocabulary-sized tensors (``STEP_VOCAB_TENSORS``);
 * a placement per precision over the devices present or described (``--max-memory``), filled in order as
@@ -66,13 +67,22 @@ VERDICT_TEXT = {
     FITS_CPU: "fits in CPU memory",
     DOES_NOT_FIT: "does not fit",
 }
-GPU_PREFERENCE = ("bfloat16", "int8", "int4")
+UNAVAILABLE: dict[str, str] = {
+    "int4": "not available in the engine: torchao 0.18 has no int4 layout that runs the fused experts "
+    "(the GGUF Q4_K_M and NVFP4 builds, with llama.cpp or vLLM, are the 4-bit route)"
+}
+"""Precisions planned for their size but never recommended: the engine cannot load them (``engine.quantize``)."""
+GPU_PREFERENCE = ("bfloat16", "int8")
 """Recommended on an accelerator, first that fits wholly on it. fp8 is the size of int8 (and needs a GPU with fp8
 support), so it is planned but chosen only when asked for (``--quantization fp8``)."""
-OFFLOAD_PREFERENCE = ("int4", "int8", "bfloat16")
+OFFLOAD_PREFERENCE = ("int8", "bfloat16")
 """When nothing fits on the accelerators: the smallest first, so the least is offloaded."""
-CPU_PREFERENCE = ("float32", "bfloat16", "int8", "int4")
-"""On CPU alone: the engine's own CPU dtype (float32) first."""
+CPU_PREFERENCE = ("float32", "bfloat16", "int8")
+"""On CPU alone: float32 first (CPUs compute it fastest), then the checkpoint's bfloat16."""
+INT8_ROW_BYTES = 5
+"""torchao's int8 (``Int8Tensor``): a float32 scale and an int8 zero point per output row."""
+FP8_BLOCK = 64
+"""transformers' fine-grained fp8 on the release: a float32 scale per 64 x 64 block (``engine.quantize``)."""
 MAX_INDEX_FILE_BYTES = 64 << 20
 
 
@@ -253,8 +263,12 @@ def weight_bytes(weight: Weight, precision: str) -> int:
     if precision == "bfloat16" or not weight.quantized:
         return 2 * count
     rows = count // weight.shape[-1]
-    if precision in ("fp8", "int8"):
-        return count + rows * SCALE_BYTES
+    if precision == "int8":
+        return count + rows * INT8_ROW_BYTES
+    if precision == "fp8":
+        matrices = count // (weight.shape[-2] * weight.shape[-1])
+        blocks = math.ceil(weight.shape[-2] / FP8_BLOCK) * math.ceil(weight.shape[-1] / FP8_BLOCK)
+        return count + matrices * blocks * 4
     if precision == "int4":
         return (count + 1) // 2 + rows * math.ceil(weight.shape[-1] / INT4_GROUP_SIZE) * SCALE_BYTES
     raise PlanError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
@@ -414,7 +428,8 @@ def place(
         for index, device in enumerate(ordered)
     )
     used_devices = [share.device for share in shares if share.units]
-    setting = None if verdict == DOES_NOT_FIT else engine_setting(precision, used_devices, stored_dtype)
+    usable = verdict != DOES_NOT_FIT and precision not in UNAVAILABLE
+    setting = engine_setting(precision, used_devices, stored_dtype) if usable else None
     return Placement(precision=precision, verdict=verdict, shares=shares, unplaced_bytes=unplaced, setting=setting)
 
 
@@ -434,7 +449,7 @@ def engine_setting(precision: str, devices: Sequence[str], stored_dtype: str = "
 
 def recommend(placements: Sequence[Placement]) -> Placement | None:
     """The placement to use: the best precision wholly on accelerators, else the least offloaded one, else CPU."""
-    by_precision = {placement.precision: placement for placement in placements}
+    by_precision = {p.precision: p for p in placements if p.precision not in UNAVAILABLE}
     for verdict, preference in (
         (FITS_GPU, GPU_PREFERENCE),
         (FITS_WITH_OFFLOAD, OFFLOAD_PREFERENCE),
@@ -886,7 +901,9 @@ def plan_json(plan: Plan) -> dict:
         "quantization": {
             "int4_group_size": INT4_GROUP_SIZE,
             "scale_dtype": "bfloat16",
-            "fp8_int8_scales": "per output channel",
+            "int8_scales": "a float32 scale and an int8 zero point per output row",
+            "fp8_scales": f"a float32 scale per {FP8_BLOCK}x{FP8_BLOCK} block",
+            "unavailable": dict(UNAVAILABLE),
             "quantized_share": round(plan.quantized_share, 4),
         },
         "shares": {kind: round(share, 4) for kind, share in plan.shares.items()},
@@ -941,8 +958,9 @@ def format_plan(plan: Plan) -> str:
     lines += [
         "  weights: " + ", ".join(f"{p} {plan.weights_bytes[p] / GIB:.1f} GiB" for p in PRECISIONS),
         f"    quantized: {plan.quantized_share:.1%} of the parameters (routed experts and text linear layers); "
-        f"fp8/int8 1 byte + a bf16 scale per output channel, int4 0.5 byte + a bf16 scale per {INT4_GROUP_SIZE} "
-        "weights; embedding/LM head, router, norms, biases and vision tower stay bf16",
+        f"int8 1 byte + 5 bytes per row, fp8 1 byte + 4 bytes per {FP8_BLOCK}x{FP8_BLOCK} block, int4 0.5 byte + a "
+        f"bf16 scale per {INT4_GROUP_SIZE} weights; embedding/LM head, router, norms, biases and vision tower stay "
+        "bf16",
         "  by kind: "
         + ", ".join(f"{names[kind]} {share:.1%}" for kind, share in plan.shares.items())
         + f" (nn.Linear anywhere: {plan.linear_anywhere_share:.1%})",
@@ -962,6 +980,8 @@ def format_plan(plan: Plan) -> str:
         if placement.unplaced_bytes:
             where += f"{', ' if where else ''}{_size(placement.unplaced_bytes)} left over"
         setting = f"   {placement.setting}" if placement.setting else ""
+        if placement.precision in UNAVAILABLE:
+            setting = f"   ({UNAVAILABLE[placement.precision]})"
         lines.append(f"  {placement.precision:9s} {VERDICT_TEXT[placement.verdict]:22s} {where}{setting}")
         for share in placement.shares:
             if share.units and len(plan.devices) > 1:

@@ -22,6 +22,7 @@ from transformers import DynamicCache
 
 from engine.denoise import encode_prompt
 from engine.placement import execution_device
+from engine.quantize import grad_mode
 
 DEFAULT_SLOTS = 16
 
@@ -84,7 +85,7 @@ class PrefixCache:
         if master.get_seq_length() > reused:
             master.crop(reused - master.get_seq_length())
         device = execution_device(self.model)
-        with torch.inference_mode():  # the view's copies too: the compiled step is traced on inference tensors
+        with grad_mode(self.model)():  # the view's copies too: the compiled step is traced on inference tensors
             encode_prompt(self.model, torch.tensor([ids[reused:]], dtype=torch.long, device=device), master)
             view = decoder_view(master, len(ids), self.text_config)
         self._masters[key] = (master, list(ids))

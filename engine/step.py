@@ -27,6 +27,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.placement import execution_device
+from engine.quantize import grad_mode
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +208,8 @@ class DecoderStep:
             if len(views) == 1:
                 cache, positions, decoder_mask = views[0], None, None
             else:
-                cache, positions, decoder_mask = stack_rows(views, prefixes.text_config, canvas_length)
+                with grad_mode(model)():
+                    cache, positions, decoder_mask = stack_rows(views, prefixes.text_config, canvas_length)
             denoise_canvas(
                 model,
                 cache,

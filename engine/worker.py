@@ -46,6 +46,7 @@ class ModelWorker(threading.Thread):
         max_batch: int = MAX_BATCH,
         compile_step: bool = False,
         max_memory: str | None = None,
+        quantization: str | None = None,
     ) -> None:
         super().__init__(name="diffgemma-model", daemon=True)
         self.queue = queue
@@ -53,6 +54,7 @@ class ModelWorker(threading.Thread):
         self.device = device
         self.dtype = dtype
         self.max_memory = max_memory
+        self.quantization = quantization
         self.on_loaded = on_loaded
         self.on_failed = on_failed
         self.threads = threads
@@ -65,7 +67,9 @@ class ModelWorker(threading.Thread):
         if self.threads:
             torch.set_num_threads(self.threads)
         try:
-            self.loaded = load_model(self.model_dir, self.device, self.dtype, max_memory=self.max_memory)
+            self.loaded = load_model(
+                self.model_dir, self.device, self.dtype, max_memory=self.max_memory, quantization=self.quantization
+            )
             self._warm_up(self.loaded)
         except BaseException as exc:  # noqa: BLE001 - reported to every client, then the engine exits
             logger.exception("model load failed")

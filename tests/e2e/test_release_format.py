@@ -164,3 +164,37 @@ async def test_typing_in_a_long_document_reuses_the_prompt(lsp: tuple[LanguageCl
         timings = status["lastTimings"]
         shares.append(timings["cached_tokens"] / timings["prompt_tokens"])
     assert min(shares) >= 0.9, shares
+
+
+def _weights_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.glob("*.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def int8_memorized_dir(release_memorized_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The memorized release-format checkpoint saved quantized (int8, experts included): its config says so, and
+    the engine loads it quantized with no option."""
+    pytest.importorskip("torchao", reason='int8 needs the quant extra: pip install "torchao==0.18.0"')
+    from engine.model import load_model
+    from engine.quantize import save_quantized
+
+    folder = tmp_path_factory.mktemp("int8") / "release-memorized-int8"
+    save_quantized(load_model(release_memorized_dir, "cpu", quantization="int8").model, folder)
+    for item in release_memorized_dir.iterdir():  # the tokenizer, chat template, generation config
+        if not item.name.endswith((".safetensors", ".safetensors.index.json")) and item.name != "config.json":
+            shutil.copy(item, folder / item.name)
+    return folder
+
+
+async def test_an_int8_checkpoint_serves_the_same_completion_through_the_language_server(
+    isolated_env: Path, release_memorized_dir: Path, int8_memorized_dir: Path
+) -> None:
+    quantized, plain = _weights_bytes(int8_memorized_dir), _weights_bytes(release_memorized_dir)
+    print(f"quantized checkpoint: {quantized / 2**20:.2f} MiB on disk against {plain / 2**20:.2f} MiB in bf16")
+    assert quantized < 0.75 * plain
+    async with lsp_session(isolated_env, int8_memorized_dir) as (client, socket_path):
+        open_document(client, URI, ANSWERED_PREFIX + ANSWERED_SUFFIX)
+        result = await complete_when_ready(client, URI, *CURSOR)
+        assert [item.text_edit.new_text for item in result.items] == [INSERTED]
+        log = (isolated_env / "xdg_state_home" / "diffgemma" / "engine.log").read_text()
+        assert "int8: weights" in log and "experts eager, no_grad" in log, log[-2000:]

@@ -151,14 +151,16 @@ def test_an_80_gib_gpu_holds_the_release_in_bf16(release: ModelSpec) -> None:
     assert plan.recommendation.setting == "--device cuda:0"
 
 
-def test_a_24_gib_gpu_needs_int4_to_hold_the_release_alone(release: ModelSpec) -> None:
+def test_a_24_gib_gpu_holds_the_release_only_with_offload_int4_being_unavailable(release: ModelSpec) -> None:
     for machine in ("cuda:0=24GiB,cpu=64GiB", "0=24GiB,cpu=64GiB"):
         plan = _plan(release, machine)
         verdicts = _verdicts(plan)
         assert verdicts["bfloat16"] == FITS_WITH_OFFLOAD
-        assert verdicts["int4"] == FITS_GPU
+        assert verdicts["int4"] == FITS_GPU  # it would fit, but the engine cannot run it: never recommended
+        int4 = next(placement for placement in plan.placements if placement.precision == "int4")
+        assert int4.setting is None
         assert plan.recommendation is not None
-        assert plan.recommendation.setting == "--device cuda:0 --quantization int4"
+        assert plan.recommendation.setting == "--device cuda:0,cpu --quantization int8"
     bf16 = next(placement for placement in plan.placements if placement.precision == "bfloat16")
     gpu, cpu = bf16.shares
     assert gpu.weights_bytes + gpu.reserved_bytes <= 24 * GIB and cpu.weights_bytes <= 64 * GIB
@@ -207,11 +209,8 @@ def test_the_cli_prints_one_json_object(release_dir: Path) -> None:
     assert result["devices"] == [{"name": "cuda:0", "gib": 24.0, "source": "--max-memory"}]
     assert result["placements"]["bfloat16"]["verdict"] == DOES_NOT_FIT  # no CPU described: nowhere to offload
     assert result["placements"]["int4"]["verdict"] == FITS_GPU
-    assert result["recommendation"] == {
-        "precision": "int4",
-        "verdict": FITS_GPU,
-        "setting": "--device cuda:0 --quantization int4",
-    }
+    assert "int4" in result["quantization"]["unavailable"]
+    assert result["recommendation"] is None  # int8 (25.3 GiB) does not fit 24 GiB and nothing else is described
 
 
 def test_the_cli_names_the_missing_config(tmp_path: Path) -> None:
@@ -379,7 +378,9 @@ def test_quantized_bytes() -> None:
     norm = Weight(name="layers.0.input_layernorm.weight", shape=(300,), kind="other", unit="layers.0")
     assert weight_bytes(linear, "float32") == 4 * 256 * 300
     assert weight_bytes(linear, "bfloat16") == 2 * 256 * 300
-    assert weight_bytes(linear, "int8") == weight_bytes(linear, "fp8") == 256 * 300 + 256 * 2
+    assert weight_bytes(linear, "int8") == 256 * 300 + 256 * 5  # a float32 scale and an int8 zero point per row
+    assert weight_bytes(linear, "fp8") == 256 * 300 + 4 * 5 * 4  # a float32 scale per 64 x 64 block
+    assert weight_bytes(experts, "fp8") == 4 * 64 * 704 + 4 * (1 * 11) * 4
     assert weight_bytes(linear, "int4") == 256 * 300 // 2 + 256 * 3 * 2  # 300 inputs: 3 groups of up to 128
     assert weight_bytes(experts, "int4") == 4 * 64 * 704 // 2 + 4 * 64 * 6 * 2
     assert all(weight_bytes(norm, precision) == 600 for precision in ("bfloat16", "fp8", "int8", "int4"))
@@ -459,4 +460,5 @@ def test_the_text_report_names_the_figures(release: ModelSpec) -> None:
     assert "bfloat16 48.1 GiB" in text
     assert "220.0 KiB per prompt token" in text
     assert "256 MiB vocabulary-sized tensors" in text
-    assert "use: --device cuda:0 --quantization int4" in text
+    assert "use: --device cuda:0,cpu --quantization int8" in text
+    assert "int4" in text and "not available in the engine" in text

@@ -1,0 +1,604 @@
+"""Quantized loading: the ``from_pretrained`` arguments of each method, the fix-ups after it, and a check that the
+load really quantized.
+
+What this model needs that a quantizer's defaults do not give (measured with transformers 5.24, torchao 0.18.0 and
+torch 2.13.0+cpu on the release-format checkpoints of ``tests/support/release_format.py``):
+
+* **the skip list.** Left to its defaults a transformers quantizer skips every tied key, and in DiffusionGemma every
+  encoder weight is tied to the decoder's: nothing in the text stack is converted. Its matcher takes a pattern as a
+  prefix, a regex from the start or a suffix of the full name, so the names of ``engine.quantize_policy`` become
+  anchored regexes (:func:`skip_patterns`), norms included.
+* **the routed experts** (88% of the weights) are fused 3-D ``nn.Parameter``\\ s, not ``nn.Linear`` layers: torchao
+  reaches them through an ``FqnToConfig`` entry for the parameter names, beside one for the ``nn.Linear`` weights.
+* **int8** (``Int8WeightOnlyConfig``, symmetric, one scale per output row) holds its weights in torchao's
+  ``Int8Tensor``, which implements ``select`` and ``linear`` but neither ``transpose`` (the default ``grouped_mm``
+  experts) nor ``bmm`` (``batched_mm``): the experts run ``experts_implementation="eager"``, and that path fails under
+  ``torch.inference_mode`` (``Cannot set version_counter for inference tensor``, from ``Int8Tensor``'s ``select`` of
+  one expert) but runs under ``torch.no_grad``: see :func:`grad_mode_for`. Quantized at ``from_pretrained``, each
+  tensor is converted once as it is read and then tied, so encoder and decoder keep one copy; quantizing after the
+  load would convert the encoder's and the decoder's names separately. torchao's C++ extensions in the 0.18.0 wheel
+  are CUDA builds (``_C_cutlass_90a``, ``_C_mxfp8`` need ``libtorch_cuda``) and do not load with a CPU torch; the
+  int8 path uses none of them. torchao is an optional dependency (``pip install "torchao==0.18.0"``) and pulls no
+  other package.
+* **int4** is not available on this stack (:data:`INT4_UNAVAILABLE`).
+* **fp8** (transformers' ``FineGrainedFP8Config``: float8 weights with a float32 scale per block, CUDA compute
+  capability 8.9+) swaps in its own expert and linear modules, and its load ties the encoder's weights to the
+  decoder's but not their scales: the tie map is computed before the swap, so the encoder's ``*_scale_inv`` stay
+  uninitialised memory. :func:`finish_load` ties them again from a map recomputed after the swap. Its block must
+  divide every converted matrix (the release's expert ``down_proj`` reads 704 inputs: a 128 block would leave it
+  unconverted, in a float8 tensor without a scale), so it is the largest of :data:`BLOCK_SIZES` that does. Built and
+  tied on CPU here (the load path only); its forward pass needs CUDA and has not been run.
+
+A checkpoint saved quantized (:func:`save_quantized`) says so in its ``config.json``; that choice is the checkpoint's
+and an explicit conflicting one is refused (:func:`resolve_method`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import re
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import attrs
+
+from engine.errors import ModelLoadError
+from engine.quantize_policy import EXPERT_WEIGHTS, UNQUANTIZED_MODULES, stays_unquantized
+
+QUANTIZATIONS: tuple[str, ...] = ("none", "int8", "int4", "fp8")
+TORCHAO_METHODS: tuple[str, ...] = ("int8", "int4")
+TORCHAO_VERSION = "0.18"
+"""The torchao release this module is written against (its tensor subclasses' operators change between releases)."""
+TORCHAO_INSTALL = 'pip install "torchao==0.18.0"'
+FP8_MIN_CAPABILITY = (8, 9)
+BLOCK_SIZES: tuple[int, ...] = (128, 64, 32)
+"""fp8 scale blocks, largest first: the first that divides both dimensions of every converted matrix is used."""
+EXPERTS_IMPLEMENTATION = {"int8": "eager"}
+"""The experts forward each method needs (``from_pretrained(..., experts_implementation=...)``); others keep the
+default (``grouped_mm``)."""
+SKIPPED_NORMS = r"(?:.*\.)?[^.]*norm[^.]*"
+"""Any module whose name contains ``norm``, as ``stays_unquantized`` reads it."""
+INT4_UNAVAILABLE = (
+    "int4 is not available: torchao 0.18 has no int4 layout that holds and runs the routed experts' fused 3-D "
+    "tensors (88% of the weights). Its packed Int4Tensor needs the CUDA-only mslk kernels (not on PyPI) and, by its "
+    "source, implements neither select, index nor grouped_mm for the experts' forward; its plain_int32 and "
+    "tile_packed_to_4d layouts are XPU/NPU and CUDA only; IntxWeightOnlyConfig refuses 3-D tensors (and stores int4 "
+    "unpacked, a byte each); the CPU int4 layout (Int4OpaqueTensor) takes 2-D nn.Linear weights only. "
+    "Use --quantization int8"
+)
+
+
+def skip_patterns() -> list[str]:
+    """``modules_to_not_convert`` for a transformers quantizer: ``engine.quantize_policy``'s modules and the norms.
+
+    transformers (``quantizers_utils.should_convert_module``) matches a pattern from the start of a full name up to
+    a module boundary, or as a suffix: a bare ``router`` would match neither ``model.decoder.layers.0.router.proj``
+    nor its weight. Each name becomes a regex for one whole dotted component, anywhere.
+    """
+    return [rf"(?:.*\.)?{re.escape(module)}" for module in UNQUANTIZED_MODULES] + [SKIPPED_NORMS]
+
+
+def converted(name: str) -> bool:
+    """True for a tensor name the quantizers convert (the policy's, with a float8 scale counted as its weight's)."""
+    return not stays_unquantized(name.removesuffix("_scale_inv"))
+
+
+# -- which method, and its arguments -----------------------------------------------------------------------------
+
+
+def checkpoint_method(config: dict) -> str | None:
+    """The method a checkpoint was saved with (its ``config.json``'s ``quantization_config``), None for plain weights;
+    ``ModelLoadError`` for a quantization the engine cannot check."""
+    quantization = config.get("quantization_config")
+    if not quantization:
+        return None
+    if not isinstance(quantization, dict):
+        raise ModelLoadError(f"config.json: quantization_config must be an object, got {quantization!r}")
+    method = quantization.get("quant_method")
+    if method == "fp8":
+        return "fp8"
+    if method == "torchao":
+        types = set(_config_types(quantization.get("quant_type")))
+        if types and all(name.startswith("Int8WeightOnly") for name in types):
+            return "int8"
+        if any("Int4" in name for name in types):
+            return "int4"
+        raise ModelLoadError(
+            f"config.json: torchao quantization {', '.join(sorted(types)) or quantization.get('quant_type')!r} is "
+            "not one the engine serves (it serves int8 weight-only)"
+        )
+    raise ModelLoadError(
+        f"config.json: the checkpoint is quantized with {method!r}; the engine serves plain checkpoints and its own "
+        f"{', '.join(QUANTIZATIONS[1:])} quantizations"
+    )
+
+
+def _config_types(value: object) -> Iterator[str]:
+    """The torchao config classes named in a serialized ``quant_type`` (an ``FqnToConfig``'s entries included)."""
+    if isinstance(value, dict):
+        kind = value.get("_type")
+        if isinstance(kind, str) and kind.endswith("Config") and kind not in ("FqnToConfig", "ModuleFqnToConfig"):
+            yield kind
+        for key, item in value.items():
+            if key != "_type":
+                yield from _config_types(item)
+    elif isinstance(value, str) and value.endswith("Config"):  # an older transformers' bare class name
+        yield value
+
+
+def resolve_method(requested: str | None, folder: Path) -> tuple[str, bool]:
+    """(method, pre-quantized) for a load of ``folder``: the checkpoint's own quantization when it has one.
+
+    ``requested`` None means no choice was made: the checkpoint's, else ``none``. A choice that differs from the
+    checkpoint's quantization is refused, ``none`` included (its weights exist only quantized).
+    """
+    if requested is not None and requested not in QUANTIZATIONS:
+        raise ModelLoadError(f"unknown quantization {requested!r}: use one of {', '.join(QUANTIZATIONS)}")
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text()) if path.is_file() else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from None
+    saved = checkpoint_method(config) if isinstance(config, dict) else None
+    if saved is None:
+        return requested or "none", False
+    if requested not in (None, saved):
+        raise ModelLoadError(
+            f"the checkpoint in {folder} is saved quantized ({saved}, its config.json's quantization_config): it "
+            f"cannot be loaded as {requested}; leave --quantization out or pass {saved}"
+        )
+    return saved, True
+
+
+def from_pretrained_kwargs(
+    method: str, device: object, folder: Path | None = None, *, pre_quantized: bool = False
+) -> dict:
+    """The keyword arguments that make ``DiffusionGemmaForBlockDiffusion.from_pretrained`` load with ``method`` on
+    ``device`` (a ``torch.device`` or its name); ``ModelLoadError`` saying why when it is not available there.
+
+    ``pre_quantized``: the checkpoint holds the method's weights already (``resolve_method``); only the experts
+    implementation (and the device map) is passed, the quantization is the checkpoint's. ``folder`` is needed for
+    fp8 on the fly (its block size is chosen from the model's shapes).
+    """
+    import torch
+
+    device = torch.device(device) if not isinstance(device, torch.device) else device
+    if method == "none":
+        return {}
+    if method == "int4":
+        raise ModelLoadError(INT4_UNAVAILABLE)
+    kwargs: dict = {}
+    if device.type == "cuda":
+        kwargs["device_map"] = {"": device}  # quantize on the GPU, as each tensor arrives
+    if method == "int8":
+        _require_torchao()
+        if device.type not in ("cpu", "cuda"):
+            raise ModelLoadError(f"int8 runs on CPU (and CUDA), not on {device.type}")
+        kwargs["experts_implementation"] = EXPERTS_IMPLEMENTATION["int8"]
+        if not pre_quantized:
+            kwargs["quantization_config"] = int8_config()
+        return kwargs
+    if method == "fp8":
+        _require_fp8_device(device)
+        if not pre_quantized:
+            if folder is None:
+                raise ModelLoadError("fp8 quantization on the fly needs the checkpoint folder (for its block size)")
+            kwargs["quantization_config"] = fp8_config(folder)
+        return kwargs
+    raise ModelLoadError(f"unknown quantization {method!r}: use one of {', '.join(QUANTIZATIONS)}")
+
+
+@attrs.frozen(kw_only=True)
+class LoadSettings:
+    """How to load one checkpoint: the method, whether its weights are saved quantized, and the keyword arguments."""
+
+    method: str
+    pre_quantized: bool
+    kwargs: dict
+
+
+def load_settings(requested: str | None, device: object, folder: Path) -> LoadSettings:
+    """:func:`resolve_method` then :func:`from_pretrained_kwargs`: one call before ``from_pretrained``."""
+    method, pre_quantized = resolve_method(requested, folder)
+    kwargs = from_pretrained_kwargs(method, device, folder, pre_quantized=pre_quantized)
+    return LoadSettings(method=method, pre_quantized=pre_quantized, kwargs=kwargs)
+
+
+def _require_torchao() -> None:
+    if importlib.util.find_spec("torchao") is None:
+        raise ModelLoadError(f"int8 quantization needs torchao, which is not installed: {TORCHAO_INSTALL}")
+    version = importlib.metadata.version("torchao")
+    if not (version == TORCHAO_VERSION or version.startswith(TORCHAO_VERSION + ".")):
+        raise ModelLoadError(
+            f"torchao {version} is installed; the engine's int8 loading is written against {TORCHAO_VERSION} "
+            f"(its tensor types' operators change between releases): {TORCHAO_INSTALL}"
+        )
+    quiet = logging.getLogger("torchao")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # its CUDA-only C++ extensions fail to load with a CPU torch: expected, not news
+    try:
+        import torchao  # noqa: F401
+    finally:
+        quiet.setLevel(level)
+
+
+def _require_fp8_device(device: object) -> None:
+    import torch
+
+    if getattr(device, "type", None) != "cuda" or not torch.cuda.is_available():
+        raise ModelLoadError(
+            f"fp8 needs a CUDA GPU of compute capability {'.'.join(map(str, FP8_MIN_CAPABILITY))} or later "
+            f"(Ada, Hopper), not {device}; on CPU use --quantization int8"
+        )
+    capability = torch.cuda.get_device_capability(device)
+    if tuple(capability) < FP8_MIN_CAPABILITY:
+        raise ModelLoadError(
+            f"fp8 needs CUDA compute capability {'.'.join(map(str, FP8_MIN_CAPABILITY))} or later; {device} has "
+            f"{'.'.join(map(str, capability))} (transformers would quietly load bfloat16 instead): use int8"
+        )
+
+
+def int8_config() -> object:
+    """transformers' ``TorchAoConfig``: int8 weight-only, per output row, for the experts' fused tensors and every
+    text ``nn.Linear`` weight outside :func:`skip_patterns`."""
+    _require_torchao()
+    from torchao.quantization import FqnToConfig, Int8WeightOnlyConfig
+    from torchao.quantization.granularity import PerRow
+    from transformers import TorchAoConfig
+
+    per_row = Int8WeightOnlyConfig(granularity=PerRow())
+    experts = rf"re:.*\.experts\.(?:{'|'.join(EXPERT_WEIGHTS)})"
+    # "re:" entries match a parameter's full name first: the experts' own tensors, then every other ".weight" the
+    # skip list lets through (transformers' quantizer only offers nn.Linear weights and named parameters).
+    return TorchAoConfig(
+        FqnToConfig({experts: per_row, r"re:.*\.weight": per_row}),
+        modules_to_not_convert=skip_patterns(),
+    )
+
+
+def fp8_config(folder: Path) -> object:
+    """transformers' ``FineGrainedFP8Config`` with the skip list and the largest block that divides every converted
+    matrix of the checkpoint in ``folder``."""
+    from transformers import FineGrainedFP8Config
+
+    from engine.plan import read_spec
+
+    shapes = [weight.shape for weight in read_spec(folder).weights if weight.quantized]
+    for block in BLOCK_SIZES:
+        if all(shape[-1] % block == 0 and shape[-2] % block == 0 for shape in shapes):
+            return FineGrainedFP8Config(modules_to_not_convert=skip_patterns(), weight_block_size=(block, block))
+    raise ModelLoadError(
+        f"fp8: no block of {', '.join(map(str, BLOCK_SIZES))} divides every converted matrix of {folder}"
+    )
+
+
+# -- after the load ------------------------------------------------------------------------------------------------
+
+
+def is_quantized_tensor(tensor: object) -> bool:
+    """A torchao tensor subclass, or float8 data."""
+    import torch
+
+    if type(tensor).__module__.startswith("torchao"):
+        return True
+    return isinstance(tensor, torch.Tensor) and tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def grad_mode_for(model: object) -> Callable:
+    """The autograd mode the engine may run ``model`` under: ``torch.inference_mode``, or ``torch.no_grad`` for a
+    model with torchao tensors (whose eager experts fail under inference mode). Use as ``with grad_mode_for(m)():``
+    or as a decorator factory."""
+    import torch
+
+    if any(type(tensor).__module__.startswith("torchao") for tensor in _tensors(model)):
+        return torch.no_grad
+    return torch.inference_mode
+
+
+_GRAD_MODES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def grad_mode(model: object) -> Callable:
+    """:func:`grad_mode_for`, worked out once per model (it walks every tensor)."""
+    mode = _GRAD_MODES.get(model)
+    if mode is None:
+        mode = _GRAD_MODES[model] = grad_mode_for(model)
+    return mode
+
+
+def under_grad_mode(function: Callable) -> Callable:
+    """Run ``function(model, ...)`` under its model's :func:`grad_mode`."""
+
+    @functools.wraps(function)
+    def run(model: object, *args: object, **kwargs: object) -> object:
+        with grad_mode(model)():
+            return function(model, *args, **kwargs)
+
+    return run
+
+
+def finish_load(model: object, method: str, *, pre_quantized: bool = False) -> None:
+    """What a quantized load needs after ``from_pretrained``, before :func:`verify_quantized`.
+
+    fp8: tie the encoder's float8 scales to the decoder's (the load tied only what existed before the swap).
+    torchao, quantized on the fly on CPU: copy the tensors left plain out of the checkpoint's memory map. In bfloat16
+    they are views of the mapped files, and a few of them (``layer_scalar`` and the vision tower's buffers are views
+    of views) keep every file mapped, with the pages of the weights read for quantizing: on a 416 MiB checkpoint,
+    412 MiB stayed resident beside the 212 MiB of int8 weights. A checkpoint saved quantized is read in place, as a
+    bfloat16 one is: its mapped pages are the weights themselves.
+    """
+    import torch
+
+    if method == "fp8":
+        model.all_tied_weights_keys = model.get_expanded_tied_weights_keys(all_submodels=True)
+        model.tie_weights(recompute_mapping=False)
+    if method in TORCHAO_METHODS and not pre_quantized:
+        copies: dict[int, torch.Tensor] = {}
+        with torch.no_grad():
+            for module in model.modules():
+                for parameter in module._parameters.values():
+                    if parameter is None or is_quantized_tensor(parameter) or parameter.device.type != "cpu":
+                        continue
+                    if id(parameter) not in copies:  # tied: one Parameter object, copied once, still shared
+                        parameter.data = parameter.data.clone()
+                        copies[id(parameter)] = parameter
+                for name, buffer in list(module._buffers.items()):
+                    if buffer is None or buffer.device.type != "cpu":
+                        continue
+                    if id(buffer) not in copies:
+                        copies[id(buffer)] = buffer.detach().clone()  # a new tensor: no view of the map left
+                    module._buffers[name] = copies[id(buffer)]
+        release_freed_memory()
+
+
+def release_freed_memory() -> None:
+    """Hand freed heap pages back to the system (glibc ``malloc_trim``); a no-op elsewhere. Quantizing frees a
+    bfloat16 copy of each weight in small pieces, which the allocator otherwise keeps (64 MiB on a 416 MiB
+    checkpoint)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def save_quantized(model: object, folder: Path, **kwargs: object) -> None:
+    """``save_pretrained`` of a torchao-quantized model, the encoder's tied tensors left out as for plain weights.
+
+    transformers finds tied tensors by their names; torchao's safetensors flattening renames a quantized tensor into
+    its parts (``….experts._gate_up_proj_qdata``), so every encoder copy would be written a second time (the file
+    larger than the bfloat16 one) and the reload would fail comparing the two (``aten.equal`` is not implemented for
+    ``Int8Tensor``). The tied names are dropped before flattening; the reload ties them again.
+    """
+    from torchao.prototype.safetensors.safetensors_support import flatten_tensor_state_dict
+
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:
+        raise ModelLoadError("save_quantized needs a model loaded with a quantization_config")
+    tied = set(model.all_tied_weights_keys)
+
+    def state_dict_and_metadata(target: object) -> tuple[dict, dict]:
+        return flatten_tensor_state_dict({k: v for k, v in target.state_dict().items() if k not in tied})
+
+    quantizer.get_state_dict_and_metadata = state_dict_and_metadata
+    try:
+        model.save_pretrained(folder, **kwargs)
+    finally:
+        del quantizer.get_state_dict_and_metadata
+
+
+# -- the check ---------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class QuantizedReport:
+    """What a load holds, per kind of weight (``engine.plan.KINDS``): bytes now, and what bfloat16 would hold.
+
+    Bytes are storage bytes, a tied tensor counted once and a tensor subclass by its inner tensors (data, scales,
+    zero points).
+    """
+
+    method: str
+    bytes_by_kind: dict[str, int]
+    bf16_bytes_by_kind: dict[str, int]
+    converted_bytes: int
+    """The tensors the policy converts (and their scales), as held."""
+    converted_bf16_bytes: int
+    converted_tensors: int
+    """Tensors the policy converts, each tied tensor once."""
+    experts_implementation: str | None
+    grad_mode: str
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.bytes_by_kind.values())
+
+    @property
+    def bf16_bytes(self) -> int:
+        return sum(self.bf16_bytes_by_kind.values())
+
+    @property
+    def converted_saving(self) -> float:
+        """The fraction of the converted tensors' bfloat16 bytes saved."""
+        return 1.0 - self.converted_bytes / self.converted_bf16_bytes if self.converted_bf16_bytes else 0.0
+
+    def summary(self) -> str:
+        """One line for the engine's log."""
+        kinds = ", ".join(
+            f"{kind} {_mib(self.bf16_bytes_by_kind.get(kind, 0))} -> {_mib(size)}"
+            for kind, size in self.bytes_by_kind.items()
+        )
+        saving = f"converted tensors {self.converted_saving:.0%} smaller; " if self.method != "none" else ""
+        return (
+            f"{self.method}: weights {_mib(self.bf16_bytes)} in bfloat16 -> {_mib(self.bytes)} ({kinds}); "
+            f"{saving}experts {self.experts_implementation}, {self.grad_mode}"
+        )
+
+    def to_json(self) -> dict:
+        """For ``doctor`` and ``state``."""
+        return {
+            "method": self.method,
+            "bytes": self.bytes,
+            "bf16_bytes": self.bf16_bytes,
+            "bytes_by_kind": dict(self.bytes_by_kind),
+            "bf16_bytes_by_kind": dict(self.bf16_bytes_by_kind),
+            "converted_bytes": self.converted_bytes,
+            "converted_bf16_bytes": self.converted_bf16_bytes,
+            "converted_saving": round(self.converted_saving, 4),
+            "converted_tensors": self.converted_tensors,
+            "experts_implementation": self.experts_implementation,
+            "grad_mode": self.grad_mode,
+        }
+
+
+def _mib(count: int) -> str:
+    return f"{count / (1 << 20):.1f} MiB"
+
+
+def _tensors(model: object) -> Iterator[object]:
+    for module in model.modules():
+        yield from (tensor for tensor in module._parameters.values() if tensor is not None)
+        yield from (tensor for tensor in module._buffers.values() if tensor is not None)
+
+
+def _leaves(tensor: object) -> Iterator[object]:
+    """The plain tensors that hold ``tensor``'s data (itself, or a subclass's inner tensors)."""
+    import torch
+
+    if type(tensor) not in (torch.Tensor, torch.nn.Parameter) and hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        for name in names:
+            yield from _leaves(getattr(tensor, name))
+    else:
+        yield tensor
+
+
+def _storage_key(leaf: object) -> tuple[int, int]:
+    storage = leaf.untyped_storage()
+    return storage.data_ptr(), storage.nbytes()
+
+
+def verify_quantized(model: object, method: str) -> QuantizedReport:
+    """Check a model right after its load (and :func:`finish_load`) against ``method``; ``ModelLoadError`` when
+
+    * a tensor the policy converts is left plain, the routed experts first (the load would save next to nothing),
+      or a tensor the policy keeps was converted;
+    * encoder and decoder no longer share one copy of a tensor (the quantized model would hold two);
+    * the converted tensors are not smaller than bfloat16 would be (the load would save nothing);
+    * the experts run an implementation the method's tensors do not support.
+
+    ``none`` checks only that nothing is quantized and the ties hold.
+    """
+    import torch
+
+    from engine.plan import kind_of
+
+    if method not in QUANTIZATIONS:
+        raise ModelLoadError(f"unknown quantization {method!r}: use one of {', '.join(QUANTIZATIONS)}")
+    modules = dict(model.named_modules())
+    seen_tensors: set[int] = set()
+    seen_storage: set[tuple[int, int]] = set()
+    held: dict[str, int] = {}
+    bf16: dict[str, int] = {}
+    converted_bytes = converted_bf16 = converted_count = 0
+    left_plain: list[str] = []
+    wrongly_converted: list[str] = []
+    for name, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        if id(tensor) in seen_tensors:
+            continue
+        seen_tensors.add(id(tensor))
+        owner = modules.get(name.rpartition(".")[0])
+        kind = kind_of(
+            name.removesuffix("_scale_inv"),
+            linear=isinstance(owner, torch.nn.Linear),
+            embedding=isinstance(owner, torch.nn.Embedding),
+        )
+        size = 0
+        for leaf in _leaves(tensor):
+            key = _storage_key(leaf)
+            if key not in seen_storage:
+                seen_storage.add(key)
+                size += key[1]
+        scale = name.endswith("_scale_inv")  # fp8's scales: no bfloat16 counterpart
+        plain_size = 0 if scale else 2 * tensor.numel()
+        held[kind] = held.get(kind, 0) + size
+        bf16[kind] = bf16.get(kind, 0) + plain_size
+        is_buffer = not isinstance(tensor, torch.nn.Parameter)
+        should = not is_buffer and tensor.dim() >= 2 and converted(name)
+        if should or (scale and converted(name)):
+            converted_bytes += size
+            converted_bf16 += plain_size
+        if scale:
+            continue
+        if should:
+            converted_count += 1
+        quantized = is_quantized_tensor(tensor)
+        if method != "none" and should and not quantized:
+            left_plain.append(name)
+        elif quantized and (method == "none" or not should):
+            wrongly_converted.append(name)
+    _check_ties(model)
+    if left_plain:
+        experts = [name for name in left_plain if name.rpartition(".")[2] in EXPERT_WEIGHTS]
+        what = "the routed experts are" if experts else "some text weights are"
+        raise ModelLoadError(
+            f"{method}: {what} not quantized ({len(left_plain)} of {converted_count} tensors left plain, e.g. "
+            f"{', '.join((experts or left_plain)[:3])}): the load would save next to nothing. A quantizer's default "
+            "skip list (every tied key) or one that misses the fused expert tensors does this"
+        )
+    if wrongly_converted:
+        raise ModelLoadError(
+            f"{method}: {len(wrongly_converted)} tensors that stay bfloat16 by engine.quantize_policy were converted "
+            f"(e.g. {', '.join(wrongly_converted[:3])})"
+        )
+    if method != "none" and converted_bytes >= converted_bf16:
+        raise ModelLoadError(
+            f"{method}: the converted tensors hold {converted_bytes} bytes, bfloat16 would hold {converted_bf16}: "
+            "the load would save nothing"
+        )
+    implementation = getattr(model.config, "_experts_implementation", None)
+    needed = EXPERTS_IMPLEMENTATION.get(method)
+    if needed is not None and implementation != needed:
+        raise ModelLoadError(
+            f"{method}: the experts run {implementation!r}, which its tensors do not support; load with "
+            f"experts_implementation={needed!r}"
+        )
+    grad_mode = grad_mode_for(model)
+    return QuantizedReport(
+        method=method,
+        bytes_by_kind=held,
+        bf16_bytes_by_kind=bf16,
+        converted_bytes=converted_bytes,
+        converted_bf16_bytes=converted_bf16,
+        converted_tensors=converted_count,
+        experts_implementation=implementation,
+        grad_mode=grad_mode.__name__,
+    )
+
+
+def _check_ties(model: object) -> None:
+    """Every tensor the config ties (the encoder's text stack to the decoder) is one object with its source, or at
+    least one storage. The map is recomputed from the model as it is now: a swapped module's new tensors count."""
+    tensors = dict(model.named_parameters(remove_duplicate=False))
+    tensors.update(model.named_buffers(remove_duplicate=False))
+    pairs = [
+        (target, source)
+        for target, source in model.get_expanded_tied_weights_keys(all_submodels=True).items()
+        if target in tensors and source in tensors
+    ]
+    untied = []
+    for target, source in pairs:
+        a, b = tensors[target], tensors[source]
+        if a is not b and [_storage_key(x) for x in _leaves(a)] != [_storage_key(x) for x in _leaves(b)]:
+            untied.append(target)
+    if untied:
+        raise ModelLoadError(
+            f"encoder and decoder no longer share one copy of {len(untied)} of {len(pairs)} tied tensors (e.g. "
+            f"{', '.join(untied[:3])}): the model would hold the text stack twice. Quantizing after the load, or a "
+            "tie map computed before a module swap, does this"
+        )
