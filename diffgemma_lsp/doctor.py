@@ -165,13 +165,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--engine-socket", type=Path, default=None, help="the engine to check")
     parser.add_argument("--model", default=None, help="check the engine that serves this model (the model setting)")
     parser.add_argument("--device", default="auto", help="... on this device (the device setting)")
+    parser.add_argument("--quantization", default="", help="... with this quantization (the quantization setting)")
     parser.add_argument("--probe", action="store_true", help="also time one test completion")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--plan", action="store_true", help="also show the model's memory plan (always shown when its load failed)"
     )
     args = parser.parse_args(argv)
-    socket_path = args.engine_socket or protocol.socket_path_for(args.model, args.device)
+    socket_path = args.engine_socket or protocol.socket_path_for(args.model, args.device, args.quantization)
     report, status = asyncio.run(gather(socket_path.expanduser(), args.probe))
     served = report.get("model_id")
     model = args.model or (served if isinstance(served, str) and served not in ("", "default") else None)

@@ -23,7 +23,9 @@ def engine_log_path() -> Path:
     return base / "diffgemma" / "engine.log"
 
 
-def engine_command(socket_path: Path, model: str | None, device: str, log_path: Path | None = None) -> list[str]:
+def engine_command(
+    socket_path: Path, model: str | None, device: str, log_path: Path | None = None, quantization: str = ""
+) -> list[str]:
     """The command line of an engine for ``socket_path``."""
     command = [
         sys.executable,
@@ -42,6 +44,8 @@ def engine_command(socket_path: Path, model: str | None, device: str, log_path: 
     ]
     if model:
         command += ["--model", str(Path(model).expanduser())]
+    if quantization:
+        command += ["--quantization", quantization]
     return command
 
 
@@ -88,11 +92,11 @@ class StartedEngine:
         return f"the engine exited with status {status} (no output; see {self.folder})"
 
 
-def spawn_engine(socket_path: Path, model: str | None, device: str) -> StartedEngine:
+def spawn_engine(socket_path: Path, model: str | None, device: str, quantization: str = "") -> StartedEngine:
     """Start an engine in its own session; its stdout never reaches the LSP's stdout, and its error output goes
     to ``engine.stderr`` beside its log (read by ``StartedEngine.exit_reason`` if it exits before serving)."""
     folder = _log_folder()
-    command = engine_command(socket_path, model, device, folder / "engine.log")
+    command = engine_command(socket_path, model, device, folder / "engine.log", quantization)
     logger.info("starting engine: %s", " ".join(command))
     stderr = os.open(folder / STDERR_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

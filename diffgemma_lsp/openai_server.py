@@ -228,10 +228,10 @@ def make_app(
 async def serve(args: argparse.Namespace) -> None:
     """Run until cancelled."""
     api_key, key_source = load_api_key()
-    socket_path = args.engine_socket or protocol.socket_path_for(args.model, args.device)
+    socket_path = args.engine_socket or protocol.socket_path_for(args.model, args.device, args.quantization)
 
     async def start_engine() -> ExitCheck:
-        return spawn_engine(socket_path, args.model, args.device).exit_reason
+        return spawn_engine(socket_path, args.model, args.device, args.quantization).exit_reason
 
     engine = EngineClient(
         socket_path,
@@ -278,6 +278,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--engine-socket", type=Path, default=None, help="default: the engine for --model/--device")
     parser.add_argument("--model", default=None, help="checkpoint folder for an engine this command starts")
     parser.add_argument("--device", default="auto", help="device for an engine this command starts")
+    parser.add_argument(
+        "--quantization", default="", choices=("", "none", "int8", "fp8"), help="for an engine this command starts"
+    )
     parser.add_argument("--deadline-ms", type=int, default=2000, help="denoising time limit per request (0: none)")
     parser.add_argument("--steps", type=int, default=0, help="most denoising steps per request (0: the model's)")
     defaults = HttpLimits()

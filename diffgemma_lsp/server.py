@@ -150,10 +150,12 @@ class DiffgemmaServer(LanguageServer):
             self.engine.start()
             return
 
-        socket_path = self.engine_socket or protocol.socket_path_for(settings.model, settings.device)
+        socket_path = self.engine_socket or protocol.socket_path_for(
+            settings.model, settings.device, settings.quantization
+        )
 
         async def start_engine() -> ExitCheck:
-            return spawn_engine(socket_path, settings.model, settings.device).exit_reason
+            return spawn_engine(socket_path, settings.model, settings.device, settings.quantization).exit_reason
 
         self.engine = EngineClient(socket_path, start_engine, self.on_engine_state)
         self.engine.start()

@@ -40,6 +40,8 @@ def _at_most(limit: int):  # noqa: ANN202 - an attrs validator
     return check
 
 
+QUANTIZATIONS = ("", "none", "int8", "fp8")
+"""The engine's --quantization choices ("": not given, the checkpoint's own)."""
 MAX_CONTEXT_TOKENS = 262_144
 """The released model's context; at four characters a token, 1 MiB of text, well within one 8 MiB frame."""
 
@@ -53,7 +55,10 @@ class Settings:
     model: str | None = None
     """Checkpoint folder for an engine this server starts (default: the shipped model)."""
     device: str = "auto"
-    """Device for an engine this server starts: auto, cpu, cuda, cuda:N."""
+    """Device for an engine this server starts: auto, cpu, mps, cuda, cuda:N, cuda:0,1 (cpu or disk after the
+    GPUs offload the rest)."""
+    quantization: str = attrs.field(default="", validator=attrs.validators.in_(QUANTIZATIONS))
+    """Weights of an engine this server starts: "" (the checkpoint's own), none, int8 (torchao) or fp8 (CUDA 8.9+)."""
     canvas_length: int = attrs.field(default=0, validator=_at_most(protocol.MAX_CANVAS_LENGTH))
     """Tokens in the canvas (the longest completion); 0: the model's own."""
     steps: int = attrs.field(default=0, validator=_at_most(protocol.MAX_STEPS))
@@ -88,7 +93,7 @@ class Settings:
         """What identifies the backend: when it changes, the server connects anew (to another engine, when the
         model or device changed: each (model, device) has its own engine)."""
         if self.backend == "engine":
-            return (self.backend, self.model or "", self.device)
+            return (self.backend, self.model or "", self.device, self.quantization)
         return (self.backend, self.openai_url, self.openai_model, self.openai_api_key_env, self.openai_prompt_format)
 
 

@@ -453,11 +453,13 @@ def default_socket_path() -> Path:
     return runtime_dir() / "engine.sock"
 
 
-def socket_path_for(model: str | None, device: str = "auto") -> Path:
-    """The socket of the engine that serves ``model`` on ``device``: the per-user default for the shipped model
-    on ``auto``, else one per (model, device), so that a changed model setting reaches an engine that serves it."""
-    if not model and device == "auto":
+def socket_path_for(model: str | None, device: str = "auto", quantization: str = "") -> Path:
+    """The socket of the engine that serves ``model`` on ``device`` (``quantization``: as the engine's option, ""
+    for the checkpoint's own): the per-user default for the shipped model on ``auto``, else one per (model, device,
+    quantization), so that a changed setting reaches an engine that serves it."""
+    if not model and device == "auto" and not quantization:
         return default_socket_path()
     folder = str(Path(model).expanduser().resolve()) if model else ""
-    key = hashlib.sha1(f"{folder}\0{device}".encode()).hexdigest()[:12]
+    identity = f"{folder}\0{device}" + (f"\0{quantization}" if quantization else "")
+    key = hashlib.sha1(identity.encode()).hexdigest()[:12]
     return runtime_dir() / f"engine-{key}.sock"

@@ -51,8 +51,11 @@ def test_each_model_and_device_has_its_own_engine(tmp_path: Path, monkeypatch: p
     one, two = socket_path_for(str(tmp_path / "a")), socket_path_for(str(tmp_path / "b"))
     assert len({default_socket_path(), one, two, socket_path_for(str(tmp_path / "a"), "cpu")}) == 4
     assert socket_path_for(str(tmp_path / "x" / ".." / "a")) == one  # the same folder, however it is spelled
+    assert socket_path_for(str(tmp_path / "a"), "auto", "int8") not in (one, two)  # quantized: another engine
+    assert socket_path_for(None, "auto", "int8") != default_socket_path()
     base = Settings()
     assert base.backend_key() != attrs.evolve(base, model="/m").backend_key()
+    assert base.backend_key() != attrs.evolve(base, quantization="int8").backend_key()
     assert base.backend_key() == attrs.evolve(base, debounce_ms=5).backend_key()
 
 
@@ -87,3 +90,13 @@ def test_limits_the_engine_would_refuse_are_reported_here() -> None:
     assert settings.debounce_ms == 5
     assert len(problems) == 3 and all("at most" in problem for problem in problems), problems
     assert parse_settings({"canvasLength": MAX_CANVAS_LENGTH, "steps": MAX_STEPS})[1] == []
+
+
+def test_the_quantization_setting_reaches_the_engines_command_line(tmp_path: Path) -> None:
+    from diffgemma_lsp.launcher import engine_command
+
+    command = engine_command(tmp_path / "e.sock", None, "cuda:0", quantization="int8")
+    assert command[command.index("--quantization") + 1] == "int8"
+    assert "--quantization" not in engine_command(tmp_path / "e.sock", None, "auto")
+    settings, problems = parse_settings({"quantization": "int4"})
+    assert settings.quantization == "" and problems and "quantization" in problems[0]
