@@ -47,11 +47,13 @@ KINDS: tuple[str, ...] = ("routed_experts", "linear", "embedding", "vision", "ot
 """Disjoint kinds of parameters: the fused expert tensors; the text stack's ``nn.Linear`` layers (attention, dense
 MLP, router, self-conditioning); the token embedding, tied to the LM head; the vision tower and its embedder; the
 rest (norms, scales)."""
-STEP_VOCAB_TENSORS = 5.0
-"""Vocabulary-sized (rows x canvas x vocab) float32 tensors alive at the peak of one eager denoising step
-(``engine.step.score_logits``'s ``log_softmax``): the previous step's scaled logits and probabilities, which
-``denoise_canvas`` still holds, and this step's scaled logits, probabilities and log-probabilities. Measured with a
-dispatch-mode tracker on the small checkpoints (``tests/engine/test_plan.py``); ``exact`` sampling holds more."""
+STEP_VOCAB_TENSORS = 3.0
+"""Vocabulary-sized (rows x canvas x vocab) float32 tensors alive at the peak of one eager denoising step: this
+step's scaled logits (kept: the next step's self-conditioning), its probabilities, and the accepted rows' copy
+that ``engine.denoise.draw_tokens`` turns into their cumulative distribution in place. The entropy is taken
+without log-probabilities and the previous step's tensors are let go before sampling (it was 5 before).
+Measured with a dispatch-mode tracker on the small checkpoints (``tests/engine/test_plan.py``); ``exact``
+sampling holds more."""
 SELF_CONDITIONING_COPY = 0.5
 """A bfloat16 model keeps the previous logits once more, cast for self-conditioning: half a float32 tensor."""
 DEFAULT_PROMPT_TOKENS = 2048

@@ -169,18 +169,32 @@ async def test_huge_document_and_unknown_uri(lsp: tuple[LanguageClient, Path]) -
 
 
 async def test_stale_result_is_dropped(lsp: tuple[LanguageClient, Path]) -> None:
-    """An edit that lands while the model works makes the result stale: nothing is shown."""
-    client, _ = lsp
+    """An edit that lands while the model works makes the result stale: nothing is shown. The engine is held
+    (SIGSTOP) while the request waits on it, so that the edit surely lands first (the tiny model answers in
+    milliseconds: without the hold, which came first was a race)."""
+    client, socket_path = lsp
     open_document(client, URI, SOURCE)
     await complete_when_ready(client, URI, *CURSOR)
-    pending = asyncio.ensure_future(complete(client, URI, *CURSOR))
-    await asyncio.sleep(0)
-    client.text_document_did_change(
+    client.text_document_did_change(  # not what was shown: the next request goes to the engine
         types.DidChangeTextDocumentParams(
             text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=2),
-            content_changes=[types.TextDocumentContentChangeWholeDocument(text="# changed\n" + SOURCE)],
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text="# one\n" + SOURCE)],
         )
     )
+    pid = _kill_engine(socket_path, signal.SIGSTOP)
+    assert pid is not None
+    try:
+        pending = asyncio.ensure_future(complete(client, URI, CURSOR[0] + 1, CURSOR[1]))
+        await asyncio.sleep(0.5)  # the server has built the context (version 2) and waits on the engine
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=3),
+                content_changes=[types.TextDocumentContentChangeWholeDocument(text="# two\n# one\n" + SOURCE)],
+            )
+        )
+        await asyncio.sleep(0.2)
+    finally:
+        os.kill(pid, signal.SIGCONT)
     assert len((await pending).items) == 0
 
 

@@ -135,7 +135,7 @@ def test_the_release_request_memory(release: ModelSpec) -> None:
     # 2048 tokens: the sliding layers hold 1023, the full ones all 2048
     assert request.kv_prompt_bytes == 25 * 1023 * 2 * 2 * 8 * 256 + 5 * 2048 * 2 * 2 * 2 * 512
     assert request.step_tensor_bytes == 256 * MIB  # 256 x 262,144 x 4 bytes
-    assert request.step_tensors == 5.5
+    assert request.step_tensors == 3.5  # scaled logits, probabilities, the sampled rows' cdf; bf16 self-conditioning
     assert make_plan(release, []).requests["float32"].kv_bytes_per_token == 2 * per_token
 
 
@@ -396,9 +396,9 @@ def test_request_memory_caps_only_the_sliding_layers() -> None:
     long = request_memory(layers, canvas_length=4, vocab_size=10, prompt_tokens=20, rows=2)
     assert long.kv_prompt_bytes == 7 * 2 * 2 * 64 + 20 * 2 * 2 * 128
     assert long.kv_engine_document_bytes == 20 * long.kv_bytes_per_token + 7 * 2 * 2 * 64
-    assert long.step_tensor_bytes == 4 * 10 * 4 and long.step_bytes == round(5.5 * 160)
+    assert long.step_tensor_bytes == 4 * 10 * 4 and long.step_bytes == round(3.5 * 160)
     assert long.reserve_bytes == 2 * (long.kv_engine_document_bytes + long.step_bytes)
-    assert request_memory(layers, canvas_length=4, vocab_size=10, prompt_tokens=5, dtype="float32").step_tensors == 5
+    assert request_memory(layers, canvas_length=4, vocab_size=10, prompt_tokens=5, dtype="float32").step_tensors == 3
 
 
 def _devices(**sizes: int) -> list[Device]:
