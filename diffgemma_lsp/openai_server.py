@@ -171,6 +171,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
     except EngineUnavailable as exc:
         raise ApiError(503, f"the engine is unavailable: {exc}; retry shortly", kind="server_error") from None
     except EngineRequestError as exc:
+        if exc.error.code is protocol.ErrorCode.TOO_LARGE:
+            raise ApiError(
+                413,
+                f"the prompt and suffix are too large for one request ({exc.error.message}): send less context",
+            ) from None
         status = 429 if exc.error.code is protocol.ErrorCode.BUSY else 400
         raise ApiError(status, f"the engine refused the request: {exc.error.message}") from None
     choices: list[tuple[str, str]] = []

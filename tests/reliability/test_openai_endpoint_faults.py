@@ -136,10 +136,10 @@ def test_it_listens_on_loopback_only(endpoint: Endpoint) -> None:
     assert ours and all(fields[1].startswith("0100007F:") for fields in ours), ours  # 127.0.0.1
 
 
-def test_a_body_just_under_the_size_cap_is_a_clear_400(endpoint: Endpoint) -> None:
+def test_a_body_just_under_the_size_cap_is_a_clear_413(endpoint: Endpoint) -> None:
     body = {"prompt": "x" * (8 * 1024 * 1024 - 100), "suffix": ""}  # fits the body cap, not the engine's frame
     status, _, answer = post(endpoint.url, body)
-    assert status == 400 and "exceeds" in answer["error"]["message"], (status, answer)
+    assert status == 413 and "too large for one request" in answer["error"]["message"], (status, answer)
 
 
 def test_deeply_nested_json_is_a_clear_400(endpoint: Endpoint) -> None:
