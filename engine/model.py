@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
@@ -14,6 +13,14 @@ import attrs
 import torch
 
 from engine import placement, plan, protocol, quantize
+from engine.checkpoint_files import (
+    DEFAULT_MODEL_DIR,
+    HINTS_FILE,
+    SETTINGS_FILES,
+    check_size,
+    read_json_object,
+    stored_dtype,
+)
 from engine.denoise import SamplerSettings
 from engine.errors import ModelLoadError
 from engine.prefix_cache import DEFAULT_SLOTS, PrefixCache
@@ -22,14 +29,7 @@ from engine.step import DecoderStep
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 DEFAULT_MAX_PROMPT_TOKENS = 1024
-MAX_SETTINGS_FILE_BYTES = 1 << 20
-"""config.json, generation_config.json and diffgemma.json larger than this are refused before they are read."""
-HINTS_FILE = "diffgemma.json"
-"""Optional serving hints in a checkpoint folder: ``max_prompt_tokens`` (e.g. 384 for a model trained on short
-prompts), ``line_canvas_length`` (the canvas for requests whose scope is the rest of a line) and, for a chat
-checkpoint, ``chat_order`` (``suffix_first`` or ``in_place``: see ``engine.prompt``)."""
 
 
 class StepClock:
@@ -121,12 +121,7 @@ def read_hints(folder: Path) -> dict:
     path = folder / HINTS_FILE
     if not path.is_file():
         return {}
-    try:
-        hints = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(hints, dict):
-        raise ModelLoadError(f"{path} must hold a JSON object")
+    hints = read_json_object(path)
     for key, (low, high) in HINT_RANGES.items():
         value = hints.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
@@ -154,16 +149,6 @@ def _placed(where: dict[str, str]) -> str:
     return ", ".join(f"{device}: {count} blocks" for device, count in counts.items())
 
 
-def stored_dtype(folder: Path) -> str | None:
-    """The dtype ``config.json`` says the weights are stored in (``dtype``, formerly ``torch_dtype``)."""
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    value = (config.get("dtype") or config.get("torch_dtype")) if isinstance(config, dict) else None
-    return value if isinstance(value, str) else None
-
-
 def load_model(
     model_dir: Path | None,
     device: str | None = None,
@@ -186,13 +171,8 @@ def load_model(
     folder = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
     if not (folder / "config.json").is_file():
         raise ModelLoadError(f"no DiffusionGemma checkpoint in {folder}: config.json is missing")
-    for name in ("config.json", "generation_config.json", HINTS_FILE):
-        path = folder / name
-        if path.is_file() and (size := path.stat().st_size) > MAX_SETTINGS_FILE_BYTES:
-            raise ModelLoadError(
-                f"{path} is {size} bytes: a checkpoint's settings file holds at most "
-                f"{MAX_SETTINGS_FILE_BYTES} (the release's config.json is 3 KB)"
-            )
+    for name in SETTINGS_FILES:
+        check_size(folder / name)
     hints = read_hints(folder)  # before the weights: a bad hint fails in milliseconds
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise ModelLoadError(
@@ -201,7 +181,7 @@ def load_model(
         )
     start = time.perf_counter()
     devices = placement.pick_devices(device)
-    torch_dtype = placement.pick_dtype(dtype, stored_dtype(folder), devices.first)
+    torch_dtype = placement.pick_dtype(dtype, stored_dtype(read_json_object(folder / "config.json")), devices.first)
     settings = quantize.load_settings(quantization, torch.device(devices.first), folder)
     precision = settings.method if settings.method != "none" else placement.precision_of(torch_dtype)
     if devices.single and devices.first != "cpu":  # an accelerator: refused at once rather than out of memory later
@@ -228,7 +208,7 @@ def load_model(
         quantize.finish_load(model, settings.method, pre_quantized=settings.pre_quantized)
         quantized = quantize.verify_quantized(model, settings.method)
         logger.info("%s", quantized.summary())
-    torch_device = torch.device(devices.first)
+    torch_device = placement.execution_device(model)  # the map's first accelerator: where inputs and caches go
     generation = model.generation_config
     eos = generation.eos_token_id if generation.eos_token_id is not None else tokenizer.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()

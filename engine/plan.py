@@ -22,7 +22,6 @@ after that is arithmetic on those records, pure and testable without torch:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import attrs
 
+from engine.checkpoint_files import DEFAULT_MODEL_DIR, MAX_INDEX_FILE_BYTES, read_json_object, stored_dtype
 from engine.quantize_policy import EXPERT_WEIGHTS, MULTIMODAL_MODULES, stays_unquantized
 
 GIB = 1 << 30
@@ -85,7 +85,6 @@ INT8_ROW_BYTES = 5
 """torchao's int8 (``Int8Tensor``): a float32 scale and an int8 zero point per output row."""
 FP8_BLOCK = 64
 """transformers' fine-grained fp8 on the release: a float32 scale per 64 x 64 block (``engine.quantize``)."""
-MAX_INDEX_FILE_BYTES = 64 << 20
 
 
 class PlanError(ValueError):
@@ -649,31 +648,13 @@ def detect_devices() -> list[Device]:
 # -- the model on the meta device ------------------------------------------------------------------------------
 
 
-def _read_json(path: Path, limit: int) -> dict:
-    from engine.errors import ModelLoadError
-
-    if (size := path.stat().st_size) > limit:
-        raise ModelLoadError(f"{path} is {size} bytes: more than the {limit} a checkpoint's file of this kind holds")
-    try:
-        data = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ModelLoadError(f"{path} must hold a JSON object")
-    return data
-
-
 def stored_checkpoint(folder: Path, config: dict) -> StoredCheckpoint:
     """The stored dtype (``config.json``) and size: the index's ``total_size``, else the safetensors files' data
     (their size less their header; no tensor is read)."""
-    dtype = config.get("dtype") or config.get("torch_dtype")
-    text = config.get("text_config")
-    if dtype is None and isinstance(text, dict):
-        dtype = text.get("dtype") or text.get("torch_dtype")
-    dtype = str(dtype) if dtype is not None else None
+    dtype = stored_dtype(config)
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        total = _read_json(index, MAX_INDEX_FILE_BYTES).get("metadata", {}).get("total_size")
+        total = read_json_object(index, MAX_INDEX_FILE_BYTES).get("metadata", {}).get("total_size")
         return StoredCheckpoint(dtype=dtype, bytes=int(total) if total else None, source=index.name)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -784,8 +765,6 @@ def read_spec(model_dir: Path | None) -> ModelSpec:
     from engine.errors import ModelLoadError
 
     if model_dir is None:
-        from engine.model import DEFAULT_MODEL_DIR
-
         model_dir = DEFAULT_MODEL_DIR
         name = "default"
     else:
@@ -800,10 +779,8 @@ def read_spec(model_dir: Path | None) -> ModelSpec:
     from transformers import AutoConfig, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
     from transformers.utils import logging as hf_logging
 
-    from engine.model import MAX_SETTINGS_FILE_BYTES
-
     hf_logging.set_verbosity_error()
-    raw = _read_json(config_path, MAX_SETTINGS_FILE_BYTES)  # refused when huge, before transformers reads it
+    raw = read_json_object(config_path)  # refused when huge, before transformers reads it
     try:
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError, TypeError, KeyError, StrictDataclassError) as exc:

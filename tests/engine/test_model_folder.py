@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.checkpoint_files import MAX_SETTINGS_FILE_BYTES
 from engine.errors import ModelLoadError
-from engine.model import MAX_SETTINGS_FILE_BYTES, load_model
+from engine.model import load_model
 
 
 @pytest.mark.parametrize("name", ["config.json", "generation_config.json", "diffgemma.json"])

@@ -6,14 +6,13 @@ A fake engine on the server's socket records the prompts it is sent and answers 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from lsprotocol import types
 
 from engine import protocol
+from tests.support.fake_engine import answering_empty, serving
 from tests.support.lsp import complete, open_document, server_command, start_client
 
 pytestmark = pytest.mark.e2e
@@ -23,39 +22,12 @@ SOURCE = "s = '\u2028'\nt = '😀' + 1\r\nu = 2\r"
 """Three LSP lines; ``str.splitlines`` (pygls) sees four: it also breaks at the U+2028 in the string."""
 
 
-@contextlib.asynccontextmanager
-async def recording_engine(path: Path) -> AsyncIterator[list[protocol.Infill]]:
-    """An engine on ``path`` that accepts every client and answers every infill with an empty result."""
-    received: list[protocol.Infill] = []
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await protocol.read_message(reader)  # the client's hello
-            hello = protocol.HelloOk(protocol=protocol.PROTOCOL_VERSION, model_id="fake", ready=True, layout="fim")
-            writer.write(protocol.encode(hello))
-            while True:
-                message = await protocol.read_message(reader)
-                if isinstance(message, protocol.Infill):
-                    received.append(message)
-                    writer.write(protocol.encode(protocol.Result(id=message.id, text="", stop=protocol.StopReason.EOS)))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_unix_server(handle, str(path))
-    try:
-        yield received
-    finally:
-        server.close()
-
-
 @pytest.mark.parametrize("uri", URIS, ids=["plain", "percent-encoded"])
 async def test_incremental_edits_reach_the_completion_context(isolated_env: Path, uri: str) -> None:
     socket_dir = isolated_env / "run"
     socket_dir.mkdir(mode=0o700)
-    async with recording_engine(socket_dir / "engine.sock") as received:
+    received: list[protocol.Infill] = []
+    async with serving(socket_dir / "engine.sock", answering_empty(received)):
         client = await start_client(
             server_command(socket_dir / "engine.sock", None),
             init_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0}},

@@ -4,10 +4,8 @@ the language server must neither hang on them nor hammer them, nor flood the use
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -16,34 +14,11 @@ from aiohttp import web
 from diffgemma_lsp.engine_client import ANSWER_SLACK_S, EngineClient, EngineUnavailable, ExitCheck
 from diffgemma_lsp.openai_client import MAX_ANSWER_BYTES, OpenAIBackend
 from engine import protocol
+from tests.support.fake_engine import HELLO_OK, answering_empty, serving
 from tests.support.lsp import RawLsp, server_command
 from tests.support.openai_endpoint import serving_route
 
 pytestmark = pytest.mark.e2e
-HELLO_OK = protocol.HelloOk(protocol=protocol.PROTOCOL_VERSION, model_id="fake", ready=True, layout="fim")
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]
-
-
-@contextlib.asynccontextmanager
-async def _serve(path: Path, handler: Handler) -> AsyncIterator[list[int]]:
-    """A Unix socket server running ``handler`` per connection; yields the list of connections made."""
-    connections: list[int] = []
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections.append(1)
-        try:
-            await handler(reader, writer)  # type: ignore[misc]
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_unix_server(handle, str(path))
-    try:
-        yield connections
-    finally:
-        server.close()
 
 
 async def _hello_then_drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -60,16 +35,6 @@ async def _hello_then_silence(reader: asyncio.StreamReader, writer: asyncio.Stre
         await protocol.read_message(reader)
 
 
-async def _hello_then_answer_empty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await protocol.read_message(reader)
-    writer.write(protocol.encode(HELLO_OK))
-    while True:
-        message = await protocol.read_message(reader)
-        if isinstance(message, protocol.Infill):
-            writer.write(protocol.encode(protocol.Result(id=message.id, text="", stop=protocol.StopReason.EOS)))
-        await writer.drain()
-
-
 @pytest.fixture
 def socket_dir(short_tmp: Path) -> Path:
     directory = short_tmp / "run"
@@ -79,7 +44,7 @@ def socket_dir(short_tmp: Path) -> Path:
 
 async def test_an_engine_that_drops_every_connection_is_not_hammered(socket_dir: Path) -> None:
     path = socket_dir / "engine.sock"
-    async with _serve(path, _hello_then_drop) as connections:
+    async with serving(path, _hello_then_drop) as connections:
         client = EngineClient(path)  # no engine to start: only reconnects
         client.start()
         await asyncio.sleep(4.0)
@@ -91,7 +56,7 @@ async def test_an_engine_that_drops_every_connection_is_not_hammered(socket_dir:
 
 async def test_an_engine_that_never_answers_does_not_hold_a_request_forever(socket_dir: Path) -> None:
     path = socket_dir / "engine.sock"
-    async with _serve(path, _hello_then_silence):
+    async with serving(path, _hello_then_silence):
         client = EngineClient(path)
         client.start()
         for _ in range(100):
@@ -111,7 +76,7 @@ async def test_an_engine_that_never_answers_does_not_hold_a_request_forever(sock
 async def test_a_flapping_engine_is_reported_once(socket_dir: Path) -> None:
     path = socket_dir / "engine.sock"
     uri = "file:///work/flap.py"
-    async with _serve(path, _hello_then_drop):
+    async with serving(path, _hello_then_drop):
         lsp = await RawLsp.start(server_command(path, None))
         try:
             await lsp.initialize({"debounceMs": 0})
@@ -193,7 +158,7 @@ async def test_a_request_over_the_frame_cap_is_an_empty_completion_not_a_traceba
     an answer that cannot come, and the next request is served."""
     path = socket_dir / "engine.sock"
     uri = "file:///work/wide.py"
-    async with _serve(path, _hello_then_answer_empty):
+    async with serving(path, answering_empty()):
         lsp = await RawLsp.start(server_command(path, None))
         try:
             await lsp.initialize({"debounceMs": 0, "contextTokens": 262_144, "extraContextTokens": 0})
