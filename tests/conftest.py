@@ -15,6 +15,25 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL_CACHE = ROOT / ".cache" / "test-models"
 
 
+# Lightest first, real processes and editors last (pygls reorders its end-to-end tests the same way): a broken
+# unit fails in seconds, before the slow layers start. Folders not named here run between the engine's and the
+# reliability tests.
+LAYER_ORDER = ("lsp", "protocol", "engine", "reliability", "e2e")
+
+
+def _layer_rank(item: pytest.Item) -> tuple[int, bool]:
+    """Where a test runs: its folder's place in LAYER_ORDER, then tests marked e2e after the others of that folder."""
+    path = Path(item.path)
+    folder = path.relative_to(ROOT / "tests").parts[0] if path.is_relative_to(ROOT / "tests") else ""
+    rank = 2 * LAYER_ORDER.index(folder) if folder in LAYER_ORDER else 2 * LAYER_ORDER.index("engine") + 1
+    return rank, item.get_closest_marker("e2e") is not None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the layers in LAYER_ORDER; the sort is stable, so each file keeps its own order."""
+    items.sort(key=_layer_rank)
+
+
 def _cached_checkpoint(name: str, build) -> Path:  # noqa: ANN001
     """Build a checkpoint once per version of the code that builds it (kept under .cache/)."""
     import transformers
