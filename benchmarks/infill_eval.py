@@ -280,7 +280,7 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
         text = out.text
         finished = finish(task, text, args.raw, instruct)
         if instruct:  # what shapes the instruction model answers in (diffgemma_lsp.answer)
-            from diffgemma_lsp.answer import strip_fence, unwrap_answer
+            from diffgemma_lsp.postprocess.answer import strip_fence, unwrap_answer
 
             fenced += strip_fence(text) != text
             echoing += unwrap_answer(text, task["prompt"], task["suffix"]) != strip_fence(text)

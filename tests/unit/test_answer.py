@@ -1,11 +1,12 @@
-"""Unit tests of diffgemma_lsp.answer: each step of unwrapping an instruction-tuned model's answer, and properties."""
+"""Unit tests of diffgemma_lsp.postprocess.answer: each step of unwrapping an instruction-tuned model's answer, and
+properties."""
 
 from __future__ import annotations
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from diffgemma_lsp.answer import CURSOR_MARK, remove_marker, strip_fence, strip_prefix_echo, unwrap_answer
+from diffgemma_lsp.postprocess.answer import CURSOR_MARK, remove_marker, strip_fence, strip_prefix_echo, unwrap_answer
 
 # --- fences -------------------------------------------------------------------------------------------------
 

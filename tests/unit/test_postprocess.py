@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_lsp.languages import FALLBACK, LUA, PYTHON, RUST, code_of, language_for, scan
-from diffgemma_lsp.postprocess import Edit, make_cursor, normalise, postprocess, trim_whitespace
+from diffgemma_lsp.postprocess import Edit, postprocess
+from diffgemma_lsp.postprocess.cursor import make_cursor, normalise
+from diffgemma_lsp.postprocess.languages import FALLBACK, LUA, PYTHON, RUST, code_of, language_for, scan
+from diffgemma_lsp.postprocess.pipeline import trim_whitespace
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 CURSOR = "├┤"

@@ -13,7 +13,8 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diffgemma_lsp.postprocess import CLOSING_CHARS, Edit, postprocess
+from diffgemma_lsp.postprocess import Edit, postprocess
+from diffgemma_lsp.postprocess.cursor import CLOSING_CHARS
 
 LANGUAGE_IDS = ["python", "javascript", "typescriptreact", "go", "rust", "c", "cpp", "lua", "yaml", ""]
 PIECES = [
