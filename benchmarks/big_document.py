@@ -1,6 +1,6 @@
 """A keystroke in a big document: pygls' ``TextDocument`` against the language server's ``LineDocument``.
 
-    python benchmarks/big_document.py [--sizes-mb 1,5,50] [--keystrokes 200]
+    python -m benchmarks.big_document [--sizes-mb 1,5,50] [--keystrokes 200]
 
 For documents of each size, made of stdlib Python files repeated, it types one character after another in the
 middle of the document, as an editor sends them: one incremental ``didChange`` of one character each. It times,
@@ -15,24 +15,20 @@ Writes ``benchmarks/results/big_document.json`` and a plot beside it.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import sysconfig
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from lsprotocol import types
+from pygls.workspace import TextDocument
 
-from lsprotocol import types  # noqa: E402
-from pygls.workspace import TextDocument  # noqa: E402
-
-from benchmarks.machine import machine_report  # noqa: E402
-from benchmarks.plots import grouped_bars  # noqa: E402
-from diffgemma_lsp.context import build_context  # noqa: E402
-from diffgemma_lsp.document import LineDocument  # noqa: E402
-from diffgemma_lsp.settings import Settings  # noqa: E402
+from benchmarks.machine import machine_report
+from benchmarks.plots import grouped_bars
+from benchmarks.report import RESULTS, write_report
+from diffgemma_lsp.context import build_context
+from diffgemma_lsp.document import LineDocument
+from diffgemma_lsp.settings import Settings
 
 SOURCES = ["textwrap.py", "json/encoder.py", "argparse.py", "difflib.py", "shlex.py", "fractions.py"]
 MB = 1_000_000
@@ -121,29 +117,30 @@ def main() -> None:
         help="keystrokes typed into pygls' document of the smallest size, at most --keystrokes (fewer in bigger "
         "ones, in proportion, at least 3)",
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "big_document.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "big_document.json")
     args = parser.parse_args()
     machine = machine_report()  # before the benchmark loads the machine
     started = time.perf_counter()
     figures = measure(args)
     figures["seconds"] = round(time.perf_counter() - started, 1)
-    figures["machine"] = machine
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(figures, indent=2) + "\n")
-    print(json.dumps(figures, indent=2))
     rows = figures["sizes"]
-    grouped_bars(
-        args.out.with_suffix(".png"),
-        "one keystroke in a big document (median ms, log scale)",
-        [f"{row['size_mb']:g} MB" for row in rows],
-        {
-            "pygls TextDocument: change": [row["pygls"]["change_median_ms"] for row in rows],
-            "LineDocument: change": [row["line"]["change_median_ms"] for row in rows],
-            "pygls TextDocument: build_context": [row["pygls"]["build_context_median_ms"] for row in rows],
-            "LineDocument: build_context": [row["line"]["build_context_median_ms"] for row in rows],
-        },
-        "ms",
-        log=True,
+    write_report(
+        args.out,
+        figures,
+        machine,
+        plot=lambda png: grouped_bars(
+            png,
+            "one keystroke in a big document (median ms, log scale)",
+            [f"{row['size_mb']:g} MB" for row in rows],
+            {
+                "pygls TextDocument: change": [row["pygls"]["change_median_ms"] for row in rows],
+                "LineDocument: change": [row["line"]["change_median_ms"] for row in rows],
+                "pygls TextDocument: build_context": [row["pygls"]["build_context_median_ms"] for row in rows],
+                "LineDocument: build_context": [row["line"]["build_context_median_ms"] for row in rows],
+            },
+            "ms",
+            log=True,
+        ),
     )
 
 

@@ -1,6 +1,6 @@
 """One client against four on one engine: completions per second.
 
-    python benchmarks/concurrency.py [--model DIR] [--seconds 30] [--device cpu|cuda]
+    python -m benchmarks.concurrency [--model DIR] [--seconds 30] [--device cpu|cuda]
 
 Each client connects to the same engine and sends infill requests back to back on its own document (a new
 request only after the last reply), for ``--seconds`` each run. ``throughput_ratio_4_vs_1`` is completions per
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import subprocess
 import sys
@@ -22,13 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.machine import machine_report  # noqa: E402
-from benchmarks.plots import bars  # noqa: E402
-from engine import protocol  # noqa: E402
-from tests.support.engine import RawClient  # noqa: E402
+from benchmarks.machine import machine_report
+from benchmarks.plots import bars
+from benchmarks.report import RESULTS, add_compile_argument, write_report
+from engine import protocol
+from tests.support.engine import RawClient
 
 
 async def client_loop(socket_path: Path, index: int, seconds: float, text: str) -> list[float]:
@@ -101,26 +98,22 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--device", default=None, help="the engine's --device (default: its own choice, auto)")
-    parser.add_argument(
-        "--compile",
-        choices=("on", "off"),
-        default="off",
-        help="the engine's --compile; with on, the measurement starts once compiling has ended",
-    )
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "concurrency.json")
+    add_compile_argument(parser)
+    parser.add_argument("--out", type=Path, default=RESULTS / "concurrency.json")
     args = parser.parse_args()
     machine = machine_report()  # before the benchmark loads the machine
     figures = asyncio.run(run(args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    figures["machine"] = machine
-    args.out.write_text(json.dumps(figures, indent=2) + "\n")
-    print(json.dumps(figures, indent=2))
-    bars(
-        args.out.with_suffix(".png"),
-        f"one engine: throughput 4 clients / 1 client = {figures['throughput_ratio_4_vs_1']}",
-        ["1 client", "4 clients"],
-        [figures["one_client"]["per_s"], figures["four_clients"]["per_s"]],
-        "completions/s",
+    write_report(
+        args.out,
+        figures,
+        machine,
+        plot=lambda png: bars(
+            png,
+            f"one engine: throughput 4 clients / 1 client = {figures['throughput_ratio_4_vs_1']}",
+            ["1 client", "4 clients"],
+            [figures["one_client"]["per_s"], figures["four_clients"]["per_s"]],
+            "completions/s",
+        ),
     )
 
 

@@ -1,6 +1,6 @@
 """The canvas against an autoregressive decoder of the same size, producing the same number of tokens.
 
-    python benchmarks/diffusion_vs_ar.py [--model DIR] [--prompt 300] [--tokens 32] [--repeats 5] [--threads N]
+    python -m benchmarks.diffusion_vs_ar [--model DIR] [--prompt 300] [--tokens 32] [--repeats 5] [--threads N]
 
 The autoregressive side is a Gemma 4 causal model (``Gemma4ForCausalLM``) built from the diffusion model's own
 text config (same layers, widths, attention pattern and mixture of experts; the per-layer input embeddings
@@ -14,22 +14,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 from transformers import DynamicCache, Gemma4ForCausalLM, Gemma4TextConfig
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.machine import machine_report  # noqa: E402
-from benchmarks.plots import bars  # noqa: E402
-from engine.denoise import run_canvas  # noqa: E402
-from engine.model import load_model  # noqa: E402
+from benchmarks.machine import machine_report
+from benchmarks.plots import bars
+from benchmarks.report import RESULTS, write_report
+from engine.denoise import run_canvas
+from engine.model import load_model
 
 
 def causal_twin(text_config: object) -> Gemma4ForCausalLM:
@@ -69,7 +65,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=0, help="denoising steps (default: the model's)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "diffusion_vs_ar.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "diffusion_vs_ar.json")
     args = parser.parse_args()
     machine = machine_report()  # before the benchmark loads the machine
     if args.threads:
@@ -123,16 +119,17 @@ def main() -> None:
         },
         "tokens_per_s_ratio": round(ar_total / dg_total, 3),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    figures["machine"] = machine
-    args.out.write_text(json.dumps(figures, indent=2) + "\n")
-    print(json.dumps(figures, indent=2))
-    bars(
-        args.out.with_suffix(".png"),
-        f"{figures['tokens']} new tokens, same model size: ratio {figures['tokens_per_s_ratio']}",
-        ["autoregressive (greedy, KV cache)", f"canvas ({figures['denoising_steps']} steps)"],
-        [figures["ar"]["tokens_per_s"], figures["diffusion"]["tokens_per_s"]],
-        "tokens/s",
+    write_report(
+        args.out,
+        figures,
+        machine,
+        plot=lambda png: bars(
+            png,
+            f"{figures['tokens']} new tokens, same model size: ratio {figures['tokens_per_s_ratio']}",
+            ["autoregressive (greedy, KV cache)", f"canvas ({figures['denoising_steps']} steps)"],
+            [figures["ar"]["tokens_per_s"], figures["diffusion"]["tokens_per_s"]],
+            "tokens/s",
+        ),
     )
 
 

@@ -1,6 +1,6 @@
 """The engine's infill loop against transformers' ``model.generate`` on one checkpoint, prompts and settings.
 
-    python benchmarks/engine_vs_generate.py [--model DIR] [--requests 40] [--threads N] [--device cpu|cuda]
+    python -m benchmarks.engine_vs_generate [--model DIR] [--requests 40] [--threads N] [--device cpu|cuda]
 
 The workload is keystrokes: a prefix that grows one character at a time inside a real source file, with the
 suffix after it. Both sides get the same prompt ids, canvas, step budget and seed; the figures are the median
@@ -16,24 +16,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
-import sys
 import sysconfig
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.machine import machine_report, synchronize  # noqa: E402
-from benchmarks.plots import bars  # noqa: E402
-from engine import protocol  # noqa: E402
-from engine.denoise import cut_at_eos, run_canvas  # noqa: E402
-from engine.infill import prompt_ids  # noqa: E402
-from engine.model import load_model  # noqa: E402
+from benchmarks.machine import machine_report, synchronize
+from benchmarks.plots import bars
+from benchmarks.report import RESULTS, add_compile_argument, write_report
+from engine import protocol
+from engine.denoise import cut_at_eos, run_canvas
+from engine.infill import prompt_ids
+from engine.model import load_model
 
 
 def workload(count: int) -> list[protocol.Infill]:
@@ -53,11 +49,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (the model in the engine's dtype there)")
-    parser.add_argument(
-        "--compile",
-        choices=("on", "off"),
-        default="off",
-        help="the engine's step compiled (serve --compile on); compiling ends before the timing starts",
+    add_compile_argument(
+        parser, "the engine's step compiled (serve --compile on); compiling ends before the timing starts"
     )
     parser.add_argument(
         "--exact", action="store_true", help="draw random numbers as generate does (identical tokens without reuse)"
@@ -68,7 +61,7 @@ def main() -> None:
         action="store_false",
         help="encode the whole prompt each time, as generate does (tokens then identical)",
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "engine_vs_generate.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "engine_vs_generate.json")
     args = parser.parse_args()
     machine = machine_report()  # before the benchmark loads the machine
     if args.threads:
@@ -128,16 +121,17 @@ def main() -> None:
         "cached_tokens_mean": round(statistics.fmean(cached), 1),
         "encode_ms_median": round(statistics.median(encode_ms), 2),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    figures["machine"] = machine
-    args.out.write_text(json.dumps(figures, indent=2) + "\n")
-    print(json.dumps(figures, indent=2))
-    bars(
-        args.out.with_suffix(".png"),
-        f"median latency per completion, same prompts and settings: speedup {figures['speedup_median']}",
-        ["model.generate", "engine"],
-        [figures["generate_ms_median"], figures["engine_ms_median"]],
-        "ms",
+    write_report(
+        args.out,
+        figures,
+        machine,
+        plot=lambda png: bars(
+            png,
+            f"median latency per completion, same prompts and settings: speedup {figures['speedup_median']}",
+            ["model.generate", "engine"],
+            [figures["generate_ms_median"], figures["engine_ms_median"]],
+            "ms",
+        ),
     )
 
 

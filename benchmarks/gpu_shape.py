@@ -1,7 +1,7 @@
 """The released DiffusionGemma 26B-A4B shape, random weights in bf16, on a GPU: what a completion costs.
 
-    python benchmarks/gpu_shape.py                 # on a CUDA machine (one H200: about 60 GB of weights)
-    python benchmarks/gpu_shape.py --shape small   # the same script on a CPU, with a scaled-down shape
+    python -m benchmarks.gpu_shape                 # on a CUDA machine (one H200)
+    python -m benchmarks.gpu_shape --shape small   # the same script on a CPU, with a scaled-down shape
 
 For canvases of 32, 64 and 256 and 8, 16 and 48 denoising steps (every step run), it times the engine's loop
 with and without prefix reuse (a 1,024-token prompt, then one more token as after a keystroke) and reports
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -23,14 +22,12 @@ from transformers import (
     DiffusionGemmaTextConfig,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.machine import synchronize  # noqa: E402
-from benchmarks.plots import pyplot, save  # noqa: E402
-from engine.denoise import SamplerSettings, run_canvas  # noqa: E402
-from engine.prefix_cache import PrefixCache  # noqa: E402
-from engine.training.configs import text_only_config  # noqa: E402
+from benchmarks.machine import synchronize
+from benchmarks.plots import pyplot, save
+from benchmarks.report import RESULTS, write_json
+from engine.denoise import SamplerSettings, run_canvas
+from engine.prefix_cache import PrefixCache
+from engine.training.configs import text_only_config
 
 RELEASE = dict(  # google/diffusiongemma-26B-A4B-it config.json (text part)
     vocab_size=262144,
@@ -113,7 +110,7 @@ def main() -> None:
     parser.add_argument("--canvases", default="32,64,256")
     parser.add_argument("--steps", default="8,16,48")
     parser.add_argument("--prompt", type=int, default=1024)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu_shape.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "gpu_shape.json")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -159,8 +156,7 @@ def main() -> None:
         "max_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 1) if device.type == "cuda" else None,
         "rows": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    write_json(args.out, figures)
     plot(figures, args.out.with_suffix(".png"))
 
 

@@ -20,85 +20,48 @@ do-nothing floor (the gap filled with ``pass`` at the right indentation).
 canvas (notes §6.3), where the bidirectional decoder sees them at every step; the middle is what comes before them.
 ``--n`` takes N tasks spread evenly over the file (deterministic); ``--limit N`` takes the first N instead.
 ``--samples k`` completes each task k times with different seeds (task i's first seed is ``--seed + i``, as with
-one sample): the figures are means over all completions, and ``pass_at_1_per_sample`` shows their spread. At a
-few passes in 300, one seed's figure moves by several tasks from seed to seed.
+one sample): the figures are means over all completions, and ``pass_at_1_per_sample`` shows their spread. With
+few passes, one seed's figure moves by several tasks from seed to seed (benchmarks/README.md).
 ``--steps`` and ``--canvas`` take several values to sweep (every combination is run); the JSON holds every run
 (the top-level figures are the first run's) and a PNG plots pass@1 against the steps, with the floor.
 Without ``--raw`` each completion goes through the language server's post-processing
 (``diffgemma_lsp.postprocess``) first, as it would before reaching the editor; ``--raw`` scores the model's text.
 ``--also-raw`` tests both on the same completions (``raw_pass_at_1`` beside ``pass_at_1``, and the tasks that
 only one of them passes): the paired measure of what post-processing adds.
-Data: ../shared/data/humaneval-infilling (``--data`` takes any .jsonl[.gz] of the same fields). Never train on it.
+Data: ``benchmarks.humaneval`` (``--data`` takes any .jsonl[.gz] of the same fields). Never train on it.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
+import dataclasses
 import json
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, LogitsProcessorList
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "humaneval-infilling"
-SPLITS = {"single-line": "SingleLineInfilling.jsonl.gz", "multi-line": "MultiLineInfilling.jsonl.gz"}
-EOS, PAD = 1, 0
+from benchmarks.humaneval import DEFAULT_DATA, SPLITS, compiles, floor_middle, load_tasks, pick, program_for, run_tests
+from benchmarks.plots import pass_at_1_by_steps
+from benchmarks.report import RESULTS, write_json
+from diffgemma_lsp.context import cursor_scope
+from diffgemma_lsp.postprocess.answer import strip_fence, unwrap_answer
+from engine import protocol, vocab
+from engine.checkpoint_files import DEFAULT_MODEL_DIR
+from engine.denoise import cut_at_eos
+from engine.infill import check_request, run_infill
+from engine.model import DEFAULT_MAX_PROMPT_TOKENS, read_hints
+from engine.model import load_model as engine_load_model
+from engine.prefix_cache import PrefixCache
+from engine.prompt import PromptParts, build_fim_prompt, special_ids_from
 
-
-def load_tasks(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def pick(tasks: list[dict], n: int | None, limit: int | None) -> list[dict]:
-    if limit:
-        return tasks[:limit]
-    if not n or n >= len(tasks):
-        return tasks
-    return [tasks[i * len(tasks) // n] for i in range(n)]
-
-
-def run_tests(program: str, timeout: float) -> bool:
-    with tempfile.TemporaryDirectory() as tmp:
-        file = Path(tmp) / "task.py"
-        file.write_text(program)
-        try:
-            done = subprocess.run([sys.executable, str(file)], cwd=tmp, capture_output=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return done.returncode == 0
-
-
-def compiles(program: str) -> bool:
-    """Whether the filled-in program is valid Python (whatever its tests say): does the completion read as code."""
-    with warnings.catch_warnings():  # a completion's odd literals warn: not this script's output
-        warnings.simplefilter("ignore")
-        try:
-            compile(program, "<task>", "exec")
-        except (SyntaxError, ValueError):
-            return False
-    return True
-
-
-def program_for(task: dict, middle: str, suffix: str | None = None) -> str:
-    suffix = task["suffix"] if suffix is None else suffix
-    return f"{task['prompt']}{middle}{suffix}\n\n{task['test']}\n\ncheck({task['entry_point']})\n"
-
-
-def floor_middle(task: dict) -> str:
-    """The do-nothing fill: ``pass`` at the indentation of the canonical solution's first line."""
-    first = task["canonical_solution"].split("\n", 1)[0]
-    return " " * (len(first) - len(first.lstrip())) + "pass\n"
+EOS_IDS = {vocab.SPECIAL_IDS[vocab.EOS]}
+"""Where ``--backend generate``'s canvas ends: the project tokenizer's ids (the engine reads its model's own)."""
+PAD_ID = vocab.SPECIAL_IDS[vocab.PAD]
 
 
 def finish(task: dict, text: str, raw: bool, instruct: bool = False) -> tuple[str, str] | None:
@@ -122,8 +85,7 @@ def finish(task: dict, text: str, raw: bool, instruct: bool = False) -> tuple[st
 
 
 def load_model(model_dir: Path, random_init: bool, seed: int):
-    from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
-
+    """transformers' model (float32, eval) and tokenizer of ``model_dir``, for ``--backend generate``."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = DiffusionGemmaForBlockDiffusion.from_pretrained(model_dir, dtype=torch.float32)
     if random_init:
@@ -141,11 +103,6 @@ def fresh_weights(model, seed: int):  # noqa: ANN001, ANN201
 
 def load_engine_model(model_dir: Path, random_init: bool, seed: int, max_prompt_tokens: int):  # noqa: ANN201
     """The engine's ``LoadedModel`` on CPU (fresh weights of the same config with ``random_init``)."""
-    import dataclasses
-
-    from engine.model import load_model as engine_load_model
-    from engine.prefix_cache import PrefixCache
-
     loaded = engine_load_model(model_dir, "cpu", "float32", max_prompt_tokens)
     if random_init:
         fresh = fresh_weights(loaded.model, seed)
@@ -169,8 +126,6 @@ def pin_suffix_kwargs(suffix_ids: list[int], canvas: int) -> dict:
     """``generate`` arguments that pin ``suffix_ids`` at the end of the canvas (notes §6.3); {} when empty."""
     if not suffix_ids:
         return {}
-    from transformers import LogitsProcessorList
-
     pinned = torch.full((1, canvas), -1, dtype=torch.long)
     pinned[0, canvas - len(suffix_ids) :] = torch.tensor(suffix_ids)
     start = torch.where(pinned >= 0, pinned, torch.randint(0, 8192, (1, canvas)))
@@ -193,10 +148,6 @@ SAMPLE_SEED_STRIDE = 1_000_003
 
 def engine_completer(loaded, canvas: int, steps: int) -> Complete:  # noqa: ANN001
     """The engine's own infill, with the request the language server would send (canvas/steps 0: the engine's)."""
-    from diffgemma_lsp.context import cursor_scope
-    from engine import protocol
-    from engine.infill import run_infill
-
     run_infill(loaded, protocol.Infill(id="warm-up", uri="", prefix="def f():\n", max_steps=2))
 
     def complete(task: dict, seed: int) -> Completion:
@@ -219,8 +170,6 @@ def engine_completer(loaded, canvas: int, steps: int) -> Complete:  # noqa: ANN0
 
 def generate_completer(model, tokenizer, encode, special, canvas: int, steps: int, args) -> Complete:  # noqa: ANN001
     """transformers' ``model.generate`` on the engine's prompt ids, with the checkpoint's generation config."""
-    from engine.prompt import PromptParts, build_fim_prompt
-
     model.config.canvas_length = canvas
     gen_kwargs = {"max_new_tokens": canvas, "max_denoising_steps": steps}
     with torch.no_grad():  # warm-up (first calls allocate)
@@ -240,9 +189,7 @@ def generate_completer(model, tokenizer, encode, special, canvas: int, steps: in
         new = out.sequences[0, len(prompt.ids) :].tolist()
         if extra:  # the pinned suffix tokens end the canvas; the middle is what comes before them
             new = new[: len(new) - args.pin_suffix]
-        if EOS in new:
-            new = new[: new.index(EOS)]
-        new = [t for t in new if t != PAD]
+        new, _ = cut_at_eos(new, EOS_IDS, PAD_ID)
         text = tokenizer.decode(new, skip_special_tokens=True)
         return Completion(text, len(new), float(out.tokens_per_forward[0]))
 
@@ -279,9 +226,7 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
         tpfs.append(out.tokens_per_forward)
         text = out.text
         finished = finish(task, text, args.raw, instruct)
-        if instruct:  # what shapes the instruction model answers in (diffgemma_lsp.answer)
-            from diffgemma_lsp.postprocess.answer import strip_fence, unwrap_answer
-
+        if instruct:  # what shapes the instruction model answers in (diffgemma_lsp.postprocess.answer)
             fenced += strip_fence(text) != text
             echoing += unwrap_answer(text, task["prompt"], task["suffix"]) != strip_fence(text)
         suppressed += finished is None
@@ -332,42 +277,10 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
     }
 
 
-def plot_steps(report: dict, path: Path) -> None:
-    """pass@1 against denoising steps, one line per split and canvas, the floor dashed."""
-    from benchmarks.plots import pyplot, save
-
-    plt = pyplot()
-    if plt is None:
-        return
-    figure, axes = plt.subplots(figsize=(6, 4))
-    names = list(report["runs"][0]["splits"])
-    for name in names:
-        for canvas in sorted({run["canvas"] for run in report["runs"]}):
-            runs = sorted((r for r in report["runs"] if r["canvas"] == canvas), key=lambda r: r["steps"])
-            xs = [r["steps"] for r in runs]
-            axes.plot(
-                xs, [100 * r["splits"][name]["pass_at_1"] for r in runs], marker="o", label=f"{name}, canvas {canvas}"
-            )
-        floor = report["runs"][0]["splits"][name]["floor_pass_at_1"]
-        if floor is not None:
-            axes.axhline(100 * floor, linestyle="--", linewidth=1, color="grey")
-            axes.annotate(
-                f"do-nothing floor, {name}", (0.01, 100 * floor), xycoords=("axes fraction", "data"), fontsize=7
-            )
-    values = [100 * r["splits"][n]["pass_at_1"] for r in report["runs"] for n in names]
-    floors = [100 * (report["runs"][0]["splits"][n]["floor_pass_at_1"] or 0) for n in names]
-    axes.set_ylim(0, max(10.0, 1.2 * max(values + floors)))
-    axes.set_xticks(sorted({run["steps"] for run in report["runs"]}))
-    axes.set_xlabel("denoising steps (max)")
-    axes.set_ylabel("pass@1 (%)")
-    axes.set_title(f"HumanEval-infilling, {Path(report['model']).name}{' (raw)' if report['raw'] else ''}")
-    axes.legend(fontsize=7)
-    save(figure, path)
-
-
 def main() -> None:
+    """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=REPO / "engine" / "default_model")
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR)
     parser.add_argument("--split", choices=[*SPLITS, "both"], default="both")
     parser.add_argument("--data", type=Path, help="a .jsonl[.gz] of HumanEval-infilling tasks (overrides --split)")
     parser.add_argument("--n", type=int, default=60, help="tasks per split, spread evenly over the file")
@@ -404,18 +317,14 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None, help="default: the --json path with .png")
     args = parser.parse_args()
     if args.json is None:
-        args.json = REPO / "benchmarks" / "results" / ("infill_eval_raw.json" if args.raw else "infill_eval.json")
+        args.json = RESULTS / ("infill_eval_raw.json" if args.raw else "infill_eval.json")
     if args.plot is None:
         args.plot = args.json.with_suffix(".png")
 
     torch.set_num_threads(args.threads)
-    sys.path.insert(0, str(REPO))
     if args.max_prompt_tokens is None:  # what the engine would use: its default, capped by the checkpoint's hint
-        from engine.model import DEFAULT_MAX_PROMPT_TOKENS, HINTS_FILE
-
-        hints = args.model / HINTS_FILE
-        hint = json.loads(hints.read_text()).get("max_prompt_tokens") if hints.is_file() else None
-        args.max_prompt_tokens = min(DEFAULT_MAX_PROMPT_TOKENS, hint or DEFAULT_MAX_PROMPT_TOKENS)
+        hint = read_hints(args.model).get("max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS)
+        args.max_prompt_tokens = min(DEFAULT_MAX_PROMPT_TOKENS, hint)
     if args.backend == "engine":
         if args.pin_suffix:
             raise SystemExit("--pin-suffix needs --backend generate (the engine does not pin)")
@@ -423,22 +332,15 @@ def main() -> None:
         model = loaded.model
         # 0: the engine chooses, as it does for the language server (recorded as the model's own figures)
         canvases, steps_list = args.canvas or [0], args.steps or [0]
-
-        from engine.protocol import CHAT_LAYOUT
-
-        args.instruct = loaded.layout.name == CHAT_LAYOUT
+        args.instruct = loaded.layout.name == protocol.CHAT_LAYOUT
 
         def completer(canvas: int, steps: int) -> Complete:
             return engine_completer(loaded, canvas, steps)
 
         def shown(canvas: int, steps: int) -> tuple[int, int]:  # what the engine uses at the start of a line
-            from engine.infill import check_request
-            from engine.protocol import Infill
-
-            return check_request(loaded, Infill(id="", uri="", prefix="", canvas_length=canvas, max_steps=steps))
+            request = protocol.Infill(id="", uri="", prefix="", canvas_length=canvas, max_steps=steps)
+            return check_request(loaded, request)
     else:
-        from engine.prompt import special_ids_from
-
         model, tokenizer = load_model(args.model, args.random_init, args.seed)
         canvases = args.canvas or [model.config.canvas_length]
         steps_list = args.steps or [model.generation_config.max_denoising_steps]
@@ -507,9 +409,8 @@ def main() -> None:
             )
         }
     )
-    plot_steps(report, args.plot)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    pass_at_1_by_steps(args.plot, report)
+    write_json(args.json, report)
     print(f"wrote {args.json}")
 
 

@@ -1,6 +1,6 @@
 """Replay typing over real source files through the real diffgemma-lsp and engine; measure what a user feels.
 
-    python benchmarks/keystroke_replay.py [--model DIR] [--requests 200] [--files N] [--chat-order ORDER]
+    python -m benchmarks.keystroke_replay [--model DIR] [--requests 200] [--files N] [--chat-order ORDER]
 
 Each keystroke is a ``didChange`` followed by an inline completion request at the cursor, answered before the
 next keystroke (a user who pauses on every character: the worst case for the engine). For each request it
@@ -28,14 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.machine import machine_report  # noqa: E402
-from benchmarks.plots import cdf  # noqa: E402
-from engine import protocol  # noqa: E402
-from tests.support.engine import RawClient  # noqa: E402
-from tests.support.lsp import RawLsp, server_command  # noqa: E402
+from benchmarks.machine import machine_report
+from benchmarks.plots import cdf
+from benchmarks.report import RESULTS, add_compile_argument, write_report
+from engine import protocol
+from engine.checkpoint_files import HINTS_FILE
+from tests.support.engine import RawClient
+from tests.support.lsp import RawLsp, server_command
 
 SOURCES = ["textwrap.py", "json/encoder.py", "argparse.py", "difflib.py", "shlex.py", "fractions.py"]
 
@@ -68,11 +67,11 @@ def with_chat_order(model: Path | None, order: str, scratch: Path) -> Path:
     folder.mkdir()
     hints: dict[str, object] = {}
     for path in Path(model).iterdir():
-        if path.name == "diffgemma.json":
+        if path.name == HINTS_FILE:
             hints = json.loads(path.read_text())
         else:
             (folder / path.name).symlink_to(path.resolve())
-    (folder / "diffgemma.json").write_text(json.dumps({**hints, "chat_order": order}))
+    (folder / HINTS_FILE).write_text(json.dumps({**hints, "chat_order": order}))
     return folder
 
 
@@ -188,25 +187,22 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=len(SOURCES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--chat-order", choices=("suffix_first", "in_place"), default=None)
-    parser.add_argument(
-        "--compile",
-        choices=("on", "off"),
-        default="off",
-        help="the engine's --compile; with on, the measurement starts once compiling has ended",
-    )
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "keystroke_replay.json")
+    add_compile_argument(parser)
+    parser.add_argument("--out", type=Path, default=RESULTS / "keystroke_replay.json")
     args = parser.parse_args()
     machine = machine_report()  # before the benchmark loads the machine
     figures = asyncio.run(replay(args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    figures["machine"] = machine
-    args.out.write_text(json.dumps(figures, indent=2) + "\n")
-    samples = figures.pop("samples_ms")
-    print(json.dumps(figures, indent=2))
-    cdf(
-        args.out.with_suffix(".png"),
-        f"keystroke replay, {figures['requests']} requests: p50 {figures['p50_ms']} ms, p95 {figures['p95_ms']} ms",
-        {"end to end (client)": samples["end_to_end"], "engine (queue + encode + denoise)": samples["engine"]},
+    samples = figures["samples_ms"]
+    write_report(
+        args.out,
+        figures,
+        machine,
+        plot=lambda png: cdf(
+            png,
+            f"keystroke replay, {figures['requests']} requests: p50 {figures['p50_ms']} ms, p95 {figures['p95_ms']} ms",
+            {"end to end (client)": samples["end_to_end"], "engine (queue + encode + denoise)": samples["engine"]},
+        ),
+        unprinted=("samples_ms",),
     )
 
 

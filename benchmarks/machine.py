@@ -1,10 +1,10 @@
 """How fast this machine is right now, written beside each benchmark's figures so runs can be compared.
 
-The same VM has measured 20% apart from one hour to the next (other tenants, the hypervisor). Each timing
-benchmark therefore records, before it starts, the median time of a fixed piece of the engine's own work: the
-shipped model's vocabulary projection for a 32-token canvas, a (32 x 128) @ (128 x 8192) float32 matmul plus the
-soft-cap tanh, on one thread. A figure measured with ``reference_ms`` 20% above another run's is expected to
-be about that much slower.
+The same VM measures differently from one hour to the next (other tenants, the hypervisor; benchmarks/README.md
+has the spread seen). Each timing benchmark therefore records, before it starts, the median time of a fixed piece
+of the engine's own work: the shipped model's vocabulary projection for a 32-token canvas, a (32 x 128) @ (128 x
+8192) float32 matmul plus the soft-cap tanh, on one thread. A figure measured with ``reference_ms`` 20% above
+another run's is expected to be about that much slower.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the released DiffusionGemma-26B-A4B needs on the machines its users own, and the speed their memory
 bandwidth allows: the README's machine table, computed (no GPU needed).
 
-    python benchmarks/machine_table.py [--model DIR]   # default: the release's config (tests/data/release)
+    python -m benchmarks.machine_table [--model DIR]   # default: the release's config (tests/data/release)
 
 For each machine it asks the memory plan (``engine.plan``: the model on the meta device, no weights) where the
 weights go at each precision and which setting it recommends, then computes the floor of one denoising step:
@@ -15,14 +15,12 @@ is computed, not measured. Writes ``benchmarks/results/machine_table.json`` and 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.report import RESULTS, write_json
+from engine import plan
 
-from engine import plan  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 GIB = 1 << 30
 CANVAS_STEPS = (16, 48)
@@ -143,9 +141,10 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
+    """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=ROOT / "tests" / "data" / "release")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "machine_table.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "machine_table.json")
     args = parser.parse_args()
     spec = plan.read_spec(args.model)
     rows = [machine_row(spec, machine) for machine in MACHINES]
@@ -156,8 +155,7 @@ def main() -> None:
         "note": "floors: the bytes of the weights that run, read once per step at the vendor's bandwidth",
         "machines": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report)
     print(markdown(rows))
 
 

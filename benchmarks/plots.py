@@ -73,6 +73,38 @@ def cdf(path: Path, title: str, series: dict[str, Sequence[float]], unit: str = 
     save(figure, path)
 
 
+def pass_at_1_by_steps(path: Path, report: dict) -> None:
+    """``benchmarks.infill_eval``'s sweep: pass@1 against denoising steps, one line per split and canvas, the
+    do-nothing floor dashed."""
+    plt = pyplot()
+    if plt is None:
+        return
+    figure, axes = plt.subplots(figsize=(6, 4))
+    names = list(report["runs"][0]["splits"])
+    for name in names:
+        for canvas in sorted({run["canvas"] for run in report["runs"]}):
+            runs = sorted((r for r in report["runs"] if r["canvas"] == canvas), key=lambda r: r["steps"])
+            xs = [r["steps"] for r in runs]
+            axes.plot(
+                xs, [100 * r["splits"][name]["pass_at_1"] for r in runs], marker="o", label=f"{name}, canvas {canvas}"
+            )
+        floor = report["runs"][0]["splits"][name]["floor_pass_at_1"]
+        if floor is not None:
+            axes.axhline(100 * floor, linestyle="--", linewidth=1, color="grey")
+            axes.annotate(
+                f"do-nothing floor, {name}", (0.01, 100 * floor), xycoords=("axes fraction", "data"), fontsize=7
+            )
+    values = [100 * r["splits"][n]["pass_at_1"] for r in report["runs"] for n in names]
+    floors = [100 * (report["runs"][0]["splits"][n]["floor_pass_at_1"] or 0) for n in names]
+    axes.set_ylim(0, max(10.0, 1.2 * max(values + floors)))
+    axes.set_xticks(sorted({run["steps"] for run in report["runs"]}))
+    axes.set_xlabel("denoising steps (max)")
+    axes.set_ylabel("pass@1 (%)")
+    axes.set_title(f"HumanEval-infilling, {Path(report['model']).name}{' (raw)' if report['raw'] else ''}")
+    axes.legend(fontsize=7)
+    save(figure, path)
+
+
 def save(figure, path: Path) -> None:  # noqa: ANN001
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,14 +1,14 @@
 """int8 against bf16 through the engine's own path: weights, process memory, and milliseconds per denoising step.
 
-    python benchmarks/quantization.py [--model DIR] [--requests 6] [--steps 8]
+    python -m benchmarks.quantization [--model DIR] [--requests 6] [--steps 8]
 
 ``--model`` defaults to a release-format checkpoint of random weights at ``tests.support.release_format.WIDE``
-sizes (about 90 MB of bf16, 86% in the routed experts), built once into ``.cache/bench-models/``. Each method
-runs in its own process (so memory figures do not mix): ``engine.model.load_model`` with ``--quantization``,
-then ``--requests`` completions at the model's canvas (256) with ``--steps`` steps each (random weights never
-settle, so every step runs). Reports the weights by the quantization check's count (tied tensors once), the
-resident and anonymous memory after loading and after the completions, and the median ms per step.
-Writes ``benchmarks/results/quantization.json`` and a bar plot.
+sizes (most of its weights in the routed experts, as in the release), built once into ``.cache/bench-models/``.
+Each method runs in its own process (so memory figures do not mix): ``engine.model.load_model`` with
+``--quantization``, then ``--requests`` completions at the model's canvas (256) with ``--steps`` steps each
+(random weights never settle, so every step runs). Reports the weights by the quantization check's count (tied
+tensors once), the resident and anonymous memory after loading and after the completions, and the median ms per
+step. Writes ``benchmarks/results/quantization.json`` and a bar plot.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.machine import machine_report
+from benchmarks.plots import grouped_bars
+from benchmarks.report import RESULTS, write_report
 
-from benchmarks.machine import machine_report  # noqa: E402
-from benchmarks.plots import grouped_bars  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 METHODS = ("none", "int8")
 ONE_METHOD = r"""
@@ -62,6 +62,7 @@ print(json.dumps({
 
 
 def default_model() -> Path:
+    """The release-format ``WIDE`` checkpoint of random weights, built on first use."""
     folder = ROOT / ".cache" / "bench-models" / "release-wide"
     if not (folder / "config.json").is_file():
         from tests.support.release_format import build_release_wide
@@ -71,11 +72,12 @@ def default_model() -> Path:
 
 
 def main() -> None:
+    """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--requests", type=int, default=6)
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "quantization.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "quantization.json")
     args = parser.parse_args()
     folder = args.model or default_model()
     rows = []
@@ -89,9 +91,9 @@ def main() -> None:
         )
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
     plain, int8 = rows
+    machine = machine_report()
     result = {
         "model": str(folder),
-        "machine": machine_report(),
         "requests": args.requests,
         "steps": args.steps,
         "methods": rows,
@@ -101,24 +103,27 @@ def main() -> None:
         ),
         "step_time_ratio_int8_vs_bf16": round(int8["ms_per_step_median"] / plain["ms_per_step_median"], 2),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    grouped_bars(
-        args.out.with_suffix(".png"),
-        "int8 against bf16, release-format checkpoint (CPU)",
-        ["weights (MiB)", "resident after load (MiB)", "one step (ms)"],
-        {
-            row["method"] if row["method"] != "none" else "bf16": [
-                row["weights_mib"],
-                row["after_load_mib"]["VmRSS"],
-                row["ms_per_step_median"],
-            ]
-            for row in rows
-        },
-        unit="MiB / ms",
-        log=True,
+    write_report(
+        args.out,
+        result,
+        machine,
+        plot=lambda png: grouped_bars(
+            png,
+            "int8 against bf16, release-format checkpoint (CPU)",
+            ["weights (MiB)", "resident after load (MiB)", "one step (ms)"],
+            {
+                row["method"] if row["method"] != "none" else "bf16": [
+                    row["weights_mib"],
+                    row["after_load_mib"]["VmRSS"],
+                    row["ms_per_step_median"],
+                ]
+                for row in rows
+            },
+            unit="MiB / ms",
+            log=True,
+        ),
+        unprinted=("methods",),
     )
-    print(json.dumps({key: value for key, value in result.items() if key != "methods"}, indent=2))
     for row in rows:
         print(row["method"], row["summary"], row["after_load_mib"], row["ms_per_step_median"], "ms/step")
 

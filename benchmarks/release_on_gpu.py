@@ -1,11 +1,11 @@
 """The released DiffusionGemma-26B-A4B's shape, random weights, served by the engine's own load path in bf16 and
 fp8 on one GPU: peak memory and milliseconds per denoising step (issue 18, item 7). Ready for the next lent GPU.
 
-    python benchmarks/release_on_gpu.py --out-dir $OUT                        # one H200: about 4 minutes
-    python benchmarks/release_on_gpu.py --shape wide --device cpu --methods none,int8 --out-dir /tmp/o  # dry run
+    python -m benchmarks.release_on_gpu --out-dir $OUT                        # one H200
+    python -m benchmarks.release_on_gpu --shape wide --device cpu --methods none,int8 --out-dir /tmp/o  # dry run
 
 The model is built on the meta device from the release's ``config.json`` (``tests/data/release``), tied, moved
-with ``to_empty`` onto the GPU (48.1 GiB, never the untied 96 GiB construction), tied again and initialised
+with ``to_empty`` onto the GPU (tied: never the untied construction, twice the size), tied again and initialised
 there (random weights; the rotary tables recomputed), then saved as a checkpoint with the release-format test
 tokenizer (``tests/support/release_format.py``): what ``diffgemma-engine serve --model`` reads. Each method then
 runs in its own process through ``engine.model.load_model(..., quantization=...)`` and ``engine.infill.run_infill``
@@ -22,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.report import RESULTS, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 STEPS = (16, 48)
 ONE_METHOD = r"""
@@ -104,6 +105,7 @@ def build_checkpoint(folder: Path, shape: str, device: str) -> dict[str, object]
 
 
 def main() -> None:
+    """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", choices=("release", "wide"), default="release")
     parser.add_argument("--device", default="cuda:0")
@@ -111,7 +113,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3)
     parser.add_argument("--steps", default=",".join(map(str, STEPS)))
     parser.add_argument("--checkpoint", type=Path, default=Path("/tmp/diffgemma-release-random"))
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS)
     args = parser.parse_args()
     report: dict[str, object] = {"shape": args.shape, "device": args.device}
     if not (args.checkpoint / "config.json").is_file():
@@ -127,8 +129,7 @@ def main() -> None:
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(json.dumps(runs[-1]), flush=True)
     report["runs"] = runs
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "release_on_gpu.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out_dir / "release_on_gpu.json", report)
 
 
 if __name__ == "__main__":

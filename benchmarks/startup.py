@@ -1,7 +1,7 @@
 """Time from starting ``diffgemma-engine serve`` (shipped model, CPU) to an engine ready to answer, and to the
 first completion.
 
-    python benchmarks/startup.py [--model DIR] [--runs 3] [--threads N]
+    python -m benchmarks.startup [--model DIR] [--runs 3] [--threads N]
 
 Each run starts a fresh engine process on a private socket, connects as the language server does, and records
 when the socket appears, when the model is loaded and warmed up (``ready``), and when a first infill has come
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import subprocess
 import sys
@@ -20,15 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.machine import machine_report  # noqa: E402
-from engine import protocol  # noqa: E402
-from tests.support.engine import RawClient  # noqa: E402
+from benchmarks.machine import machine_report
+from benchmarks.report import RESULTS, write_report
+from engine import protocol
+from tests.support.engine import RawClient
 
 
 async def one_run(model: Path | None, threads: int | None) -> dict[str, float]:
+    """One fresh engine: seconds from its start to the socket, to ``ready`` and to the first completion."""
     socket_path = Path(tempfile.mkdtemp(prefix="dg-start-", dir="/tmp")) / "engine.sock"
     command = [sys.executable, "-m", "engine", "--log-level", "warning", "serve", "--socket", str(socket_path)]
     command += ["--model", str(model)] if model else []
@@ -57,11 +55,12 @@ async def one_run(model: Path | None, threads: int | None) -> dict[str, float]:
 
 
 def main() -> None:
+    """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "startup.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "startup.json")
     args = parser.parse_args()
     machine = machine_report()  # before the benchmark loads the machine
     runs = [asyncio.run(one_run(args.model, args.threads)) for _ in range(args.runs)]
@@ -70,10 +69,7 @@ def main() -> None:
         "runs": runs,
         **{f"{key}_median": statistics.median(run[key] for run in runs) for key in runs[0]},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    figures["machine"] = machine
-    args.out.write_text(json.dumps(figures, indent=2) + "\n")
-    print(json.dumps(figures, indent=2))
+    write_report(args.out, figures, machine)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""``benchmarks/infill_eval.py`` end to end on two small tasks of the HumanEval-infilling format, both backends."""
+"""``python -m benchmarks.infill_eval`` end to end on two small tasks of the HumanEval-infilling format, both
+backends."""
 
 from __future__ import annotations
 

@@ -1,0 +1,43 @@
+"""How a benchmark writes its figures: the JSON file (with the machine report beside the figures), the figures
+printed, the plot; and the ``--compile`` argument of the scripts that drive the engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Collection
+from pathlib import Path
+
+from engine.__main__ import COMPILE_CHOICES
+
+RESULTS = Path(__file__).resolve().parent / "results"
+"""Where a benchmark writes by default (``--out``)."""
+COMPILE_HELP = "the engine's --compile; with on, the measurement starts once compiling has ended"
+
+
+def add_compile_argument(parser: argparse.ArgumentParser, help_text: str = COMPILE_HELP) -> None:
+    """``--compile on|off`` (the engine's choices, default off): the engine's step compiled for the measurement."""
+    parser.add_argument("--compile", choices=COMPILE_CHOICES, default="off", help=help_text)
+
+
+def write_json(path: Path, figures: dict[str, object]) -> None:
+    """``figures`` as indented JSON at ``path``, its folder made if needed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def write_report(
+    path: Path,
+    figures: dict[str, object],
+    machine: dict[str, object],
+    plot: Callable[[Path], None] | None = None,
+    unprinted: Collection[str] = (),
+) -> None:
+    """Write ``figures`` to ``path`` with ``machine`` (``benchmarks.machine.machine_report``, best taken before the run)
+    under ``"machine"``, print them (less the ``unprinted`` keys: long sample lists), then ``plot`` the PNG beside
+    the JSON (``path`` with ``.png``)."""
+    figures["machine"] = machine
+    write_json(path, figures)
+    print(json.dumps({key: value for key, value in figures.items() if key not in unprinted}, indent=2))
+    if plot is not None:
+        plot(path.with_suffix(".png"))

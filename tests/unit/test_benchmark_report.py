@@ -1,0 +1,49 @@
+"""``benchmarks.report`` and ``benchmarks.humaneval``: the shared tail of the benchmark scripts and the harness's
+pure parts (no model, no engine)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.humaneval import floor_middle, pick, program_for, run_tests
+from benchmarks.report import add_compile_argument, write_report
+from engine.__main__ import COMPILE_CHOICES
+
+
+def test_write_report_writes_the_figures_with_the_machine_prints_them_and_plots_beside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "deeper" / "figures.json"
+    plotted: list[Path] = []
+    figures: dict[str, object] = {"p50_ms": 1.5, "samples_ms": [1.0, 2.0]}
+    write_report(out, figures, {"reference_ms": 2.0}, plot=plotted.append, unprinted=("samples_ms",))
+    assert json.loads(out.read_text()) == {"p50_ms": 1.5, "samples_ms": [1.0, 2.0], "machine": {"reference_ms": 2.0}}
+    assert json.loads(capsys.readouterr().out) == {"p50_ms": 1.5, "machine": {"reference_ms": 2.0}}
+    assert plotted == [out.with_suffix(".png")]
+
+
+def test_the_compile_argument_takes_the_engines_choices_and_defaults_off() -> None:
+    parser = argparse.ArgumentParser()
+    add_compile_argument(parser)
+    assert parser.parse_args([]).compile == "off"
+    assert {parser.parse_args(["--compile", choice]).compile for choice in COMPILE_CHOICES} == set(COMPILE_CHOICES)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--compile", "maybe"])
+
+
+def test_the_harness_fills_the_gap_and_runs_the_tests() -> None:
+    task = {
+        "prompt": "def add(a, b):\n",
+        "suffix": "\n",
+        "canonical_solution": "    return a + b\n",
+        "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
+        "entry_point": "add",
+    }
+    assert floor_middle(task) == "    pass\n"
+    assert run_tests(program_for(task, task["canonical_solution"]), timeout=30)
+    assert not run_tests(program_for(task, floor_middle(task)), timeout=30)
+    assert pick(list(range(10)), 3, None) == [0, 3, 6] and pick(list(range(10)), 3, 2) == [0, 1]
