@@ -7,7 +7,7 @@ from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from engine.training.configs import build_config
 from engine.training.data import Example
-from engine.training.train import diffusion_forward, pad_batch, weighted_ce
+from engine.training.objective import diffusion_forward, pad_batch, weighted_ce
 
 CANVAS = 8
 

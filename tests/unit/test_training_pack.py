@@ -47,7 +47,7 @@ def test_worker_batches_do_not_depend_on_the_number_of_workers(tmp_path: Path) -
 
     import torch
 
-    from engine.training.train import worker_batches
+    from engine.training.batches import worker_batches
 
     entries = _entries(tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)

@@ -1,0 +1,130 @@
+"""Held-out figures during training: the diffusion loss, full-noise accuracy, and first-line exact match of infills.
+
+The held-out sets are fixed for a run (files with ``is_held_out``, a seed of their own): ``n_eval`` examples in
+batches of ``EVAL_BATCH`` for the loss and accuracy, and ``n_em`` single-line examples for exact match, filled with
+``model.generate`` and the checkpoint's sampler settings.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from engine.denoise import cut_at_eos
+from engine.training.batches import to_device
+from engine.training.data import EOS, PAD, Example, ExampleMaker, ExampleStream, FileEntry
+from engine.training.objective import autocast, diffusion_forward, pad_batch, weighted_ce
+
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+HELD_OUT_SEED = 12345
+"""The seed of the held-out example stream: the same held-out sets in every run."""
+EVAL_BATCH = 8
+"""Rows per held-out batch."""
+CORRUPTION_SEED = 1234
+"""The torch seed of every evaluation's corruption, so that evaluations compare."""
+
+
+@dataclass
+class HeldOut:
+    """A run's fixed held-out sets."""
+
+    batches: list[dict[str, torch.Tensor]]
+    """Padded batches for the loss and accuracy, on the training device."""
+    em_examples: list[Example]
+    """Single-line examples for first-line exact match."""
+
+
+def held_out_sets(
+    entries: list[FileEntry], maker: ExampleMaker, n_eval: int, n_em: int, canvas: int, device: torch.device
+) -> HeldOut:
+    """The first ``n_eval`` held-out examples, batched, then the next ``n_em`` single-line ones."""
+    held = ExampleStream(entries, maker, held_out=True, seed=HELD_OUT_SEED)
+    eval_examples = [next(held) for _ in range(n_eval)]
+    batches = [
+        to_device(pad_batch(eval_examples[i : i + EVAL_BATCH], canvas), device)
+        for i in range(0, len(eval_examples), EVAL_BATCH)
+    ]
+    em_examples = []
+    while len(em_examples) < n_em:
+        example = next(held)
+        if example.kind == "line":
+            em_examples.append(example)
+    return HeldOut(batches=batches, em_examples=em_examples)
+
+
+def first_line(text: str) -> str:
+    """The text's first line, without trailing spaces."""
+    return text.split("\n", 1)[0].rstrip()
+
+
+def infill(
+    model: DiffusionGemmaForBlockDiffusion, tokenizer: object, prompt_ids: list[int], seed: int = 0
+) -> tuple[str, list[int], float]:
+    """One canvas with ``model.generate`` (the engine's sampler settings); text up to the first <eos>, its tokens,
+    and the tokens per forward pass."""
+    torch.manual_seed(seed)
+    canvas_length = model.config.canvas_length
+    out = model.generate(input_ids=torch.tensor([prompt_ids], device=model.device), max_new_tokens=canvas_length)
+    tokens, _ = cut_at_eos(out.sequences[0, len(prompt_ids) :].tolist(), {EOS}, PAD)
+    return tokenizer.decode(tokens, skip_special_tokens=True), tokens, float(out.tokens_per_forward[0])
+
+
+@torch.no_grad()
+def evaluate(
+    model: DiffusionGemmaForBlockDiffusion,
+    tokenizer: object,
+    eval_batches: list[dict[str, torch.Tensor]],
+    em_examples: list[Example],
+    middle_weight: float,
+) -> dict:
+    """The held-out figures of ``train.log``'s eval records; the caller's torch RNG and training mode are kept."""
+    was_training = model.training
+    model.eval()
+    rng_state = torch.random.get_rng_state()
+    torch.manual_seed(CORRUPTION_SEED)
+    losses, canvas_losses = [], []
+    hits_canvas = hits_middle = n_canvas = n_middle = 0
+    for batch in eval_batches:
+        with autocast(model.device):
+            logits, _ = diffusion_forward(model, batch, sc_prob=0.5)
+        losses.append(weighted_ce(logits, batch, 1.0).item())
+        canvas_losses.append(weighted_ce(logits, {**batch, "scored": batch["middle"]}, 1.0).item())
+        # fully corrupted canvases (t = 1), one decoder pass without self-conditioning: what the first
+        # denoising step sees
+        with autocast(model.device):
+            logits, _ = diffusion_forward(model, batch, t_override=1.0, self_condition=False)
+        hit = logits.argmax(-1) == batch["ids"]
+        canvas = batch["middle"]
+        hits_canvas += hit[canvas].sum().item()
+        n_canvas += canvas.sum().item()
+        content = canvas & (batch["ids"] != PAD) & (batch["ids"] != EOS)
+        hits_middle += hit[content].sum().item()
+        n_middle += content.sum().item()
+    exact, tokens_per_forward, started = 0, 0.0, time.perf_counter()
+    samples = []
+    for i, example in enumerate(em_examples):
+        text, _, example_tokens_per_forward = infill(model, tokenizer, example.ids[: example.prompt_len], seed=i)
+        tokens_per_forward += example_tokens_per_forward
+        exact += first_line(text) == first_line(example.middle_text)
+        if i < 3:
+            samples.append({"want": example.middle_text, "got": text})
+    generate_s = time.perf_counter() - started
+    torch.random.set_rng_state(rng_state)
+    model.train(was_training)
+    n_em = max(len(em_examples), 1)
+    return {
+        "heldout_loss": sum(losses) / len(losses),
+        "heldout_canvas_loss": sum(canvas_losses) / len(canvas_losses),
+        "full_noise_acc_canvas": hits_canvas / max(n_canvas, 1),
+        "full_noise_acc_middle_tokens": hits_middle / max(n_middle, 1),
+        "first_line_em": exact / n_em,
+        "n_em": len(em_examples),
+        "tokens_per_forward": tokens_per_forward / n_em,
+        "ms_per_infill": 1000 * generate_s / n_em,
+        "samples": samples,
+    }
