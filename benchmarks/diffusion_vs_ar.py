@@ -24,7 +24,7 @@ from transformers import DynamicCache, Gemma4ForCausalLM, Gemma4TextConfig
 from benchmarks.machine import machine_report
 from benchmarks.plots import bars
 from benchmarks.report import RESULTS, write_report
-from engine.denoise import run_canvas
+from engine.canvas.denoise import run_canvas
 from engine.model import load_model
 
 

@@ -27,8 +27,9 @@ from benchmarks.machine import machine_report, synchronize
 from benchmarks.plots import bars
 from benchmarks.report import RESULTS, add_compile_argument, write_report
 from engine import protocol
-from engine.denoise import cut_at_eos, run_canvas
-from engine.infill import prompt_ids
+from engine.canvas.denoise import run_canvas
+from engine.canvas.warmup import trace_serving_shapes
+from engine.infill import cut_at_eos, prompt_ids
 from engine.model import load_model
 
 
@@ -70,7 +71,7 @@ def main() -> None:
     model, canvas, device = loaded.model, loaded.canvas_length, loaded.device
     settings = dataclasses.replace(loaded.sampler, exact=args.exact)
     if args.compile == "on" and not args.exact:  # exact runs generate's eager arithmetic
-        loaded.step.start_compiling()
+        loaded.step.start_compiling(warm_up=trace_serving_shapes)
         loaded.step.wait()
     ratios, identical, ours_ms, reference_ms, steps, cached, encode_ms = [], 0, [], [], [], [], []
     for index, request in enumerate([workload(1)[0], *workload(args.requests)]):

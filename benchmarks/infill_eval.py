@@ -51,12 +51,11 @@ from benchmarks.report import RESULTS, write_json
 from diffgemma_lsp.context import cursor_scope
 from diffgemma_lsp.postprocess.answer import strip_fence, unwrap_answer
 from engine import protocol, vocab
+from engine.canvas.caches import PrefixCache
 from engine.checkpoint_files import DEFAULT_MODEL_DIR
-from engine.denoise import cut_at_eos
-from engine.infill import check_request, run_infill
+from engine.infill import check_request, cut_at_eos, run_infill
 from engine.model import DEFAULT_MAX_PROMPT_TOKENS, read_hints
 from engine.model import load_model as engine_load_model
-from engine.prefix_cache import PrefixCache
 from engine.prompt import PromptParts, build_fim_prompt, special_ids_from
 
 EOS_IDS = {vocab.SPECIAL_IDS[vocab.EOS]}

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from engine import protocol
+from engine.jobs import DEFAULT_MAX_BATCH, DEFAULT_MAX_PENDING, JobQueue  # light, as the two below
 from engine.logfile import private_file_handler
 from engine.plan import DEFAULT_PROMPT_TOKENS, PRECISIONS  # light: attrs and the standard library
 
@@ -69,7 +70,6 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 async def serve(args: argparse.Namespace) -> int:
     """Listen on the socket, load the model on the model thread, serve until stopped."""
-    from engine.jobs import JobQueue
     from engine.server import AlreadyRunningError, EngineServer
     from engine.worker import ModelWorker
 
@@ -196,9 +196,14 @@ def main(argv: list[str] | None = None) -> None:
     serve_parser = commands.add_parser("serve", help="serve infill requests on a Unix socket")
     add_model_args(serve_parser)
     serve_parser.add_argument("--socket", type=Path, default=None, help="default: the per-user runtime path")
-    serve_parser.add_argument("--max-pending", type=int, default=64, help="queued requests before 'busy'")
     serve_parser.add_argument(
-        "--max-batch", type=int, default=4, help="queued requests denoised together in one decoder pass (1: off)"
+        "--max-pending", type=int, default=DEFAULT_MAX_PENDING, help="queued requests before 'busy'"
+    )
+    serve_parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=DEFAULT_MAX_BATCH,
+        help="queued requests denoised together in one decoder pass (1: off)",
     )
     serve_parser.add_argument(
         "--compile",

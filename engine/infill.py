@@ -1,4 +1,8 @@
-"""Serve one ``Infill`` request: prompt layout, one canvas, and the text between the cursor and the suffix."""
+"""Serve one ``Infill`` request: prompt layout, one canvas, and the text between the cursor and the suffix.
+
+The canvas (``engine.canvas``) hands back token ids; this module cuts them at the first end-of-sequence token
+and decodes them (``finish_row``, also used for each row of a batch by ``engine.batch``).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import attrs
 import torch
 
 from engine import protocol
-from engine.denoise import StopCheck, cut_at_eos, run_canvas
+from engine.canvas.denoise import StopCheck, run_canvas
 from engine.errors import BadRequestError
 from engine.model import LoadedModel
 from engine.prompt import Prompt, char_budget_cut, parts_of
@@ -136,3 +140,14 @@ def finish_row(
     dropped = stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED)
     rounded = {name: round(value, 3) if name.endswith("_ms") else int(value) for name, value in timings.items()}
     return "" if dropped else loaded.decode(tokens), stop, protocol.Timings(new_tokens=len(tokens), **rounded)
+
+
+def cut_at_eos(tokens: list[int], eos_ids: set[int], pad_id: int | None) -> tuple[list[int], bool]:
+    """The tokens before the first end-of-sequence, and whether one was found; pads are dropped."""
+    out: list[int] = []
+    for token in tokens:
+        if token in eos_ids:
+            return out, True
+        if token != pad_id:
+            out.append(token)
+    return out, False

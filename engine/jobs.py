@@ -18,6 +18,9 @@ from engine import protocol
 from engine.errors import BusyError
 
 DEFAULT_MAX_PENDING = 64
+"""Live jobs the queue holds before it answers ``busy`` (``serve --max-pending``)."""
+DEFAULT_MAX_BATCH = 4
+"""Queued jobs the model thread takes together into one decoder pass (``serve --max-batch``; 1: none)."""
 
 
 @dataclass(eq=False)

@@ -13,6 +13,9 @@ import attrs
 import torch
 
 from engine import placement, plan, protocol, quantize
+from engine.canvas.caches import DEFAULT_SLOTS, PrefixCache
+from engine.canvas.sampler import SamplerSettings
+from engine.canvas.step import DecoderStep
 from engine.checkpoint_files import (
     DEFAULT_MODEL_DIR,
     HINTS_FILE,
@@ -21,42 +24,14 @@ from engine.checkpoint_files import (
     read_json_object,
     stored_dtype,
 )
-from engine.denoise import SamplerSettings
+from engine.clock import StepClock
 from engine.errors import ModelLoadError
-from engine.prefix_cache import DEFAULT_SLOTS, PrefixCache
+from engine.model_info import ModelInfo
 from engine.prompt import CHAT_ORDERS, SUFFIX_FIRST, PromptLayout, layout_for
-from engine.step import DecoderStep
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_PROMPT_TOKENS = 1024
-
-
-class StepClock:
-    """Running estimates of encode and per-step time, per canvas length, to turn deadlines into step budgets."""
-
-    SMOOTHING = 0.2
-
-    def __init__(self) -> None:
-        self.encode_ms: float | None = None
-        self.step_ms: dict[int, float] = {}
-
-    def observe(self, canvas_length: int, encode_ms: float, denoise_ms: float, steps: int) -> None:
-        """Fold one request's times into the estimates."""
-        self.encode_ms = self._blend(self.encode_ms, encode_ms)
-        if steps:
-            self.step_ms[canvas_length] = self._blend(self.step_ms.get(canvas_length), denoise_ms / steps)
-
-    def step_budget(self, canvas_length: int, max_steps: int, time_left_ms: float) -> int:
-        """The most steps (at least 1) expected to fit in ``time_left_ms``; ``max_steps`` before any estimate."""
-        step_ms = self.step_ms.get(canvas_length)
-        if step_ms is None or step_ms <= 0:
-            return max_steps
-        affordable = int((time_left_ms - (self.encode_ms or 0.0)) / step_ms)
-        return max(1, min(max_steps, affordable))
-
-    def _blend(self, old: float | None, new: float) -> float:
-        return new if old is None else old + self.SMOOTHING * (new - old)
 
 
 MAX_ROWS = 64
@@ -90,10 +65,23 @@ class LoadedModel:
     """Encoded prompts kept per document, reused by the next keystroke."""
     clock: StepClock = field(default_factory=StepClock)
     step: DecoderStep = field(init=False)
-    """The denoising step the engine runs: eager, then compiled once ``step.start_compiling()`` has warmed up."""
+    """The denoising step the engine runs: eager, then compiled once ``step.start_compiling(warm_up)`` has warmed
+    up."""
 
     def __post_init__(self) -> None:
         self.step = DecoderStep(self.model)
+
+    def info(self) -> ModelInfo:
+        """What the socket side reports of this model (``engine.model_info``); the step's state is read live."""
+        return ModelInfo(
+            model_id=self.model_id,
+            device=str(self.device),
+            load_ms=self.load_ms,
+            canvas_length=self.canvas_length,
+            max_prompt_tokens=self.max_prompt_tokens,
+            layout=self.layout.name,
+            compile_state=lambda: self.step.state,
+        )
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens."""

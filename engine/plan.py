@@ -50,7 +50,7 @@ rest (norms, scales)."""
 STEP_VOCAB_TENSORS = 3.0
 """Vocabulary-sized (rows x canvas x vocab) float32 tensors alive at the peak of one eager denoising step: this
 step's scaled logits (kept: the next step's self-conditioning), its probabilities, and the accepted rows' copy
-that ``engine.denoise.draw_tokens`` turns into their cumulative distribution in place. The entropy is taken
+that ``engine.canvas.sampler.draw_tokens`` turns into their cumulative distribution in place. The entropy is taken
 without log-probabilities and the previous step's tensors are let go before sampling (it was 5 before).
 Measured with a dispatch-mode tracker on the small checkpoints (``tests/engine/test_plan.py``); ``exact``
 sampling holds more."""
@@ -58,7 +58,7 @@ SELF_CONDITIONING_COPY = 0.5
 """A bfloat16 model keeps the previous logits once more, cast for self-conditioning: half a float32 tensor."""
 DEFAULT_PROMPT_TOKENS = 2048
 PREFIX_CACHE_SLOTS = 16
-"""Documents whose encoded prompt the engine keeps (``engine.prefix_cache.DEFAULT_SLOTS``)."""
+"""Documents whose encoded prompt the engine keeps (``engine.canvas.caches.DEFAULT_SLOTS``)."""
 FITS_GPU = "fits_gpu"
 FITS_WITH_OFFLOAD = "fits_with_cpu_offload"
 FITS_CPU = "fits_cpu"
@@ -313,7 +313,7 @@ def request_memory(
             continue
         keep = layer.window - 1
         windowed += size * min(prompt_tokens, keep)
-        if prompt_tokens > keep:  # engine.prefix_cache.decoder_view copies the window out of the master
+        if prompt_tokens > keep:  # engine.canvas.caches.decoder_view copies the window out of the master
             copies += size * keep
     step_tensor = canvas_length * vocab_size * 4
     step_tensors = STEP_VOCAB_TENSORS + (SELF_CONDITIONING_COPY if dtype != "float32" else 0.0)

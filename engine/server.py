@@ -1,5 +1,8 @@
 """The engine's socket side: a Unix socket server on asyncio, one session per connected client.
 
+It never imports torch: what it reports of the model comes as a plain ``engine.model_info.ModelInfo`` from the
+model thread, and work reaches that thread only through ``engine.jobs``.
+
 Security: the socket's directory is created 0700, the socket is 0600, and a peer whose uid differs from
 the engine's is refused (``SO_PEERCRED``). Nothing from a request is executed or written to disk.
 """
@@ -21,7 +24,7 @@ from pathlib import Path
 from engine import protocol
 from engine.errors import EngineError
 from engine.jobs import Job, JobQueue
-from engine.model import LoadedModel
+from engine.model_info import ModelInfo
 from engine.stats import ReplyLog, rss_mb
 
 logger = logging.getLogger(__name__)
@@ -85,7 +88,7 @@ class EngineServer:
     def __init__(self, queue: JobQueue, idle_exit_s: float = 0.0) -> None:
         self.queue = queue
         self.idle_exit_s = idle_exit_s
-        self.loaded: LoadedModel | None = None
+        self.loaded: ModelInfo | None = None
         self.load_error: str | None = None
         self._connection_ids = itertools.count(1)
         self._writers: dict[int, tuple[asyncio.StreamWriter, asyncio.Lock]] = {}
@@ -232,16 +235,16 @@ class EngineServer:
 
     # -- model thread callbacks (called on the loop via call_soon_threadsafe) ----------------------------------
 
-    def model_loaded(self, loaded: LoadedModel) -> None:
+    def model_loaded(self, loaded: ModelInfo) -> None:
         """Tell the clients that connected during loading."""
         self.loaded = loaded
         ready = protocol.Ready(
             model_id=loaded.model_id,
-            device=str(loaded.device),
+            device=loaded.device,
             load_ms=round(loaded.load_ms, 1),
             canvas_length=loaded.canvas_length,
             max_prompt_tokens=loaded.max_prompt_tokens,
-            layout=loaded.layout.name,
+            layout=loaded.layout,
         )
         for connection in list(self._waiting_ready):
             asyncio.ensure_future(self._send(connection, ready))
@@ -350,10 +353,10 @@ class EngineServer:
                 protocol=protocol.PROTOCOL_VERSION,
                 model_id=loaded.model_id if loaded else "",
                 ready=loaded is not None,
-                device=str(loaded.device) if loaded else "",
+                device=loaded.device if loaded else "",
                 canvas_length=loaded.canvas_length if loaded else 0,
                 max_prompt_tokens=loaded.max_prompt_tokens if loaded else 0,
-                layout=loaded.layout.name if loaded else "",
+                layout=loaded.layout if loaded else "",
             ),
         )
         if loaded is None:
@@ -405,7 +408,7 @@ class EngineServer:
         return protocol.Stats(
             id=request_id,
             model_id=loaded.model_id if loaded else "",
-            device=str(loaded.device) if loaded else "",
+            device=loaded.device if loaded else "",
             ready=loaded is not None,
             uptime_s=round(time.monotonic() - self.replies.started, 1),
             connections=len(self._writers),
@@ -416,5 +419,5 @@ class EngineServer:
             recent_count=len(self.replies.recent_ms),
             last_error=self.load_error or self.replies.last_error,
             rss_mb=round(rss_mb(), 1),
-            compiled=loaded.step.state if loaded else "",
+            compiled=loaded.compile_state() if loaded else "",
         )

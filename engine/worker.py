@@ -12,11 +12,13 @@ import attrs
 import torch
 
 from engine import protocol
-from engine.batch import MAX_BATCH, compatible, run_batch
+from engine.batch import Row, compatible, run_batch
+from engine.canvas.warmup import trace_serving_shapes
 from engine.errors import EngineError
 from engine.infill import check_request, prompt_ids, run_infill
-from engine.jobs import Job, JobQueue
+from engine.jobs import DEFAULT_MAX_BATCH, Job, JobQueue
 from engine.model import LoadedModel, load_model
+from engine.model_info import ModelInfo
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +33,14 @@ def _release_device_memory(loaded: LoadedModel) -> None:
         torch.mps.empty_cache()
 
 
+def batch_row(job: Job) -> Row:
+    """A queued job as a row of ``engine.batch``: its request, its document's cache key, its stop check."""
+    return Row(request=job.request, cache_key=job.key, should_stop=job.should_stop)
+
+
 class ModelWorker(threading.Thread):
-    """Owns the model. ``on_loaded`` / ``on_failed`` are called from this thread once loading ends."""
+    """Owns the model. ``on_loaded`` (with the socket side's ``ModelInfo``) / ``on_failed`` are called from this
+    thread once loading ends."""
 
     def __init__(
         self,
@@ -40,10 +48,10 @@ class ModelWorker(threading.Thread):
         model_dir: Path | None,
         device: str | None,
         dtype: str | None,
-        on_loaded: Callable[[LoadedModel], None],
+        on_loaded: Callable[[ModelInfo], None],
         on_failed: Callable[[BaseException], None],
         threads: int | None = None,
-        max_batch: int = MAX_BATCH,
+        max_batch: int = DEFAULT_MAX_BATCH,
         compile_step: bool = False,
         max_memory: str | None = None,
         quantization: str | None = None,
@@ -75,9 +83,9 @@ class ModelWorker(threading.Thread):
             logger.exception("model load failed")
             self.on_failed(exc)
             return
-        self.on_loaded(self.loaded)
-        if self.compile_step:
-            self.loaded.step.start_compiling()  # in the background: requests are served eagerly until it is done
+        self.on_loaded(self.loaded.info())
+        if self.compile_step:  # in the background: requests are served eagerly until it is done
+            self.loaded.step.start_compiling(warm_up=trace_serving_shapes)
         while (job := self.queue.take()) is not None:
             batch = self._batch_for(self.loaded, job)
             if len(batch) > 1:
@@ -92,14 +100,19 @@ class ModelWorker(threading.Thread):
         rows = min(self.max_batch, loaded.max_rows)
         if rows <= 1:
             return [job]
-        return [job, *self.queue.take_matching(lambda other: compatible(job, other, loaded), rows - 1)]
+        return [job, *self.queue.take_matching(lambda other: self._joins(job, other, loaded), rows - 1)]
+
+    @staticmethod
+    def _joins(job: Job, other: Job, loaded: LoadedModel) -> bool:
+        """Whether the queued ``other`` can share ``job``'s decoder passes (not if it is already cancelled)."""
+        return other.cancel_reason is None and compatible(job.request, other.request, loaded)
 
     def _serve_batch(self, loaded: LoadedModel, jobs: list[Job]) -> None:
         started = time.monotonic()
         for job in jobs:
             job.started = started
         try:
-            results = run_batch(loaded, jobs)
+            results = run_batch(loaded, [batch_row(job) for job in jobs])
         except torch.OutOfMemoryError:
             _release_device_memory(loaded)
             logger.warning("out of memory with a batch of %d rows: serving its requests one by one", len(jobs))
@@ -179,7 +192,7 @@ class ModelWorker(threading.Thread):
             logger.info("request %s: %d of %d candidates fit", job.request.id, count, job.request.candidates)
         while count > 1:
             try:
-                rows = run_batch(loaded, [job] * count)
+                rows = run_batch(loaded, [batch_row(job)] * count)
                 break
             except torch.OutOfMemoryError:
                 _release_device_memory(loaded)

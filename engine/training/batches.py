@@ -22,6 +22,7 @@ from engine.training.objective import pad_batch
 
 if TYPE_CHECKING:
     import numpy as np
+    from transformers import PreTrainedTokenizerBase
 
 GROUP_BATCHES = 4
 """Batches per length-sorted group."""
@@ -58,7 +59,7 @@ def _worker_group(job: tuple[int, int, int, int]) -> list[dict[str, np.ndarray]]
 
 
 def worker_batches(
-    entries: list[FileEntry], tokenizer: object, args: argparse.Namespace, start: int
+    entries: list[FileEntry], tokenizer: PreTrainedTokenizerBase, args: argparse.Namespace, start: int
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Batches made by ``args.workers`` forked processes (on a GPU, making and tokenizing examples in one CPU
     process would be the bottleneck). Group n is the same whatever the number of workers; a resumed run

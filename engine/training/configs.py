@@ -8,6 +8,7 @@ at a scale a laptop CPU runs in milliseconds per denoising step.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from transformers import (
     DiffusionGemmaConfig,
@@ -27,7 +28,7 @@ SIZES: dict[str, dict[str, int]] = {
 }
 
 
-TINY_VISION: dict[str, int] = dict(
+TINY_VISION: dict[str, Any] = dict(
     hidden_size=32,
     intermediate_size=64,
     num_hidden_layers=1,
@@ -53,8 +54,8 @@ def build_config(
         num_attention_heads=s["heads"],
         num_key_value_heads=s["kv_heads"],
         head_dim=s["head_dim"],
-        global_head_dim=s["head_dim"],
-        num_global_key_value_heads=1,
+        # Gemma 4's global-attention fields, read from the config's extra keyword arguments (not in its signature)
+        **dict[str, Any](global_head_dim=s["head_dim"], num_global_key_value_heads=1),
         sliding_window=sliding_window,
         num_experts=s["experts"],
         top_k_experts=s["top_k"],
@@ -98,10 +99,17 @@ def set_generation_defaults(model: DiffusionGemmaForBlockDiffusion, steps: int =
     g.eos_token_id = [vocab.SPECIAL_IDS[vocab.EOS]]
     g.pad_token_id = vocab.SPECIAL_IDS[vocab.PAD]
     g.max_new_tokens = model.config.canvas_length
-    g.max_denoising_steps = steps
-    g.t_min, g.t_max = 0.4, 0.8
-    g.stability_threshold, g.confidence_threshold = 1, 0.005
-    g.sampler_config = EntropyBoundSamplerConfig(entropy_bound=0.1)
+    # DiffusionGemma's own fields, which GenerationConfig keeps as extra attributes (not in its declared type)
+    release = dict(
+        max_denoising_steps=steps,
+        t_min=0.4,
+        t_max=0.8,
+        stability_threshold=1,
+        confidence_threshold=0.005,
+        sampler_config=EntropyBoundSamplerConfig(entropy_bound=0.1),
+    )
+    for name, value in release.items():
+        setattr(g, name, value)
 
 
 def save_checkpoint(model: DiffusionGemmaForBlockDiffusion, tokenizer_dir: Path, out_dir: Path) -> None:

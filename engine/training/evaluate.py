@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.denoise import cut_at_eos
+from engine.infill import cut_at_eos
 from engine.training.batches import to_device
 from engine.training.data import EOS, PAD, Example, ExampleMaker, ExampleStream, FileEntry
 from engine.training.objective import autocast, diffusion_forward, pad_batch, weighted_ce
 
 if TYPE_CHECKING:
-    from transformers import DiffusionGemmaForBlockDiffusion
+    from transformers import DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 
 HELD_OUT_SEED = 12345
 """The seed of the held-out example stream: the same held-out sets in every run."""
@@ -49,7 +49,7 @@ def held_out_sets(
         to_device(pad_batch(eval_examples[i : i + EVAL_BATCH], canvas), device)
         for i in range(0, len(eval_examples), EVAL_BATCH)
     ]
-    em_examples = []
+    em_examples: list[Example] = []
     while len(em_examples) < n_em:
         example = next(held)
         if example.kind == "line":
@@ -63,7 +63,7 @@ def first_line(text: str) -> str:
 
 
 def infill(
-    model: DiffusionGemmaForBlockDiffusion, tokenizer: object, prompt_ids: list[int], seed: int = 0
+    model: DiffusionGemmaForBlockDiffusion, tokenizer: PreTrainedTokenizerBase, prompt_ids: list[int], seed: int = 0
 ) -> tuple[str, list[int], float]:
     """One canvas with ``model.generate`` (the engine's sampler settings); text up to the first <eos>, its tokens,
     and the tokens per forward pass."""
@@ -77,7 +77,7 @@ def infill(
 @torch.no_grad()
 def evaluate(
     model: DiffusionGemmaForBlockDiffusion,
-    tokenizer: object,
+    tokenizer: PreTrainedTokenizerBase,
     eval_batches: list[dict[str, torch.Tensor]],
     em_examples: list[Example],
     middle_weight: float,
@@ -100,11 +100,11 @@ def evaluate(
             logits, _ = diffusion_forward(model, batch, t_override=1.0, self_condition=False)
         hit = logits.argmax(-1) == batch["ids"]
         canvas = batch["middle"]
-        hits_canvas += hit[canvas].sum().item()
-        n_canvas += canvas.sum().item()
+        hits_canvas += int(hit[canvas].sum())
+        n_canvas += int(canvas.sum())
         content = canvas & (batch["ids"] != PAD) & (batch["ids"] != EOS)
-        hits_middle += hit[content].sum().item()
-        n_middle += content.sum().item()
+        hits_middle += int(hit[content].sum())
+        n_middle += int(content.sum())
     exact, tokens_per_forward, started = 0, 0.0, time.perf_counter()
     samples = []
     for i, example in enumerate(em_examples):

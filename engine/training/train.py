@@ -25,9 +25,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
-from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 
 from engine.training import configs
 from engine.training.batches import stream_batches, to_device, worker_batches
@@ -180,7 +181,7 @@ def load_state(
 
 def evaluate_and_export(
     model: DiffusionGemmaForBlockDiffusion,
-    tokenizer: object,
+    tokenizer: PreTrainedTokenizerBase,
     held_out: HeldOut,
     args: argparse.Namespace,
     progress: Progress,
@@ -226,7 +227,7 @@ def main() -> None:
     if args.init is not None and not resume:
         # the shipped model's weights, with a fresh optimizer: how a later session continues training it
         model.load_state_dict(DiffusionGemmaForBlockDiffusion.from_pretrained(args.init).state_dict())
-    model.to(device)
+    cast(torch.nn.Module, model).to(device)  # transformers' wrapper of `to` is typed as taking the model
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     if resume:
         progress = load_state(state_file, model, optimizer, stream, device)

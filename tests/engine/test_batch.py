@@ -9,11 +9,12 @@ import torch
 from transformers import DiffusionGemmaForBlockDiffusion
 
 from engine import protocol
-from engine.batch import compatible, run_batch, stack_views
+from engine.batch import compatible, run_batch
+from engine.canvas.caches import PrefixCache, stack_views
 from engine.jobs import Job
 from engine.model import load_model
-from engine.prefix_cache import PrefixCache
 from engine.training.configs import build_config
+from engine.worker import batch_row
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 
@@ -52,9 +53,9 @@ async def test_run_batch_serves_each_row_and_stops_a_cancelled_one(memorized_mod
         return Job(request=request, key=(1, request.uri), loop=loop, future=loop.create_future())
 
     jobs = [job(0), job(1, "# a longer prompt than the others\n" * 3 + MEMORIZED_PREFIX), job(2), job(3)]
-    assert all(compatible(jobs[0], other, loaded) for other in jobs[1:])
+    assert all(compatible(jobs[0].request, other.request, loaded) for other in jobs[1:])
     jobs[3].cancel(protocol.StopReason.CANCELLED)
-    results = run_batch(loaded, jobs)
+    results = run_batch(loaded, [batch_row(job) for job in jobs])
     assert [results[row][0] for row in (0, 2)] == [MEMORIZED_MIDDLE, MEMORIZED_MIDDLE]
     assert results[0][1] is protocol.StopReason.EOS
     assert results[3][1] is protocol.StopReason.CANCELLED and results[3][0] == "" and results[3][2].steps == 0
@@ -66,4 +67,4 @@ async def test_run_batch_serves_each_row_and_stops_a_cancelled_one(memorized_mod
         loop=loop,
         future=loop.create_future(),
     )
-    assert not compatible(jobs[0], seeded, loaded)
+    assert not compatible(jobs[0].request, seeded.request, loaded)

@@ -11,9 +11,11 @@ import torch
 
 from engine import protocol
 from engine.batch import run_batch
+from engine.canvas.warmup import trace_serving_shapes
 from engine.infill import run_infill
 from engine.jobs import Job
 from engine.model import LoadedModel, load_model
+from engine.worker import batch_row
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
@@ -24,7 +26,7 @@ COMPILE_TIMEOUT_S = 900
 def compiled(memorized_model_dir: Path) -> LoadedModel:
     """The memorized model with its step compiled; any call outside the warmed-up graphs raises."""
     loaded = load_model(memorized_model_dir)
-    loaded.step.start_compiling()
+    loaded.step.start_compiling(warm_up=trace_serving_shapes)
     assert loaded.step.wait(COMPILE_TIMEOUT_S), "compiling did not finish"
     assert loaded.step.state == "compiled", loaded.step.state
     loaded.step = loaded.step.without_fallback()
@@ -75,10 +77,11 @@ async def test_a_batch_needs_no_new_graph(compiled: LoadedModel) -> None:
         Job(request=_request(prefix), key=(row, "file:///t.py"), loop=loop, future=loop.create_future())
         for row, prefix in enumerate(prefixes)
     ]
-    results = run_batch(compiled, jobs)  # rows with different prompt lengths: a padded cache
+    rows = [batch_row(job) for job in jobs]
+    results = run_batch(compiled, rows)  # rows with different prompt lengths: a padded cache
     assert results[0][0] == MEMORIZED_MIDDLE  # row 1 is not the memorized prompt
     assert all(timings.steps > 1 for _, _, timings in results)
-    candidates = run_batch(compiled, [jobs[0]] * 2)  # one prompt twice, as for candidates: no padding at all
+    candidates = run_batch(compiled, [rows[0]] * 2)  # one prompt twice, as for candidates: no padding at all
     assert [text for text, _, _ in candidates] == [MEMORIZED_MIDDLE] * 2
 
 
@@ -88,7 +91,7 @@ def test_a_failed_compile_keeps_serving_eagerly(memorized_model_dir: Path, monke
 
     monkeypatch.setattr(torch, "compile", no_compiler)
     loaded = load_model(memorized_model_dir)
-    loaded.step.start_compiling()
+    loaded.step.start_compiling(warm_up=trace_serving_shapes)
     assert loaded.step.wait(60)
     assert loaded.step.state == "failed: RuntimeError: no C++ compiler found"
     assert run_infill(loaded, _request())[0] == MEMORIZED_MIDDLE

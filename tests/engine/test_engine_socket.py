@@ -46,6 +46,14 @@ def _infill(request_id: str, uri: str = "file:///a.py", **overrides: object) -> 
     return protocol.Infill(**fields)  # type: ignore[arg-type]
 
 
+def test_the_socket_side_does_not_import_torch() -> None:
+    code = (
+        "import sys, engine.server; "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'engine.server loads torch'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 async def test_infill_returns_the_multi_line_middle_with_timings(client: RawClient) -> None:
     await client.send(_infill("1"))
     result = await client.receive()

@@ -9,7 +9,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
-from engine.denoise import SamplerSettings, cut_at_eos, run_canvas
+from engine.canvas.denoise import run_canvas
+from engine.canvas.sampler import SamplerSettings
+from engine.infill import cut_at_eos
 from engine.prompt import PromptParts, build_fim_prompt, special_ids_from
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 

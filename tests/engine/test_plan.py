@@ -274,7 +274,7 @@ def release_model(release_random_dir: Path):  # noqa: ANN201 - a LoadedModel
 def test_the_prefix_cache_holds_what_the_plan_says(release_model, release_random_dir: Path) -> None:  # noqa: ANN001
     import torch
 
-    from engine.prefix_cache import DEFAULT_SLOTS, PrefixCache
+    from engine.canvas.caches import DEFAULT_SLOTS, PrefixCache
 
     assert planning.PREFIX_CACHE_SLOTS == DEFAULT_SLOTS
     spec = read_spec(release_random_dir)
@@ -303,7 +303,9 @@ def _step_peak(loaded) -> float:  # noqa: ANN001 - a LoadedModel
     from torch.utils._python_dispatch import TorchDispatchMode
     from transformers import DynamicCache
 
-    from engine.denoise import SamplerSettings, denoise_canvas, encode_prompt
+    from engine.canvas.caches import encode_prompt
+    from engine.canvas.denoise import denoise_canvas
+    from engine.canvas.sampler import SamplerSettings
 
     model = loaded.model
     canvas, vocab = 16, model.config.text_config.vocab_size

@@ -6,8 +6,7 @@ import pytest
 import torch
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
-from engine.denoise import encode_prompt
-from engine.prefix_cache import PrefixCache, common_prefix_length
+from engine.canvas.caches import PrefixCache, common_prefix_length, encode_prompt
 from engine.training.configs import build_config
 
 CANVAS = 16

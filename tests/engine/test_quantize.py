@@ -41,8 +41,9 @@ def _step_logits(model: torch.nn.Module, mode: object = None) -> torch.Tensor:
     the same seeded prompt and canvas for every model; float32 logits (1, C, V)."""
     from transformers import DynamicCache
 
-    from engine.denoise import encode_prompt
-    from engine.step import eager_forward, score_logits
+    from engine.canvas.caches import encode_prompt
+    from engine.canvas.sampler import score_logits
+    from engine.canvas.step import eager_forward
 
     generator = torch.Generator().manual_seed(0)
     vocab = model.config.text_config.vocab_size
@@ -317,7 +318,9 @@ def test_int8_gives_the_memorized_answer_of_its_float_model(release_memorized_di
     it is computed in, seed for seed (bfloat16 already answers a pad where float32 gives the answer's last token)."""
     from transformers import AutoTokenizer, DynamicCache
 
-    from engine.denoise import SamplerSettings, denoise_canvas, encode_prompt
+    from engine.canvas.caches import encode_prompt
+    from engine.canvas.denoise import denoise_canvas
+    from engine.canvas.sampler import SamplerSettings
     from engine.model import DEFAULT_MAX_PROMPT_TOKENS
     from engine.prompt import PromptParts, layout_for
     from tests.support.release_format import ANSWERED_LANGUAGE, ANSWERED_PREFIX, ANSWERED_SUFFIX

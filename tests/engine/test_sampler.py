@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.denoise import accept_mask, draw_tokens, sample_accepted
-from engine.step import score_logits
+from engine.canvas.sampler import accept_mask, draw_tokens, sample_accepted, score_logits
 
 
 def test_draw_tokens_follows_each_rows_distribution() -> None:

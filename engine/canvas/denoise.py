@@ -20,7 +20,11 @@ The loop, for a batch of B rows and a canvas of C tokens::
        d. accept the lowest-entropy positions whose summed entropy stays within the bound: they take
           ``sample``; every other position is renoised with a fresh random token
        e. a row is done when ``best`` equals the previous step's and the mean entropy is under the threshold
-    4. the completion is ``best`` of the last step, up to the first end-of-sequence token
+    4. the canvas is ``best`` of the last step, as token ids (``engine.infill`` cuts it at the first
+       end-of-sequence token and decodes it)
+
+The sampler's parts are in ``engine.canvas.sampler``, the caches (the prefill of step 1 among them) in
+``engine.canvas.caches``, and the decoder pass of step 3a in ``engine.canvas.step``.
 """
 
 from __future__ import annotations
@@ -28,35 +32,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
 
+from engine.canvas.caches import PrefixCache, encode_prompt
+from engine.canvas.sampler import SamplerSettings, accept_mask, sample_accepted
+from engine.canvas.step import DecoderStep
 from engine.placement import execution_device
 from engine.quantize import grad_mode, under_grad_mode
-from engine.step import DecoderStep, Scores
-
-if TYPE_CHECKING:
-    from engine.prefix_cache import PrefixCache
 
 StopCheck = Callable[[], str | None]
 """Returns a reason to stop (e.g. "cancelled") or None to go on."""
-
-
-@dataclass(frozen=True)
-class SamplerSettings:
-    """The denoising schedule; defaults are the released generation config's."""
-
-    max_steps: int = 48
-    t_min: float = 0.4
-    t_max: float = 0.8
-    entropy_bound: float = 0.1
-    stability_threshold: int = 1
-    confidence_threshold: float = 0.005
-    exact: bool = False
-    """Draw random numbers exactly as ``generate`` does (same tokens for the same seed), at the cost of a
-    multinomial over every canvas position each step. Off: sample only the accepted positions."""
 
 
 @dataclass
@@ -86,64 +73,6 @@ class CanvasOutput:
 
 def _now_ms() -> float:
     return time.perf_counter() * 1000.0
-
-
-def encode_prompt(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache) -> int:
-    """Run the causal encoder over ``input_ids`` (B, P), appending to ``cache``. Returns the new cache length."""
-    past = cache.get_seq_length()
-    batch, length = input_ids.shape
-    total = past + length
-    position_ids = torch.arange(past, total, dtype=torch.int32, device=input_ids.device).unsqueeze(0)
-    attention_mask = torch.ones((batch, total), dtype=torch.bool, device=input_ids.device)
-    encoder = model.model.encoder
-    masks = encoder.create_masks_for_generate(
-        config=model.config,
-        inputs_embeds=torch.empty((batch, length, 0), dtype=model.dtype, device=input_ids.device),
-        attention_mask=attention_mask,
-        cache=cache,
-        position_ids=position_ids,
-    )
-    encoder(input_ids=input_ids, attention_mask=masks, cache=cache, position_ids=position_ids)
-    return total
-
-
-def sample_accepted(
-    scores: Scores, canvas: torch.Tensor, bound: float, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sampler's fast path: (sample, accepted) with a draw only where a token is accepted.
-
-    Which positions are accepted depends only on their entropies, so the (B*C, V) multinomial draw that
-    ``generate`` makes, most of it thrown away, shrinks to the accepted rows, and each of those takes one
-    uniform number (``draw_tokens``). Same distribution, a different random stream: use ``exact`` for
-    token-for-token agreement with ``generate``.
-    """
-    accepted = accept_mask(scores.entropy, bound)
-    sample = canvas.clone()
-    rows = accepted.nonzero(as_tuple=True)
-    if rows[0].numel():
-        sample[rows] = draw_tokens(scores.probs[rows], generator)
-    return sample, accepted
-
-
-def draw_tokens(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of ``probs`` (R, V), drawn by inverting the cumulative distribution; ``probs`` is
-    overwritten with it (one vocabulary-sized tensor fewer).
-
-    ``torch.multinomial`` draws an exponential variate for every vocabulary entry of every row (on CPU, 2 to 5 ms
-    a step for a 32-token canvas over 8,192 tokens, a third of the step); this draws one uniform number per row.
-    ``right=True`` skips zero-probability tokens when the number is exactly 0.
-    """
-    cdf = probs.cumsum_(dim=-1)  # (R, V), in place: callers pass a copy (the accepted rows)
-    uniform = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device, dtype=cdf.dtype)
-    tokens = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True)
-    return tokens.clamp_max(probs.shape[-1] - 1).squeeze(-1)
-
-
-def accept_mask(entropy: torch.Tensor, bound: float) -> torch.Tensor:
-    """Positions whose lower-entropy peers sum to at most ``bound`` (the lowest one always qualifies)."""
-    sorted_entropy, order = torch.sort(entropy, dim=-1)
-    keep_sorted = torch.cumsum(sorted_entropy, dim=-1) - sorted_entropy <= bound
-    return torch.scatter(torch.zeros_like(keep_sorted), dim=-1, index=order, src=keep_sorted)
 
 
 @under_grad_mode  # inference mode, or no_grad for torchao's tensors (engine.quantize)
@@ -286,14 +215,3 @@ def run_canvas(
         finished=denoised.finished,
         cached_tokens=cached,
     )
-
-
-def cut_at_eos(tokens: list[int], eos_ids: set[int], pad_id: int | None) -> tuple[list[int], bool]:
-    """The tokens before the first end-of-sequence, and whether one was found; pads are dropped."""
-    out: list[int] = []
-    for token in tokens:
-        if token in eos_ids:
-            return out, True
-        if token != pad_id:
-            out.append(token)
-    return out, False

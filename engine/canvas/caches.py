@@ -1,4 +1,5 @@
-"""Reuse the encoded prompt from one keystroke to the next.
+"""The caches a canvas is denoised against: the encoder's prefill, reused from one keystroke to the next, and the
+decoder's views of it, one per row or stacked for a batch. Torch and transformers only.
 
 Each document keeps a *master* cache: a plain ``DynamicCache()`` whose layers all keep every key and value
 (sliding layers included), so it can be cut back to any length. On a request the longest common token prefix
@@ -10,6 +11,9 @@ a *view* instead, a config-shaped ``DynamicCache`` whose sliding layers hold the
 exactly as a cache built from scratch (no copy, except the last ``window - 1`` keys and values of a sliding layer
 once the prompt is longer than that: the views share the master's tensors, and the decoder never writes to a
 cache).
+
+Requests denoised together have prompts of different lengths: ``stack_rows`` left-pads each row's view to the
+longest and gives the decoder the mask that hides the padding and each row's own canvas positions.
 """
 
 from __future__ import annotations
@@ -18,13 +22,32 @@ import collections
 from collections.abc import Hashable
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache
 
-from engine.denoise import encode_prompt
 from engine.placement import execution_device
 from engine.quantize import grad_mode
 
 DEFAULT_SLOTS = 16
+
+
+def encode_prompt(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache) -> int:
+    """Run the causal encoder over ``input_ids`` (B, P), appending to ``cache``. Returns the new cache length."""
+    past = cache.get_seq_length()
+    batch, length = input_ids.shape
+    total = past + length
+    position_ids = torch.arange(past, total, dtype=torch.int32, device=input_ids.device).unsqueeze(0)
+    attention_mask = torch.ones((batch, total), dtype=torch.bool, device=input_ids.device)
+    encoder = model.model.encoder
+    masks = encoder.create_masks_for_generate(
+        config=model.config,
+        inputs_embeds=torch.empty((batch, length, 0), dtype=model.dtype, device=input_ids.device),
+        attention_mask=attention_mask,
+        cache=cache,
+        position_ids=position_ids,
+    )
+    encoder(input_ids=input_ids, attention_mask=masks, cache=cache, position_ids=position_ids)
+    return total
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
@@ -92,3 +115,39 @@ class PrefixCache:
         while len(self._masters) > self.slots:
             self._masters.popitem(last=False)
         return view, reused
+
+
+def stack_views(views: list[DynamicCache], text_config: object) -> tuple[DynamicCache, torch.Tensor]:
+    """One batched cache from per-row decoder views, left-padded; returns it with its (B, L) padding mask."""
+    lengths = [view.get_seq_length() for view in views]
+    longest = max(lengths)
+    batched = DynamicCache(config=text_config)
+    for index, layer in enumerate(batched.layers):
+        width = min(longest, layer.sliding_window - 1) if layer.is_sliding else longest
+        keys = torch.cat([F.pad(v.layers[index].keys, (0, 0, width - v.layers[index].keys.shape[2], 0)) for v in views])
+        values = torch.cat(
+            [F.pad(v.layers[index].values, (0, 0, width - v.layers[index].values.shape[2], 0)) for v in views]
+        )
+        layer.lazy_initialization(keys, values)
+        layer.keys, layer.values = keys, values
+        if layer.is_sliding:
+            layer.cumulative_length = longest
+    mask = torch.zeros((len(views), longest), dtype=torch.bool, device=views[0].layers[0].keys.device)
+    for row, length in enumerate(lengths):
+        mask[row, longest - length :] = True
+    return batched, mask
+
+
+def stack_rows(
+    views: list[DynamicCache], text_config: object, canvas_length: int
+) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+    """The decoder's batched inputs: the left-padded cache (``stack_views``), each row's canvas positions (B, C)
+    after its own prompt, and the decoder mask (B, L + C) that hides the padding."""
+    cache, padding = stack_views(views, text_config)
+    device = padding.device
+    starts = [view.get_seq_length() for view in views]
+    positions = torch.stack(
+        [torch.arange(start, start + canvas_length, dtype=torch.int32, device=device) for start in starts]
+    )
+    canvas = torch.ones((len(views), canvas_length), dtype=torch.bool, device=device)
+    return cache, positions, torch.cat([padding, canvas], dim=1)

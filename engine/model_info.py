@@ -1,0 +1,31 @@
+"""What the socket side knows of the loaded model: plain values, no torch.
+
+``engine.server`` answers handshakes and stats from a :class:`ModelInfo`, which the model thread builds from its
+``engine.model.LoadedModel`` once loading is done (``LoadedModel.info``), so the asyncio side never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class ModelInfo:
+    """The loaded model as the handshake, ``ready`` and ``stats`` report it."""
+
+    model_id: str
+    """The checkpoint folder, or "default" for the shipped model."""
+    device: str
+    """Where inputs and caches go (the first accelerator of a spread model)."""
+    load_ms: float
+    """How long loading took."""
+    canvas_length: int
+    """The model's own canvas."""
+    max_prompt_tokens: int
+    """The longest prompt the engine lays out."""
+    layout: str
+    """The prompt layout's name (FIM sentinels, or a chat order)."""
+    compile_state: Callable[[], str]
+    """The denoising step's state now: eager, compiling, compiled or failed (it changes while the engine runs)."""
