@@ -49,6 +49,7 @@ from benchmarks.humaneval import DEFAULT_DATA, SPLITS, compiles, floor_middle, l
 from benchmarks.plots import pass_at_1_by_steps
 from benchmarks.report import RESULTS, write_json
 from diffgemma_lsp.context import cursor_scope
+from diffgemma_lsp.postprocess import postprocess
 from diffgemma_lsp.postprocess.answer import strip_fence, unwrap_answer
 from engine import protocol, vocab
 from engine.canvas.caches import PrefixCache
@@ -72,15 +73,10 @@ def finish(task: dict, text: str, raw: bool, instruct: bool = False) -> tuple[st
     """
     if raw:
         return text, task["suffix"]
-    from diffgemma_lsp.postprocess import postprocess
-
     edit = postprocess(task["prompt"], task["suffix"], text, "python", instruct=instruct)
     if edit is None:
         return None
-    if edit.replace_to_eol:  # the edit replaced the closing characters up to the end of the line
-        rest = task["suffix"].split("\n", 1)
-        return edit.text, "\n" + rest[1] if len(rest) > 1 else ""
-    return edit.text, task["suffix"]
+    return edit.text, task["suffix"][len(edit.replaced(task["suffix"])) :]
 
 
 def load_model(model_dir: Path, random_init: bool, seed: int):

@@ -23,9 +23,9 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(doctor.main(argv[1:]))
     if argv[:1] == ["openai"]:
-        from diffgemma_lsp import openai_server
+        from diffgemma_lsp.endpoint import server as endpoint
 
-        sys.exit(openai_server.main(argv[1:]))
+        sys.exit(endpoint.main(argv[1:]))
     parser = argparse.ArgumentParser(prog="diffgemma-lsp", description="DiffusionGemma code completion over LSP.")
     parser.add_argument("--stdio", action="store_true", help="talk LSP on stdin/stdout (the default)")
     parser.add_argument(

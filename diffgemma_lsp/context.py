@@ -124,10 +124,10 @@ def _suffix_end(lines: Sequence[str], line: int, column: int, offset: int, budge
     return end
 
 
-def end_of_line(context: InfillContext) -> types.Position:
-    """The end of the cursor's line (before its line break), in the client's units."""
-    rest = context.suffix.split("\n", 1)[0].rstrip("\r")
-    return types.Position(line=context.position.line, character=context.position.character + _utf16_length(rest))
+def position_after(context: InfillContext, text: str) -> types.Position:
+    """Where ``text`` ends when it starts at the cursor and holds no line break (the part of the suffix an edit
+    replaces, ``Edit.replaced``), in the client's units."""
+    return types.Position(line=context.position.line, character=context.position.character + _utf16_length(text))
 
 
 BLOCK_OPENERS = (":", "{", "(", "[")

@@ -26,6 +26,17 @@ class Edit:
     replace_to_eol: bool
     """True when ``text`` also replaces the rest of the cursor's line (which holds only closing characters)."""
 
+    def replaced(self, suffix: str) -> str:
+        """What of ``suffix`` (the text after the cursor) the edit replaces: the rest of the cursor's line, before
+        its line break, when ``replace_to_eol``; else nothing."""
+        return suffix.split("\n", 1)[0].rstrip("\r") if self.replace_to_eol else ""
+
+    def insertion(self, suffix: str) -> str:
+        """The text to insert at the cursor where nothing can be replaced: without the closers that
+        ``replaced`` would have replaced, since they are already after the cursor."""
+        rest = self.replaced(suffix).rstrip()
+        return self.text[: len(self.text) - len(rest)] if rest and self.text.endswith(rest) else self.text
+
 
 def postprocess(prefix: str, suffix: str, raw: str, language_id: str, *, instruct: bool = False) -> Edit | None:
     """The edit to offer for the model's ``raw`` middle between ``prefix`` and ``suffix``; None if nothing is left.

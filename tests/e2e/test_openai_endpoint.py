@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from diffgemma_lsp.endpoint.server import DEFAULT_PORT
 from diffgemma_lsp.fim_formats import format_named
-from diffgemma_lsp.openai_server import DEFAULT_PORT
 from tests.conftest import xdg_environment
 from tests.e2e.test_lsp_engine import _engine_pid, _kill_engine
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from diffgemma_lsp.engine_client import ANSWER_SLACK_S, EngineClient, EngineUnavailable, ExitCheck
-from diffgemma_lsp.openai_client import MAX_ANSWER_BYTES, OpenAIBackend
+from diffgemma_lsp.backends.base import EngineUnavailable
+from diffgemma_lsp.backends.local import ANSWER_SLACK_S, EngineClient, ExitCheck
+from diffgemma_lsp.backends.remote import MAX_ANSWER_BYTES, OpenAIBackend
 from engine import protocol
 from tests.support.fake_engine import HELLO_OK, answering_empty, serving
 from tests.support.lsp import RawLsp, server_command
@@ -113,17 +114,17 @@ async def test_an_engine_that_exits_at_start_is_reported_with_its_reason_and_not
     the user read "cannot reach the engine"."""
     import sys
 
-    from diffgemma_lsp import launcher
-    from diffgemma_lsp.engine_client import EngineState
+    from diffgemma_lsp.backends import connect
+    from diffgemma_lsp.backends.base import BackendState
 
     monkeypatch.setenv("XDG_STATE_HOME", str(socket_dir.parent / "state"))
     failing = [sys.executable, "-c", "import sys; sys.stderr.write('cannot listen: no space left'); sys.exit(4)"]
-    monkeypatch.setattr(launcher, "engine_command", lambda *_, **__: failing)
-    starts: list[launcher.StartedEngine] = []
-    states: list[tuple[EngineState, str]] = []
+    monkeypatch.setattr(connect, "engine_command", lambda *_, **__: failing)
+    starts: list[connect.StartedEngine] = []
+    states: list[tuple[BackendState, str]] = []
 
     async def start_engine() -> ExitCheck:
-        starts.append(launcher.spawn_engine(socket_dir / "engine.sock", None, "auto"))
+        starts.append(connect.spawn_engine(socket_dir / "engine.sock", None, "auto"))
         return starts[-1].exit_reason
 
     client = EngineClient(
@@ -133,7 +134,7 @@ async def test_an_engine_that_exits_at_start_is_reported_with_its_reason_and_not
     await asyncio.sleep(3.0)
     await client.close()
     assert len(starts) == 1
-    failed = [detail for state, detail in states if state is EngineState.FAILED]
+    failed = [detail for state, detail in states if state is BackendState.FAILED]
     assert failed == ["the engine exited with status 4: cannot listen: no space left"], states
     with pytest.raises(EngineUnavailable, match="no space left"):
         await client.infill(protocol.Infill(id="1", uri="u", prefix="x"))
@@ -142,13 +143,13 @@ async def test_an_engine_that_exits_at_start_is_reported_with_its_reason_and_not
 def test_an_unwritable_state_directory_moves_the_engines_log_not_its_start(
     short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from diffgemma_lsp import launcher
+    from diffgemma_lsp.backends import connect
 
     blocker = short_tmp / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("XDG_STATE_HOME", str(blocker / "state"))  # cannot be a directory, even for root
-    folder = launcher._log_folder()
-    assert folder != launcher.engine_log_path().parent and folder.is_dir()
+    folder = connect._log_folder()
+    assert folder != connect.engine_log_path().parent and folder.is_dir()
     assert os.stat(folder).st_mode & 0o077 == 0  # a private temporary folder
 
 

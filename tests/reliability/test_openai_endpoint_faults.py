@@ -118,7 +118,7 @@ def test_raw_garbage_on_the_socket(endpoint: Endpoint) -> None:
 def test_the_generated_key_file_is_private(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if key != "DIFFGEMMA_API_KEY"}
     env.update(xdg_environment(tmp_path))
-    code = "from diffgemma_lsp.openai_server import load_api_key; print(*load_api_key())"
+    code = "from diffgemma_lsp.endpoint.server import load_api_key; print(*load_api_key())"
     first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     key, where = first.stdout.split()

@@ -85,11 +85,13 @@ def test_a_cut_prefix_starts_at_a_line_start() -> None:
 
 
 def test_end_of_line_for_replacing_closers() -> None:
-    from diffgemma_lsp.context import end_of_line
+    from diffgemma_lsp.context import position_after
+    from diffgemma_lsp.postprocess import Edit
 
     ctx = _at("print(f(😀x))\n", 0, 11)  # after "x": the emoji is two UTF-16 units
     assert ctx.suffix.startswith("))")
-    assert end_of_line(ctx) == types.Position(line=0, character=13)
+    replaced = Edit(text="y))", replace_to_eol=True).replaced(ctx.suffix)
+    assert position_after(ctx, replaced) == types.Position(line=0, character=13)
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from diffgemma_lsp.openai_client import DEFAULT_MAX_TOKENS, OpenAIBackend
-from diffgemma_lsp.openai_server import canvas_for, insertion_text
-from diffgemma_lsp.openai_wire import ApiError, CompletionRequest, cut_at_stop, parse_completion_request
+from diffgemma_lsp.backends.remote import DEFAULT_MAX_TOKENS, OpenAIBackend
+from diffgemma_lsp.endpoint.server import canvas_for
+from diffgemma_lsp.endpoint.wire import ApiError, CompletionRequest, cut_at_stop, parse_completion_request
+from diffgemma_lsp.postprocess import postprocess
 from engine import protocol
+
+
+def insertion_text(prefix: str, suffix: str, raw: str) -> str:
+    """What the endpoint inserts for ``raw``: ``Edit.insertion`` of its post-processed edit ("" for none)."""
+    edit = postprocess(prefix, suffix, raw, "")
+    return edit.insertion(suffix) if edit is not None else ""
 
 
 def test_a_full_request() -> None:

@@ -93,7 +93,7 @@ def test_limits_the_engine_would_refuse_are_reported_here() -> None:
 
 
 def test_the_quantization_setting_reaches_the_engines_command_line(tmp_path: Path) -> None:
-    from diffgemma_lsp.launcher import engine_command
+    from diffgemma_lsp.backends.connect import engine_command
 
     command = engine_command(tmp_path / "e.sock", None, "cuda:0", quantization="int8")
     assert command[command.index("--quantization") + 1] == "int8"

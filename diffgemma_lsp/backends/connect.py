@@ -1,4 +1,5 @@
-"""Start the engine as a detached process that outlives this language server and serves every window."""
+"""Find or start the backend the settings name: the remote server, or the local engine, which is started as a
+detached process (outliving this language server, serving every window) when none runs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ import tempfile
 from pathlib import Path
 
 import attrs
+
+from diffgemma_lsp.backends.base import Backend, BackendState, StateListener
+from diffgemma_lsp.backends.local import EngineClient, ExitCheck
+from diffgemma_lsp.backends.remote import OpenAIBackend
+from diffgemma_lsp.settings import Settings
+from engine import protocol
 
 logger = logging.getLogger(__name__)
 
@@ -111,3 +118,42 @@ def spawn_engine(socket_path: Path, model: str | None, device: str, quantization
     finally:
         os.close(stderr)
     return StartedEngine(process, folder)
+
+
+def local_backend(
+    engine_socket: Path | None,
+    model: str | None,
+    device: str,
+    quantization: str,
+    on_state: StateListener | None,
+    client_name: str = "diffgemma-lsp",
+) -> EngineClient:
+    """A started client of the engine on ``engine_socket`` (None: the one for ``model``, ``device`` and
+    ``quantization``), which starts that engine when none runs there."""
+    socket_path = engine_socket or protocol.socket_path_for(model, device, quantization)
+
+    async def start_engine() -> ExitCheck:
+        return spawn_engine(socket_path, model, device, quantization).exit_reason
+
+    client = EngineClient(socket_path, start_engine, on_state, client_name=client_name)
+    client.start()
+    return client
+
+
+def connect(settings: Settings, engine_socket: Path | None, on_state: StateListener) -> Backend | None:
+    """The started backend ``settings`` name (``engine_socket``: the local engine's, when given); None, reported
+    to ``on_state`` as failed, when the settings lack what it needs."""
+    if settings.backend == "openai":
+        if not settings.openai_url:
+            on_state(BackendState.FAILED, "the openai backend needs the openaiUrl setting")
+            return None
+        remote = OpenAIBackend(
+            settings.openai_url,
+            model=settings.openai_model,
+            api_key_env=settings.openai_api_key_env,
+            prompt_format=settings.openai_prompt_format,
+            on_state=on_state,
+        )
+        remote.start()
+        return remote
+    return local_backend(engine_socket, settings.model, settings.device, settings.quantization, on_state)

@@ -1,4 +1,5 @@
-"""The language server's connection to the engine: handshake, request ids, cancel, reconnect.
+"""The local backend: the language server's connection to the engine over its Unix socket (handshake, request
+ids, cancel, reconnect).
 
 One ``EngineClient`` per language server. It keeps a connection open, starting the engine when none runs,
 and reconnects (restarting the engine if need be) after the connection drops. Until the engine is ready,
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import itertools
 import logging
 import os
@@ -18,6 +18,13 @@ from pathlib import Path
 
 import attrs
 
+from diffgemma_lsp.backends.base import (
+    BackendState,
+    EngineRequestError,
+    EngineUnavailable,
+    StateListener,
+    StateReporter,
+)
 from engine import protocol
 
 logger = logging.getLogger(__name__)
@@ -34,30 +41,8 @@ ANSWER_SLACK_S = 5.0
 """How much longer than its deadline a request waits before the engine counts as not answering."""
 
 
-class EngineState(enum.Enum):
-    """Where the connection stands."""
-
-    DISCONNECTED = "disconnected"
-    CONNECTING = "connecting"
-    LOADING = "loading"
-    READY = "ready"
-    FAILED = "failed"
-
-
-class EngineUnavailable(Exception):
-    """No ready engine to ask; the caller answers empty."""
-
-
 class EngineTimeout(EngineUnavailable):
     """The engine took a request and did not answer it in time (stopped, or answering other ids)."""
-
-
-class EngineRequestError(Exception):
-    """The engine refused one request."""
-
-    def __init__(self, error: protocol.Error) -> None:
-        super().__init__(f"{error.code.value}: {error.message}")
-        self.error = error
 
 
 class EngineStartError(OSError):
@@ -69,14 +54,13 @@ async def _backoff(attempt: int) -> None:
     await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
 
 
-StateListener = Callable[[EngineState, str], None]
 ExitCheck = Callable[[], str | None]
 """Why a started engine has exited (None while it runs, or when another engine serves instead)."""
 EngineStarter = Callable[[], Awaitable[ExitCheck | None]]
 
 
-class EngineClient:
-    """Talks to one engine over its Unix socket."""
+class EngineClient(StateReporter):
+    """Talks to one engine over its Unix socket (a ``Backend``)."""
 
     def __init__(
         self,
@@ -85,11 +69,10 @@ class EngineClient:
         on_state: StateListener | None = None,
         client_name: str = "diffgemma-lsp",
     ) -> None:
+        super().__init__(BackendState.DISCONNECTED, on_state)
         self.socket_path = socket_path
         self.start_engine = start_engine
-        self.on_state = on_state
         self.client_name = client_name
-        self.state = EngineState.DISCONNECTED
         self.hello: protocol.HelloOk | None = None
         self.load_failure: str | None = None
         """Why the engine could not load its model; set, no engine is started again (a new client is needed,
@@ -101,6 +84,16 @@ class EngineClient:
         self._closed = False
         self._answers = 0
         """Requests the engine has answered (result or refusal) since this client started."""
+
+    @property
+    def model_id(self) -> str:
+        """The engine's model, from the handshake (``""`` before it)."""
+        return self.hello.model_id if self.hello is not None else ""
+
+    @property
+    def layout(self) -> str:
+        """How the engine prompts its model, from the handshake (``""`` before it)."""
+        return self.hello.layout if self.hello is not None else ""
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -120,17 +113,10 @@ class EngineClient:
             self._writer.close()
         self._fail_pending("the language server is shutting down")
 
-    def _set_state(self, state: EngineState, detail: str = "") -> None:
-        if state is self.state and not detail:
-            return
-        self.state = state
-        if self.on_state is not None:
-            self.on_state(state, detail)
-
     async def _supervise(self) -> None:
         attempt = 0
         while not self._closed:
-            self._set_state(EngineState.CONNECTING)
+            self._set_state(BackendState.CONNECTING)
             try:
                 reader = await self._connect()
             except (OSError, EOFError, TimeoutError, EngineRequestError, protocol.ProtocolError) as exc:
@@ -139,9 +125,9 @@ class EngineClient:
                     return
                 if isinstance(exc, EngineStartError):  # it would fail the same way again: say why, once
                     self.load_failure = str(exc)
-                    self._set_state(EngineState.FAILED, self.load_failure)
+                    self._set_state(BackendState.FAILED, self.load_failure)
                     return
-                self._set_state(EngineState.FAILED, f"cannot reach the engine: {exc}")
+                self._set_state(BackendState.FAILED, f"cannot reach the engine: {exc}")
                 await _backoff(attempt)
                 attempt += 1
                 continue
@@ -152,7 +138,7 @@ class EngineClient:
             if self.load_failure is not None:
                 return  # reported when it arrived; the engine has exited
             if not self._closed:
-                self._set_state(EngineState.DISCONNECTED, "the engine connection closed; reconnecting")
+                self._set_state(BackendState.DISCONNECTED, "the engine connection closed; reconnecting")
             lasted = asyncio.get_running_loop().time() - connected_at
             if self._answers > answers or lasted >= STABLE_CONNECTION_S:
                 attempt = 0
@@ -189,7 +175,7 @@ class EngineClient:
         self.hello = reply
         self._writer = writer
         logger.info("connected to engine on %s (model %s, ready %s)", self.socket_path, reply.model_id, reply.ready)
-        self._set_state(EngineState.READY if reply.ready else EngineState.LOADING)
+        self._set_state(BackendState.READY if reply.ready else BackendState.LOADING)
         return reader
 
     async def _wait_for_socket(
@@ -235,7 +221,7 @@ class EngineClient:
                         max_prompt_tokens=message.max_prompt_tokens,
                         layout=message.layout,
                     )
-                self._set_state(EngineState.READY)
+                self._set_state(BackendState.READY)
             elif isinstance(message, protocol.Result | protocol.Error):
                 self._deliver(message)
 
@@ -256,7 +242,7 @@ class EngineClient:
 
     def _model_failed(self, message: str) -> None:
         self.load_failure = f"{message.rstrip('.')} (check the model setting)"
-        self._set_state(EngineState.FAILED, self.load_failure)
+        self._set_state(BackendState.FAILED, self.load_failure)
 
     def _fail_pending(self, reason: str) -> None:
         pending, self._pending = self._pending, {}
@@ -279,7 +265,7 @@ class EngineClient:
         writer = self._writer
         if self.load_failure is not None:
             raise EngineUnavailable(self.load_failure)
-        if self.state is not EngineState.READY or writer is None:
+        if self.state is not BackendState.READY or writer is None:
             self.start()
             raise EngineUnavailable(f"the engine is {self.state.value}")
         try:

@@ -23,12 +23,13 @@ from pathlib import Path
 from aiohttp import web
 
 from diffgemma_lsp import __version__
+from diffgemma_lsp.backends.base import BackendState, EngineRequestError, EngineUnavailable
+from diffgemma_lsp.backends.connect import local_backend
+from diffgemma_lsp.backends.local import EngineClient
+from diffgemma_lsp.completion import infill_edits
 from diffgemma_lsp.context import cursor_scope
-from diffgemma_lsp.engine_client import EngineClient, EngineRequestError, EngineState, EngineUnavailable, ExitCheck
-from diffgemma_lsp.fim_formats import split_prompt
-from diffgemma_lsp.http_guard import ConnectionGuard, GuardedSite, HttpLimits, RepeatLimitedErrors
-from diffgemma_lsp.launcher import spawn_engine
-from diffgemma_lsp.openai_wire import (
+from diffgemma_lsp.endpoint.http_guard import ConnectionGuard, GuardedSite, HttpLimits, RepeatLimitedErrors
+from diffgemma_lsp.endpoint.wire import (
     ApiError,
     completion_body,
     cut_at_stop,
@@ -36,7 +37,7 @@ from diffgemma_lsp.openai_wire import (
     new_completion_id,
     parse_completion_request,
 )
-from diffgemma_lsp.postprocess import postprocess
+from diffgemma_lsp.fim_formats import split_prompt
 from engine import protocol
 from engine.logfile import private_file_handler
 
@@ -109,24 +110,11 @@ async def health(request: web.Request) -> web.Response:
 
 def model_name(engine: EngineClient) -> str:
     """The model's name for clients: its folder's name, not the server's path to it."""
-    model_id = engine.hello.model_id if engine.hello else ""
-    return Path(model_id).name or "diffgemma"
+    return Path(engine.model_id).name or "diffgemma"
 
 
 async def models(request: web.Request) -> web.Response:
     return web.json_response(models_body(model_name(request.app[ENGINE])))
-
-
-def insertion_text(prefix: str, suffix: str, raw: str, instruct: bool = False) -> str:
-    """The post-processed completion as pure text to insert at the cursor (this API cannot replace text);
-    ``instruct``: ``raw`` is an instruction model's answer (the engine's layout is ``chat``)."""
-    edit = postprocess(prefix, suffix, raw, "", instruct=instruct)
-    if edit is None:
-        return ""
-    if edit.replace_to_eol:  # the text ends with the closers already after the cursor: do not insert them twice
-        rest = suffix.split("\n", 1)[0].rstrip()
-        return edit.text[: len(edit.text) - len(rest)] if rest and edit.text.endswith(rest) else edit.text
-    return edit.text
 
 
 def canvas_for(max_tokens: int | None, model_canvas: int) -> int:
@@ -151,7 +139,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     wanted = parse_completion_request(body)
     prefix, suffix = split_prompt(wanted.prompt, wanted.suffix)
     engine = request.app[ENGINE]
-    if engine.state is not EngineState.READY or engine.hello is None:
+    if engine.state is not BackendState.READY or engine.hello is None:
         engine.start()
         raise ApiError(503, f"the model is not ready (engine {engine.state.value}); retry shortly", kind="server_error")
     completion_id = new_completion_id()
@@ -179,9 +167,9 @@ async def completions(request: web.Request) -> web.StreamResponse:
         status = 429 if exc.error.code is protocol.ErrorCode.BUSY else 400
         raise ApiError(status, f"the engine refused the request: {exc.error.message}") from None
     choices: list[tuple[str, str]] = []
-    instruct = engine.hello.instruct  # checked ready above
-    for raw in (result.text, *result.alternatives):
-        text, stopped = cut_at_stop(insertion_text(prefix, suffix, raw, instruct=instruct), wanted.stop)
+    for edit in infill_edits(engine, infill, result, ""):
+        # This API cannot replace text: pure text to insert at the cursor.
+        text, stopped = cut_at_stop(edit.insertion(suffix) if edit is not None else "", wanted.stop)
         if choices and (not text or any(text == seen for seen, _ in choices)):
             continue  # candidates that came out the same (or empty) after post-processing
         choices.append((text, "stop" if stopped or result.stop is protocol.StopReason.EOS else "length"))
@@ -233,18 +221,14 @@ def make_app(
 async def serve(args: argparse.Namespace) -> None:
     """Run until cancelled."""
     api_key, key_source = load_api_key()
-    socket_path = args.engine_socket or protocol.socket_path_for(args.model, args.device, args.quantization)
-
-    async def start_engine() -> ExitCheck:
-        return spawn_engine(socket_path, args.model, args.device, args.quantization).exit_reason
-
-    engine = EngineClient(
-        socket_path,
-        start_engine,
+    engine = local_backend(
+        args.engine_socket,
+        args.model,
+        args.device,
+        args.quantization,
         lambda state, detail: logger.info("engine %s%s", state.value, f": {detail}" if detail else ""),
         client_name="diffgemma-openai",
     )
-    engine.start()
     asyncio.get_running_loop().set_exception_handler(RepeatLimitedErrors())
     guard = ConnectionGuard(
         HttpLimits(

@@ -4,10 +4,10 @@ machine) instead of a local engine.
 A FIM model is asked through ``/v1/completions`` (the text after the cursor in ``suffix``, or one FIM prompt
 format); an instruction model such as the released DiffusionGemma-IT through ``/v1/chat/completions`` (prompt
 format ``chat``), with the same user turn the engine's chat layout writes and thinking off, its answers then
-unwrapped like the engine's (``hello.layout`` is ``chat``).
+unwrapped like the engine's (``layout`` is ``chat``).
 
-It offers the language server the same surface as ``EngineClient`` (``state``, ``hello``, ``infill``, ``start``,
-``close``), so everything above it (debounce, latest-wins, post-processing, reuse) is the same for both.
+It is a ``Backend`` (``backends/base.py``), as the local ``EngineClient`` is, so everything above it (debounce,
+latest-wins, post-processing, reuse) is the same for both.
 Cancelling an infill closes its HTTP request, which cancels the work on a server that watches for it.
 """
 
@@ -18,12 +18,17 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
-from diffgemma_lsp.engine_client import EngineRequestError, EngineState, EngineUnavailable
+from diffgemma_lsp.backends.base import (
+    BackendState,
+    EngineRequestError,
+    EngineUnavailable,
+    StateListener,
+    StateReporter,
+)
 from diffgemma_lsp.fim_formats import CHAT, SUFFIX_FIELD, format_named
 from engine import protocol
 from engine.prompt import chat_user_text, parts_of
@@ -38,8 +43,8 @@ SLACK_S = 5.0
 """An HTTP request may take this much longer than the request's deadline (network, queueing) before it fails."""
 
 
-class OpenAIBackend:
-    """Infills over HTTP; ``hello`` describes the remote model once the server has answered."""
+class OpenAIBackend(StateReporter):
+    """Infills over HTTP; ``model_id`` and ``layout`` describe the remote model once the server has answered."""
 
     def __init__(
         self,
@@ -48,15 +53,17 @@ class OpenAIBackend:
         model: str = "",
         api_key_env: str = "",
         prompt_format: str = SUFFIX_FIELD,
-        on_state: Callable[[EngineState, str], None] | None = None,
+        on_state: StateListener | None = None,
     ) -> None:
+        super().__init__(BackendState.CONNECTING, on_state)
         self.url = url
         self.model = model
         self.api_key_env = api_key_env
         self.prompt_format = prompt_format
-        self.on_state = on_state
-        self.state = EngineState.CONNECTING
-        self.hello: protocol.HelloOk | None = None
+        self.model_id = ""
+        """The model the server says answered (else the ``model`` setting); ``""`` until it has answered."""
+        self.layout = ""
+        """``chat`` for the ``chat`` prompt format, else ``fim``; ``""`` until the server has answered."""
         self._session: aiohttp.ClientSession | None = None
         self._pending = 0
         self._ids = itertools.count(1)
@@ -76,13 +83,6 @@ class OpenAIBackend:
     def _headers(self) -> dict[str, str]:
         key = os.environ.get(self.api_key_env, "").strip() if self.api_key_env else ""
         return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def _set_state(self, state: EngineState, detail: str = "") -> None:
-        if state is self.state and not detail:
-            return
-        self.state = state
-        if self.on_state is not None:
-            self.on_state(state, detail)
 
     # -- requests ----------------------------------------------------------------------------------------
 
@@ -136,7 +136,7 @@ class OpenAIBackend:
             text = bytes(body).decode("utf-8", errors="replace")
         except (aiohttp.ClientError, TimeoutError) as exc:
             reason = f"the completion server {self.url} is unreachable: {exc or type(exc).__name__}"
-            self._set_state(EngineState.DISCONNECTED, reason)
+            self._set_state(BackendState.DISCONNECTED, reason)
             raise EngineUnavailable(reason) from exc
         finally:
             self._pending -= 1
@@ -148,13 +148,13 @@ class OpenAIBackend:
         if status in (401, 403):
             env = f"${self.api_key_env}" if self.api_key_env else "the API key"
             reason = f"the completion server refused the API key (HTTP {status}: {message}); check {env}"
-            self._set_state(EngineState.FAILED, reason)
+            self._set_state(BackendState.FAILED, reason)
             raise EngineUnavailable(reason)
         if status in (429, 503):
             raise EngineUnavailable(f"the completion server is busy or loading (HTTP {status}: {message})")
         if status >= 400:
             if status >= 500:
-                self._set_state(EngineState.FAILED, f"the completion server failed (HTTP {status}: {message})")
+                self._set_state(BackendState.FAILED, f"the completion server failed (HTTP {status}: {message})")
                 raise EngineUnavailable(message)
             raise EngineRequestError(protocol.Error(code=protocol.ErrorCode.BAD_REQUEST, message=message))
         try:
@@ -165,19 +165,12 @@ class OpenAIBackend:
                 raise TypeError("text is not a string")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             reason = f"the completion server sent an answer that is not a completion: {exc}"
-            self._set_state(EngineState.FAILED, reason)
+            self._set_state(BackendState.FAILED, reason)
             raise EngineUnavailable(reason) from exc
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-        model = str(body.get("model") or self.model)
-        if self.hello is None or self.hello.model_id != model:
-            self.hello = protocol.HelloOk(
-                protocol=protocol.PROTOCOL_VERSION,
-                model_id=model,
-                ready=True,
-                device="remote",
-                layout=protocol.CHAT_LAYOUT if self.prompt_format == CHAT else protocol.FIM_LAYOUT,
-            )
-        self._set_state(EngineState.READY)
+        self.model_id = str(body.get("model") or self.model)
+        self.layout = protocol.CHAT_LAYOUT if self.prompt_format == CHAT else protocol.FIM_LAYOUT
+        self._set_state(BackendState.READY)
         return protocol.Result(
             id=request_id,
             text=texts[0],

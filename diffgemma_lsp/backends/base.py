@@ -1,0 +1,105 @@
+"""The seam between the language server and where its completions come from: the ``Backend`` protocol, its
+states, its two errors, and the state reporting both backends share.
+
+``backends/local.py`` (the engine over its Unix socket) and ``backends/remote.py`` (an OpenAI-compatible server)
+satisfy ``Backend``; ``backends/connect.py`` builds the one the settings name. Everything above (debounce,
+latest-wins, post-processing, reuse) is the same for both.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Protocol
+
+from engine import protocol
+
+
+class BackendState(enum.Enum):
+    """Where a backend stands."""
+
+    DISCONNECTED = "disconnected"
+    """No connection: the local backend before it first connects, or after its connection closed (it
+    reconnects); the remote backend after its server could not be reached (the next request tries again)."""
+    CONNECTING = "connecting"
+    """Opening a connection (the local backend starts the engine when none runs); the remote backend is here
+    until its server has answered once."""
+    LOADING = "loading"
+    """Connected; the engine is still loading its model, and says ``Ready`` when it is done."""
+    READY = "ready"
+    """Requests are answered."""
+    FAILED = "failed"
+    """The last attempt failed, for the reason reported with it. The local backend tries again unless the engine
+    could not start or load its model; the remote backend tries again with the next request."""
+
+
+class EngineUnavailable(Exception):
+    """No ready backend to ask; the caller answers empty."""
+
+
+class EngineRequestError(Exception):
+    """The backend refused one request."""
+
+    def __init__(self, error: protocol.Error) -> None:
+        super().__init__(f"{error.code.value}: {error.message}")
+        self.error = error
+
+
+StateListener = Callable[[BackendState, str], None]
+"""Told of each change of state, with a detail (why it failed, for example) or ``""``."""
+
+
+class StateReporter:
+    """A backend's ``state``, and ``on_state`` told when it changes (or when a state comes with a detail again:
+    each failure has its reason)."""
+
+    def __init__(self, state: BackendState, on_state: StateListener | None) -> None:
+        self.state = state
+        self.on_state = on_state
+
+    def _set_state(self, state: BackendState, detail: str = "") -> None:
+        if state is self.state and not detail:
+            return
+        self.state = state
+        if self.on_state is not None:
+            self.on_state(state, detail)
+
+
+class Backend(Protocol):
+    """What the language server and the HTTP endpoint use of a backend."""
+
+    state: BackendState
+    on_state: StateListener | None
+    """Set to None to stop hearing of it (a backend being replaced: its requests failing as it closes are not an
+    outage to report)."""
+
+    @property
+    def model_id(self) -> str:
+        """The model that answers; ``""`` until the backend knows."""
+        ...
+
+    @property
+    def layout(self) -> str:
+        """How the model is prompted (``protocol.FIM_LAYOUT`` or ``protocol.CHAT_LAYOUT``); ``""`` until known."""
+        ...
+
+    def start(self) -> None:
+        """Connect in the background (idempotent)."""
+        ...
+
+    async def close(self) -> None:
+        """Disconnect; requests still waiting fail with ``EngineUnavailable``."""
+        ...
+
+    def new_id(self) -> str:
+        """A request id unique to this backend."""
+        ...
+
+    def pending_count(self) -> int:
+        """Requests sent and not yet answered."""
+        ...
+
+    async def infill(self, request: protocol.Infill) -> protocol.Result:
+        """The answer to ``request``; ``EngineUnavailable`` when it cannot be had now, ``EngineRequestError``
+        when it is refused. Cancelling the caller cancels the work."""
+        ...

@@ -1,0 +1,202 @@
+"""One completion request, from the cursor to the distinct answers: reuse → debounce → ask (latest wins) → stale
+check → post-process.
+
+``Completer`` holds what lives between requests (the call in flight per document, the shown completions, the
+extra context); the language server hands it the backend, the open documents and the settings, and turns its
+answers into LSP items. ``infill_edits`` post-processes a backend's answer for the HTTP endpoint too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.workspace import TextDocument
+
+from diffgemma_lsp.backends.base import Backend, EngineRequestError, EngineUnavailable
+from diffgemma_lsp.backends.local import EngineTimeout
+from diffgemma_lsp.context import (
+    CHARS_PER_TOKEN,
+    InfillContext,
+    PositionError,
+    build_context,
+    cursor_scope,
+    position_after,
+)
+from diffgemma_lsp.extra_context import ExtraContext
+from diffgemma_lsp.postprocess import Edit, postprocess
+from diffgemma_lsp.reuse import ShownCompletions
+from diffgemma_lsp.settings import Settings
+from engine import protocol
+
+logger = logging.getLogger(__name__)
+
+
+def infill_edits(
+    backend: Backend, request: protocol.Infill, result: protocol.Result, language_id: str
+) -> list[Edit | None]:
+    """What each candidate of ``result`` (``backend``'s answer to ``request``) puts at the cursor, best first: its
+    post-processed edit, or None where nothing is left."""
+    instruct = backend.layout == protocol.CHAT_LAYOUT  # an instruction model's answers are unwrapped first
+    return [
+        postprocess(request.prefix, request.suffix, raw, language_id, instruct=instruct)
+        for raw in (result.text, *result.alternatives)
+    ]
+
+
+class Completer:
+    """Completions at a cursor, latest-wins per document."""
+
+    def __init__(
+        self,
+        backend: Callable[[], Backend | None],
+        open_document: Callable[[str], TextDocument | None],
+        answered: Callable[[], None],
+    ) -> None:
+        self.backend = backend
+        """The backend to ask (started the first time); None when the settings name none that can work."""
+        self.open_document = open_document
+        """The open document a uri names, or None."""
+        self.answered = answered
+        """Called when the backend has answered a request (with a result or a refusal)."""
+        self.latest: dict[str, asyncio.Future[protocol.Result]] = {}
+        """Per document uri, the call in flight (or the debounce marker); a newer request cancels it."""
+        self.last_latency_ms: float | None = None
+        self.last_timings: protocol.Timings | None = None
+        """The backend's own timings of the last completion."""
+        self.extra = ExtraContext()
+        """Chunks of other files, sent as extra context."""
+        self.shown = ShownCompletions()
+        """The last completion per document, reused while the user types what it suggested."""
+
+    def context_at(self, uri: str, position: types.Position, context_tokens: int) -> tuple[TextDocument, InfillContext]:
+        """The document and its infill context, or an InvalidParams error that says what is wrong with the
+        request."""
+        document = self.open_document(uri)
+        if document is None:
+            raise JsonRpcInvalidParams(f"{uri} is not open: send textDocument/didOpen first")
+        try:
+            return document, build_context(document, position, context_tokens)
+        except PositionError as exc:
+            raise JsonRpcInvalidParams(str(exc)) from None
+
+    def forget(self, uri: str) -> None:
+        """A closed document: forget its shown completion and its chunk of extra context, and stop its work."""
+        self.shown.forget(uri)
+        self.extra.remove(uri)
+        if (call := self.latest.pop(uri, None)) is not None:
+            call.cancel()
+
+    def _text_of(self, uri: str) -> str | None:
+        document = self.open_document(uri)
+        return document.source if document is not None else None
+
+    async def complete(
+        self, settings: Settings, uri: str, position: types.Position, automatic: bool, candidates: int = 1
+    ) -> list[tuple[InfillContext, str]]:
+        """The distinct completions at ``position`` from ``candidates`` canvases, best first; empty when there is
+        none (backend down, superseded, stale or nothing left after post-processing)."""
+        if not settings.enable:
+            return []
+        document, context = self.context_at(uri, position, settings.context_tokens)
+        source = document.source
+        previous = self.latest.pop(uri, None)
+        if previous is not None:
+            previous.cancel()
+        if candidates == 1 and (rest := self.shown.lookup(uri, source, context.offset)) is not None:
+            return [(context, rest)]  # the user is typing what we suggested: no model call
+        if automatic and settings.debounce_ms and not await self._debounce(uri, settings.debounce_ms):
+            return []  # a newer request for this document came in while we waited
+        self.extra.take_edits(uri, self._text_of)
+        extra = self.extra.for_request(uri, settings.extra_context_tokens * CHARS_PER_TOKEN)
+        language_id = document.language_id or ""
+        answer = await self._ask(
+            uri,
+            prefix=context.prefix,
+            suffix=context.suffix,
+            extra=[protocol.Chunk(filename=chunk.name, text=chunk.text) for chunk in extra],
+            language_id=language_id,
+            doc_version=context.version or 0,
+            canvas_length=settings.canvas_length,
+            max_steps=settings.steps,
+            scope=cursor_scope(context.prefix),
+            candidates=candidates,
+        )
+        current = self.open_document(uri)
+        if answer is None or current is None or current.version != context.version:
+            return []  # no answer, or the document changed while the model worked: the result is stale
+        backend, request, result = answer
+        found: list[tuple[InfillContext, str]] = []
+        for edit in infill_edits(backend, request, result, language_id):
+            if edit is None or any(edit.text == text for _, text in found):
+                continue
+            end = position_after(context, edit.replaced(context.suffix)) if edit.replace_to_eol else None
+            found.append((attrs.evolve(context, replace_end=end), edit.text))
+        if found:
+            self.shown.remember(uri, source, context.offset, found[0][1])
+        return found
+
+    async def _debounce(self, uri: str, debounce_ms: int) -> bool:
+        """Wait ``debounce_ms``; False if a newer request for ``uri`` arrived meanwhile."""
+        marker: asyncio.Future[protocol.Result] = asyncio.get_running_loop().create_future()
+        self.latest[uri] = marker
+        await asyncio.sleep(debounce_ms / 1000)
+        return self.latest.get(uri) is marker
+
+    async def _ask(self, uri: str, **fields: Any) -> tuple[Backend, protocol.Infill, protocol.Result] | None:
+        """One infill for ``uri``, latest-wins: a newer request for ``uri`` cancels this one in the backend too.
+        The backend, the request as sent and its result; None when there is nothing to show."""
+        backend = self.backend()
+        if backend is None:
+            return None
+        request = protocol.Infill(id=backend.new_id(), uri=uri, **fields)
+        started = time.perf_counter()
+        call = asyncio.ensure_future(backend.infill(request))
+        self.latest[uri] = call
+        try:
+            result = await call
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the client cancelled this request
+            return None  # superseded by a newer request for the same document
+        except EngineTimeout as exc:
+            logger.warning("no completion: %s", exc)
+            return None
+        except EngineUnavailable as exc:
+            logger.debug("no completion: %s", exc)
+            return None
+        except EngineRequestError as exc:
+            logger.warning("engine refused request %s: %s", request.id, exc)
+            self.answered()
+            return None
+        finally:
+            if self.latest.get(uri) is call:
+                del self.latest[uri]
+        self.answered()
+        self.last_latency_ms = (time.perf_counter() - started) * 1000
+        self.last_timings = result.timings
+        timings = result.timings
+        logger.info(
+            "request %s: %s in %.0f ms (queue %.0f, tokenize %.1f, encode %.0f, denoise %.0f ms, %d steps, %d tokens,"
+            " %d cached)",
+            request.id,
+            result.stop.value,
+            self.last_latency_ms,
+            timings.queue_ms,
+            timings.tokenize_ms,
+            timings.encode_ms,
+            timings.denoise_ms,
+            timings.steps,
+            timings.new_tokens,
+            timings.cached_tokens,
+        )
+        if result.stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED) or not result.text:
+            return None
+        return backend, request, result
