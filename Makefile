@@ -7,7 +7,7 @@ BIN = $(VENV)/bin
 # Where `make test-editors` unpacks the editors that no package manager here has.
 EDITORS ?= .cache/editors
 
-.PHONY: help setup serve test test-editors lint fix
+.PHONY: help setup serve test test-editors lint typecheck fix
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -36,8 +36,17 @@ test-editors: setup  ## the real-editor tests CI skips: Neovim 0.12 ghost text, 
 	DIFFGEMMA_REQUIRE_NVIM=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs \
 	  tests/e2e/test_neovim.py tests/e2e/test_helix.py tests/e2e/test_vscode.py
 
-lint: setup  ## ruff check and format check
+lint: setup  ## ruff check, ruff format check, then the type checker
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	@$(MAKE) --no-print-directory typecheck
+
+# mypy finds modules by path and does not run setuptools' import hook, so it sees the folder engine/ under its
+# installed name, diffgemma_engine, through a link made here.
+TYPECHECK = .cache/typecheck
+typecheck: setup  ## mypy: strict on the language server and the wire, the default checks on the engine
+	mkdir -p $(TYPECHECK) && ln -sfn $(CURDIR)/engine $(TYPECHECK)/diffgemma_engine
+	cd $(TYPECHECK) && MYPYPATH=$(CURDIR) $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml \
+	  -p diffgemma_lsp -p diffgemma_engine
 
 fix: setup  ## ruff fix and format
 	$(BIN)/ruff check --fix . && $(BIN)/ruff format .

@@ -24,7 +24,7 @@ from pathlib import Path
 from benchmarks.machine import machine_report
 from benchmarks.plots import bars
 from benchmarks.report import RESULTS, add_compile_argument, write_report
-from engine import protocol
+from diffgemma_engine import protocol
 from tests.support.engine import RawClient
 
 
@@ -54,7 +54,8 @@ async def client_loop(socket_path: Path, index: int, seconds: float, text: str) 
 async def run(args: argparse.Namespace) -> dict[str, object]:
     """Start an engine, measure 1 then 4 clients."""
     socket_path = Path(tempfile.mkdtemp(prefix="dg-conc-", dir="/tmp")) / "engine.sock"
-    command = [sys.executable, "-m", "engine", "--log-level", "warning", "serve", "--socket", str(socket_path)]
+    command = [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning"]
+    command += ["serve", "--socket", str(socket_path)]
     command += ["--compile", args.compile]
     if args.model:
         command += ["--model", str(args.model)]

@@ -24,8 +24,8 @@ from transformers import DynamicCache, Gemma4ForCausalLM, Gemma4TextConfig
 from benchmarks.machine import machine_report
 from benchmarks.plots import bars
 from benchmarks.report import RESULTS, write_report
-from engine.canvas.denoise import run_canvas
-from engine.model import load_model
+from diffgemma_engine.canvas.denoise import run_canvas
+from diffgemma_engine.model import load_model
 
 
 def causal_twin(text_config: object) -> Gemma4ForCausalLM:

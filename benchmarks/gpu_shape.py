@@ -25,10 +25,10 @@ from transformers import (
 from benchmarks.machine import synchronize
 from benchmarks.plots import pyplot, save
 from benchmarks.report import RESULTS, write_json
-from engine.canvas.caches import PrefixCache
-from engine.canvas.denoise import run_canvas
-from engine.canvas.sampler import SamplerSettings
-from engine.training.configs import text_only_config
+from diffgemma_engine.canvas.caches import PrefixCache
+from diffgemma_engine.canvas.denoise import run_canvas
+from diffgemma_engine.canvas.sampler import SamplerSettings
+from diffgemma_engine.training.configs import text_only_config
 
 RELEASE = dict(  # google/diffusiongemma-26B-A4B-it config.json (text part)
     vocab_size=262144,

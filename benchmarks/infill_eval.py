@@ -4,17 +4,17 @@
                                      [--steps S [S ...]] [--canvas C [C ...]] [--json PATH] [--raw] [--random-init]
                                      [--backend engine|generate]
 
-Each task's prompt (text before the gap) and suffix (text after it) become the ``Infill`` request the language
-server would send with the cursor in the gap, and the engine serves it in-process (``engine.infill.run_infill``:
-the checkpoint's prompt layout, canvas and step choice, and the engine's sampler, seeded per task). The completion
-is the canvas text up to the first <eos>. ``--backend generate`` runs transformers' ``model.generate`` on the
-same prompt ids instead (the reference loop, with the checkpoint's generation config, after ``torch.manual_seed``;
-sessions 1 to 3 measured with it). The program ``prompt + completion + suffix`` is run with the task's tests in a
-subprocess with a timeout: pass@1 (one sample). Also reported: exact match (completion == canonical solution,
-ignoring leading/trailing blank space), ``parses`` (the share of filled-in programs that are valid Python, tests
-aside: whether the completions read as code), ``suppressed`` (the share post-processing left nothing of: no
-completion shown, counted as failed and not parsing), tokens/s, ms per completion, tokens per forward, and the
-do-nothing floor (the gap filled with ``pass`` at the right indentation).
+Each task's prompt (text before the gap) and suffix (text after it) become the ``Infill`` request the language server
+would send with the cursor in the gap, and the engine serves it in-process (``diffgemma_engine.infill.run_infill``:
+the checkpoint's prompt layout, canvas and step choice, and the engine's sampler, seeded per task). The completion is
+the canvas text up to the first <eos>. ``--backend generate`` runs transformers' ``model.generate`` on the same prompt
+ids instead (the reference loop, with the checkpoint's generation config, after ``torch.manual_seed``; sessions 1 to 3
+measured with it). The program ``prompt + completion + suffix`` is run with the task's tests in a subprocess with a
+timeout: pass@1 (one sample). Also reported: exact match (completion == canonical solution, ignoring leading/trailing
+blank space), ``parses`` (the share of filled-in programs that are valid Python, tests aside: whether the completions
+read as code), ``suppressed`` (the share post-processing left nothing of: no completion shown, counted as failed and
+not parsing), tokens/s, ms per completion, tokens per forward, and the do-nothing floor (the gap filled with ``pass``
+at the right indentation).
 
 ``--pin-suffix N`` (with ``--backend generate``) also holds the suffix's first N tokens fixed at the end of the
 canvas (notes §6.3), where the bidirectional decoder sees them at every step; the middle is what comes before them.
@@ -48,16 +48,16 @@ from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, LogitsP
 from benchmarks.humaneval import DEFAULT_DATA, SPLITS, compiles, floor_middle, load_tasks, pick, program_for, run_tests
 from benchmarks.plots import pass_at_1_by_steps
 from benchmarks.report import RESULTS, write_json
+from diffgemma_engine import protocol, vocab
+from diffgemma_engine.canvas.caches import PrefixCache
+from diffgemma_engine.checkpoint_files import DEFAULT_MODEL_DIR
+from diffgemma_engine.infill import check_request, cut_at_eos, run_infill
+from diffgemma_engine.model import DEFAULT_MAX_PROMPT_TOKENS, read_hints
+from diffgemma_engine.model import load_model as engine_load_model
+from diffgemma_engine.prompt import PromptParts, build_fim_prompt, special_ids_from
 from diffgemma_lsp.context import cursor_scope
 from diffgemma_lsp.postprocess import postprocess
 from diffgemma_lsp.postprocess.answer import strip_fence, unwrap_answer
-from engine import protocol, vocab
-from engine.canvas.caches import PrefixCache
-from engine.checkpoint_files import DEFAULT_MODEL_DIR
-from engine.infill import check_request, cut_at_eos, run_infill
-from engine.model import DEFAULT_MAX_PROMPT_TOKENS, read_hints
-from engine.model import load_model as engine_load_model
-from engine.prompt import PromptParts, build_fim_prompt, special_ids_from
 
 EOS_IDS = {vocab.SPECIAL_IDS[vocab.EOS]}
 """Where ``--backend generate``'s canvas ends: the project tokenizer's ids (the engine reads its model's own)."""
@@ -88,7 +88,7 @@ def load_model(model_dir: Path, random_init: bool, seed: int):
     return model.float().eval(), tokenizer
 
 
-def fresh_weights(model, seed: int):  # noqa: ANN001, ANN201
+def fresh_weights(model, seed: int):
     """A model of the same config and generation config with random weights (the ``--random-init`` baseline)."""
     torch.manual_seed(seed)
     fresh = type(model)(model.config)
@@ -96,7 +96,7 @@ def fresh_weights(model, seed: int):  # noqa: ANN001, ANN201
     return fresh.float().eval()
 
 
-def load_engine_model(model_dir: Path, random_init: bool, seed: int, max_prompt_tokens: int):  # noqa: ANN201
+def load_engine_model(model_dir: Path, random_init: bool, seed: int, max_prompt_tokens: int):
     """The engine's ``LoadedModel`` on CPU (fresh weights of the same config with ``random_init``)."""
     loaded = engine_load_model(model_dir, "cpu", "float32", max_prompt_tokens)
     if random_init:
@@ -141,7 +141,7 @@ Complete = Callable[[dict, int], Completion]
 SAMPLE_SEED_STRIDE = 1_000_003
 
 
-def engine_completer(loaded, canvas: int, steps: int) -> Complete:  # noqa: ANN001
+def engine_completer(loaded, canvas: int, steps: int) -> Complete:
     """The engine's own infill, with the request the language server would send (canvas/steps 0: the engine's)."""
     run_infill(loaded, protocol.Infill(id="warm-up", uri="", prefix="def f():\n", max_steps=2))
 
@@ -163,7 +163,7 @@ def engine_completer(loaded, canvas: int, steps: int) -> Complete:  # noqa: ANN0
     return complete
 
 
-def generate_completer(model, tokenizer, encode, special, canvas: int, steps: int, args) -> Complete:  # noqa: ANN001
+def generate_completer(model, tokenizer, encode, special, canvas: int, steps: int, args) -> Complete:
     """transformers' ``model.generate`` on the engine's prompt ids, with the checkpoint's generation config."""
     model.config.canvas_length = canvas
     gen_kwargs = {"max_new_tokens": canvas, "max_denoising_steps": steps}
@@ -196,7 +196,7 @@ def sample_seeds(base: int, task_index: int, samples: int) -> list[int]:
     return [base + task_index + sample * SAMPLE_SEED_STRIDE for sample in range(samples)]
 
 
-def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> dict:  # noqa: ANN001
+def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> dict:
     """pass@1, exact match and speed of one setting on ``tasks`` (and the do-nothing floor if asked).
 
     With ``--samples k`` each task is completed k times with different seeds and every figure is the mean over

@@ -31,8 +31,8 @@ from pathlib import Path
 from benchmarks.machine import machine_report
 from benchmarks.plots import cdf
 from benchmarks.report import RESULTS, add_compile_argument, write_report
-from engine import protocol
-from engine.checkpoint_files import HINTS_FILE
+from diffgemma_engine import protocol
+from diffgemma_engine.checkpoint_files import HINTS_FILE
 from tests.support.engine import RawClient
 from tests.support.lsp import RawLsp, server_command
 
@@ -79,7 +79,8 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
     """Run the typing sessions; returns the figures."""
     runtime = Path(tempfile.mkdtemp(prefix="dg-bench-", dir="/tmp"))
     socket_path = runtime / "engine.sock"
-    engine_command = [sys.executable, "-m", "engine", "--log-level", "warning", "serve", "--socket", str(socket_path)]
+    engine_command = [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning"]
+    engine_command += ["serve", "--socket", str(socket_path)]
     engine_command += ["--compile", args.compile]
     model = with_chat_order(args.model, args.chat_order, runtime) if args.chat_order else args.model
     if model:

@@ -3,7 +3,7 @@ bandwidth allows: the README's machine table, computed (no GPU needed).
 
     python -m benchmarks.machine_table [--model DIR]   # default: the release's config (tests/data/release)
 
-For each machine it asks the memory plan (``engine.plan``: the model on the meta device, no weights) where the
+For each machine it asks the memory plan (``diffgemma_engine.plan``: the model on the meta device, no weights) where the
 weights go at each precision and which setting it recommends, then computes the floor of one denoising step:
 every step reads the weights of every layer that runs (a 256-token canvas with 8 of 128 experts per token
 touches nearly every expert of every layer: 1 - (120/128)^256 > 0.99999), so the step can be no faster than
@@ -18,7 +18,7 @@ import argparse
 from pathlib import Path
 
 from benchmarks.report import RESULTS, write_json
-from engine import plan
+from diffgemma_engine import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

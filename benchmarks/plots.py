@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def pyplot():  # noqa: ANN202
+def pyplot():
     try:
         import matplotlib
 
@@ -105,7 +105,7 @@ def pass_at_1_by_steps(path: Path, report: dict) -> None:
     save(figure, path)
 
 
-def save(figure, path: Path) -> None:  # noqa: ANN001
+def save(figure, path: Path) -> None:
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from engine.__main__ import COMPILE_CHOICES
+from diffgemma_engine.__main__ import COMPILE_CHOICES
 
 RESULTS = Path(__file__).resolve().parent / "results"
 """Where a benchmark writes by default (``--out``)."""

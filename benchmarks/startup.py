@@ -21,14 +21,15 @@ from pathlib import Path
 
 from benchmarks.machine import machine_report
 from benchmarks.report import RESULTS, write_report
-from engine import protocol
+from diffgemma_engine import protocol
 from tests.support.engine import RawClient
 
 
 async def one_run(model: Path | None, threads: int | None) -> dict[str, float]:
     """One fresh engine: seconds from its start to the socket, to ``ready`` and to the first completion."""
     socket_path = Path(tempfile.mkdtemp(prefix="dg-start-", dir="/tmp")) / "engine.sock"
-    command = [sys.executable, "-m", "engine", "--log-level", "warning", "serve", "--socket", str(socket_path)]
+    command = [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning"]
+    command += ["serve", "--socket", str(socket_path)]
     command += ["--model", str(model)] if model else []
     command += ["--threads", str(threads)] if threads else []
     started = time.perf_counter()

@@ -19,6 +19,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
+from diffgemma_engine import protocol
 from diffgemma_lsp.backends.base import Backend, EngineRequestError, EngineUnavailable
 from diffgemma_lsp.backends.local import EngineTimeout
 from diffgemma_lsp.context import (
@@ -33,7 +34,6 @@ from diffgemma_lsp.extra_context import ExtraContext
 from diffgemma_lsp.postprocess import Edit, postprocess
 from diffgemma_lsp.reuse import ShownCompletions
 from diffgemma_lsp.settings import Settings
-from engine import protocol
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ import attrs
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
+from diffgemma_engine.budget import CHARS_PER_LINE, block_lines
 from diffgemma_lsp.document import LineDocument
-from engine.budget import CHARS_PER_LINE, block_lines
 
 CHARS_PER_TOKEN = 4
 """A generous estimate for code; the engine cuts to the exact token budget."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from engine import protocol
+from diffgemma_engine import protocol
 
 TIMEOUT_S = 10.0
 LOAD_WAIT_S = 60.0
@@ -28,7 +28,7 @@ PLAN_TIMEOUT_S = 120.0
 def memory_plan(model: str | None, device: str) -> dict[str, object]:
     """``diffgemma-engine plan --json`` for ``model`` (the shipped one when None) on ``device``, in a subprocess
     (the doctor never imports torch): the weights per precision and the setting it recommends, or why not."""
-    command = [sys.executable, "-m", "engine", "plan", "--json", "--device", device]
+    command = [sys.executable, "-m", "diffgemma_engine", "plan", "--json", "--device", device]
     if model:
         command += ["--model", model]
     try:

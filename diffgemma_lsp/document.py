@@ -1,9 +1,10 @@
 """Open documents kept as lists of lines, so that a keystroke costs its line, not the document.
 
 pygls' ``TextDocument`` keeps one string: every incremental change splits it into lines, copies each of them in a
-Python loop and joins them again (44 ms a keystroke at 5 MB, half a second at 50 MB), and every read of ``lines``
-splits it anew. A ``LineDocument`` keeps the lines themselves: a change replaces the lines its range spans and
-leaves the others, the very same objects, in place; the whole text is joined only when ``source`` is read.
+Python loop and joins them again, so a keystroke costs the whole document (``benchmarks/big_document.py`` measures
+it), and every read of ``lines`` splits it anew. A ``LineDocument`` keeps the lines themselves: a change replaces
+the lines its range spans and leaves the others, the very same objects, in place; the whole text is joined only when
+``source`` is read.
 
 Lines end at ``\\n``, ``\\r\\n`` and ``\\r`` only, as the LSP counts them. pygls splits with ``str.splitlines``,
 which also breaks at ``\\x0b``, ``\\x0c``, ``\\x1c``-``\\x1e``, ``\\x85``, ``\\u2028`` and ``\\u2029``, so that its

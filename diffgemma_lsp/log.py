@@ -9,7 +9,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from engine.logfile import private_file_handler
+from diffgemma_engine.logfile import private_file_handler
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LEVELS = {

@@ -155,7 +155,7 @@ class DiffgemmaServer(LanguageServer):
         async def begin() -> None:
             try:
                 await self.work_done_progress.create_async(token)
-            except Exception:  # noqa: BLE001 - a client may refuse progress; completions go on
+            except Exception:
                 logger.debug("client refused work done progress", exc_info=True)
                 return
             self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, cancellable=False))
@@ -170,7 +170,8 @@ class DiffgemmaServer(LanguageServer):
     def open_document(self, uri: str) -> TextDocument | None:
         """The open document ``uri`` names, or None. pygls keeps documents under their unquoted URIs (it looks
         them up so too): ``file:///my%20project/a.py`` is the document opened under that URI."""
-        return self.workspace.text_documents.get(unquote(uri))
+        document: TextDocument | None = self.workspace.text_documents.get(unquote(uri))
+        return document
 
 
 server = DiffgemmaServer()

@@ -8,14 +8,15 @@ two in sync).
 from __future__ import annotations
 
 import ipaddress
+import typing
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
+from diffgemma_engine import protocol
 from diffgemma_lsp.fim_formats import PROMPT_FORMATS
-from engine import protocol
 
 KEY_ENV_PATTERN = r"([A-Z][A-Z0-9_]*API_KEY)?"
 """An API key's environment variable: empty (no key), or an upper-case name ending in API_KEY."""
@@ -29,7 +30,7 @@ def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
         raise ValueError(f"{attribute.name} must be 0 or more, got {value}")
 
 
-def _at_most(limit: int):  # noqa: ANN202 - an attrs validator
+def _at_most(limit: int) -> Callable[[object, attrs.Attribute[int], int], None]:
     """0 or more and at most ``limit`` (the engine's own limit, or what fits in one wire frame)."""
 
     def check(_: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -146,7 +147,7 @@ def parse_settings(raw: object) -> tuple[Settings, list[str]]:
         return base, [f"settings must be an object, got {type(raw).__name__}"]
     problems: list[str] = []
     values: dict[str, Any] = {}
-    types = {field.name: field.type for field in attrs.fields(Settings)}
+    types = typing.get_type_hints(Settings)  # the fields' annotations as types (this module's are strings)
     for key, value in raw.items():
         name = WIRE_KEYS.get(key)
         if name is None:
@@ -154,10 +155,10 @@ def parse_settings(raw: object) -> tuple[Settings, list[str]]:
             continue
         kind = types[name]
         try:
-            if kind == "str | None":
+            if kind == str | None:
                 values[name] = None if value is None else _check_type(value, str)
             else:
-                values[name] = _check_type(value, {"bool": bool, "int": int, "str": str}[str(kind)])
+                values[name] = _check_type(value, kind)
             attrs.evolve(base, **{name: values[name]})  # runs the field's validator
         except (TypeError, ValueError) as exc:
             values.pop(name, None)

@@ -16,12 +16,14 @@ import os
 import sys
 from pathlib import Path
 
-from engine import protocol
-from engine.jobs import DEFAULT_MAX_BATCH, DEFAULT_MAX_PENDING, JobQueue  # light, as the two below
-from engine.logfile import private_file_handler
-from engine.plan import DEFAULT_PROMPT_TOKENS, PRECISIONS  # light: attrs and the standard library
+from . import protocol
+from .jobs import DEFAULT_MAX_BATCH, DEFAULT_MAX_PENDING, JobQueue  # light, as the two below
+from .logfile import private_file_handler
+from .plan import DEFAULT_PROMPT_TOKENS, PRECISIONS  # light: attrs and the standard library
 
 COMPILE_CHOICES = ("on", "off")
+WORKER_EXIT_TIMEOUT_S = 10.0
+"""How long a stopping engine waits for the model thread to finish the job it is running."""
 
 
 def setup_logging(level: str, log_file: Path | None) -> None:
@@ -70,8 +72,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 async def serve(args: argparse.Namespace) -> int:
     """Listen on the socket, load the model on the model thread, serve until stopped."""
-    from engine.server import AlreadyRunningError, EngineServer
-    from engine.worker import ModelWorker
+    from .server import AlreadyRunningError, EngineServer
+    from .worker import ModelWorker
 
     loop = asyncio.get_running_loop()
     queue = JobQueue(max_pending=args.max_pending)
@@ -79,10 +81,10 @@ async def serve(args: argparse.Namespace) -> int:
     try:
         await server.start(args.socket)
     except AlreadyRunningError as exc:
-        logging.getLogger("engine").info("%s", exc)
+        logging.getLogger("diffgemma_engine").info("%s", exc)
         return 0 if args.exist_ok else 3
     except OSError as exc:  # an unsafe or unusable socket directory (another user's, a symlink, read-only)
-        logging.getLogger("engine").error("cannot listen on %s: %s", args.socket, exc)
+        logging.getLogger("diffgemma_engine").error("cannot listen on %s: %s", args.socket, exc)
         return 4
     worker = ModelWorker(
         queue,
@@ -100,14 +102,17 @@ async def serve(args: argparse.Namespace) -> int:
     worker.start()
     await server.serve_until_stopped()
     queue.close()
+    # Let the model thread end its last job and return before the interpreter shuts down: a daemon thread still
+    # inside torch while the process finalizes can abort it (SIGABRT) instead of a clean exit.
+    await asyncio.to_thread(worker.join, WORKER_EXIT_TIMEOUT_S)
     return 1 if server.load_error else 0
 
 
 def infill(args: argparse.Namespace) -> int:
     """Print one completion for a prefix and suffix."""
-    from engine.errors import EngineError
-    from engine.infill import build_prompt, run_infill
-    from engine.model import load_model
+    from .errors import EngineError
+    from .infill import build_prompt, run_infill
+    from .model import load_model
 
     prefix = args.prefix.read_text() if args.prefix else sys.stdin.read()
     suffix = args.suffix.read_text() if args.suffix else ""
@@ -142,7 +147,7 @@ def infill(args: argparse.Namespace) -> int:
     sys.stdout.write(text)
     if not text.endswith("\n"):
         sys.stdout.write("\n")
-    logging.getLogger("engine").info(
+    logging.getLogger("diffgemma_engine").info(
         "stop=%s steps=%d new_tokens=%d encode=%.1fms denoise=%.1fms",
         stop.value,
         timings.steps,
@@ -157,8 +162,8 @@ def plan(args: argparse.Namespace) -> int:
     """Print how much memory the checkpoint needs and where it would go, from its config (no weights loaded)."""
     import json
 
-    from engine.errors import EngineError
-    from engine.plan import (
+    from .errors import EngineError
+    from .plan import (
         PlanError,
         detect_devices,
         format_plan,
@@ -209,8 +214,8 @@ def main(argv: list[str] | None = None) -> None:
         "--compile",
         choices=COMPILE_CHOICES,
         default=os.environ.get("DIFFGEMMA_COMPILE", "off"),
-        help="torch.compile the denoising step in the background (about 1.3x faster once done; completions are "
-        "slow while it compiles, 30-60 s on 2 CPU cores); default: $DIFFGEMMA_COMPILE or off",
+        help="torch.compile the denoising step in the background (faster once done; completions run eagerly, and "
+        "slower, while it compiles); default: $DIFFGEMMA_COMPILE or off",
     )
     serve_parser.add_argument(
         "--idle-exit", type=float, default=0.0, help="exit after this many seconds without clients (0: never)"

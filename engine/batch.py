@@ -17,13 +17,13 @@ from collections.abc import Hashable, Sequence
 
 import attrs
 
-from engine import protocol
-from engine.canvas.caches import stack_rows
-from engine.canvas.denoise import StopCheck, denoise_canvas
-from engine.errors import BadRequestError
-from engine.infill import check_request, finish_row, timed_prompt_ids
-from engine.model import LoadedModel
-from engine.quantize import grad_mode
+from . import protocol
+from .canvas.caches import stack_rows
+from .canvas.denoise import StopCheck, denoise_canvas
+from .errors import BadRequestError
+from .infill import check_request, finish_row, timed_prompt_ids
+from .model import LoadedModel
+from .quantize import grad_mode
 
 
 @attrs.frozen(kw_only=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.errors import ModelLoadError
+from .errors import ModelLoadError
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 MAX_SETTINGS_FILE_BYTES = 1 << 20

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.protocol import Error, ErrorCode
+from .protocol import Error, ErrorCode
 
 
 class EngineError(Exception):

@@ -15,11 +15,11 @@ from collections.abc import Hashable
 import attrs
 import torch
 
-from engine import protocol
-from engine.canvas.denoise import StopCheck, run_canvas
-from engine.errors import BadRequestError
-from engine.model import LoadedModel
-from engine.prompt import Prompt, char_budget_cut, parts_of
+from . import protocol
+from .canvas.denoise import StopCheck, run_canvas
+from .errors import BadRequestError
+from .model import LoadedModel
+from .prompt import Prompt, char_budget_cut, parts_of
 
 MAX_CANVAS_LENGTH = protocol.MAX_CANVAS_LENGTH
 MAX_STEPS = protocol.MAX_STEPS

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine import protocol
-from engine.errors import BusyError
+from . import protocol
+from .errors import BusyError
 
 DEFAULT_MAX_PENDING = 64
 """Live jobs the queue holds before it answers ``busy`` (``serve --max-pending``)."""

@@ -12,11 +12,11 @@ from pathlib import Path
 import attrs
 import torch
 
-from engine import placement, plan, protocol, quantize
-from engine.canvas.caches import DEFAULT_SLOTS, PrefixCache
-from engine.canvas.sampler import SamplerSettings
-from engine.canvas.step import DecoderStep
-from engine.checkpoint_files import (
+from . import placement, plan, protocol, quantize
+from .canvas.caches import DEFAULT_SLOTS, PrefixCache
+from .canvas.sampler import SamplerSettings
+from .canvas.step import DecoderStep
+from .checkpoint_files import (
     DEFAULT_MODEL_DIR,
     HINTS_FILE,
     SETTINGS_FILES,
@@ -24,10 +24,10 @@ from engine.checkpoint_files import (
     read_json_object,
     stored_dtype,
 )
-from engine.clock import StepClock
-from engine.errors import ModelLoadError
-from engine.model_info import ModelInfo
-from engine.prompt import CHAT_ORDERS, SUFFIX_FIRST, PromptLayout, layout_for
+from .clock import StepClock
+from .errors import ModelLoadError
+from .model_info import ModelInfo
+from .prompt import CHAT_ORDERS, SUFFIX_FIRST, PromptLayout, layout_for
 
 logger = logging.getLogger(__name__)
 

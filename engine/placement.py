@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from engine.errors import ModelLoadError
+from .errors import ModelLoadError
 
 if TYPE_CHECKING:
     import torch
@@ -118,7 +118,7 @@ def device_map(
     is named. ``ModelLoadError`` when the model does not fit, with the plan's figures."""
     if devices.single:
         return {"": devices.first}
-    from engine import plan
+    from . import plan
 
     spec = plan.read_spec(folder)
     precision = precision or precision_of(dtype)
@@ -184,7 +184,7 @@ def free_bytes(device: torch.device) -> int:
         return int(torch.cuda.mem_get_info(device)[0])
     if device.type == "mps":
         return max(0, int(torch.mps.recommended_max_memory()) - int(torch.mps.driver_allocated_memory()))
-    from engine import plan
+    from . import plan
 
     return plan.cpu_memory().bytes
 
@@ -202,7 +202,7 @@ def precision_of(dtype: torch.dtype) -> str:
 def check_fits(folder: Path, device: str, dtype: torch.dtype, free: int, precision: str | None = None) -> None:
     """Before loading onto one accelerator: ``ModelLoadError`` with the plan's advice when the weights and one
     request do not fit in its ``free`` bytes (a load that would run out of memory after minutes of reading)."""
-    from engine import plan
+    from . import plan
 
     spec = plan.read_spec(folder)
     precision = precision or precision_of(dtype)
@@ -217,7 +217,7 @@ def parse_max_memory(spec: str | None) -> dict[str, int] | None:
     """``--max-memory cuda:0=20GiB,cpu=48GiB`` as bytes per device name (as ``engine.plan`` reads it)."""
     if not spec:
         return None
-    from engine import plan
+    from . import plan
 
     try:
         return {device.name: device.bytes for device in plan.parse_max_memory(spec)}

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import attrs
 
-from engine.checkpoint_files import DEFAULT_MODEL_DIR, MAX_INDEX_FILE_BYTES, read_json_object, stored_dtype
-from engine.quantize_policy import EXPERT_WEIGHTS, MULTIMODAL_MODULES, stays_unquantized
+from .checkpoint_files import DEFAULT_MODEL_DIR, MAX_INDEX_FILE_BYTES, read_json_object, stored_dtype
+from .quantize_policy import EXPERT_WEIGHTS, MULTIMODAL_MODULES, stays_unquantized
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -762,7 +762,7 @@ def read_spec(model_dir: Path | None) -> ModelSpec:
     Reads ``config.json`` (and the safetensors index or headers for the stored size); loads no weights.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from engine.errors import ModelLoadError
+    from .errors import ModelLoadError
 
     if model_dir is None:
         model_dir = DEFAULT_MODEL_DIR

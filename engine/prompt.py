@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Protocol
 
 import attrs
 
-from engine import budget, protocol, vocab
+from . import budget, protocol, vocab
 
 Encode = Callable[[str], list[int]]
 """Text to token ids, special tokens written in the text encoded as text."""

@@ -279,7 +279,7 @@ def valid_text(value: str) -> str:
     return value
 
 
-def _strict(kind: type, *more: type):  # noqa: ANN202 - a cattrs hook factory
+def _strict(kind: type, *more: type):
     """A structure hook that refuses values of the wrong JSON type instead of coercing them."""
     allowed = (kind, *more)
 

@@ -48,8 +48,8 @@ from pathlib import Path
 
 import attrs
 
-from engine.errors import ModelLoadError
-from engine.quantize_policy import EXPERT_WEIGHTS, UNQUANTIZED_MODULES, stays_unquantized
+from .errors import ModelLoadError
+from .quantize_policy import EXPERT_WEIGHTS, UNQUANTIZED_MODULES, stays_unquantized
 
 QUANTIZATIONS: tuple[str, ...] = ("none", "int8", "int4", "fp8")
 TORCHAO_METHODS: tuple[str, ...] = ("int8", "int4")
@@ -267,7 +267,7 @@ def fp8_config(folder: Path) -> object:
     matrix of the checkpoint in ``folder``."""
     from transformers import FineGrainedFP8Config
 
-    from engine.plan import read_spec
+    from .plan import read_spec
 
     shapes = [weight.shape for weight in read_spec(folder).weights if weight.quantized]
     for block in BLOCK_SIZES:
@@ -496,7 +496,7 @@ def verify_quantized(model: object, method: str) -> QuantizedReport:
     """
     import torch
 
-    from engine.plan import kind_of
+    from .plan import kind_of
 
     if method not in QUANTIZATIONS:
         raise ModelLoadError(f"unknown quantization {method!r}: use one of {', '.join(QUANTIZATIONS)}")

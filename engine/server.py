@@ -21,11 +21,11 @@ import stat
 import time
 from pathlib import Path
 
-from engine import protocol
-from engine.errors import EngineError
-from engine.jobs import Job, JobQueue
-from engine.model_info import ModelInfo
-from engine.stats import ReplyLog, rss_mb
+from . import protocol
+from .errors import EngineError
+from .jobs import Job, JobQueue
+from .model_info import ModelInfo
+from .stats import ReplyLog, rss_mb
 
 logger = logging.getLogger(__name__)
 

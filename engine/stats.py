@@ -7,7 +7,7 @@ import statistics
 import time
 from pathlib import Path
 
-from engine import protocol
+from . import protocol
 
 RECENT = 200
 

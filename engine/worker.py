@@ -11,14 +11,14 @@ from pathlib import Path
 import attrs
 import torch
 
-from engine import protocol
-from engine.batch import Row, compatible, run_batch
-from engine.canvas.warmup import trace_serving_shapes
-from engine.errors import EngineError
-from engine.infill import check_request, prompt_ids, run_infill
-from engine.jobs import DEFAULT_MAX_BATCH, Job, JobQueue
-from engine.model import LoadedModel, load_model
-from engine.model_info import ModelInfo
+from . import protocol
+from .batch import Row, compatible, run_batch
+from .canvas.warmup import trace_serving_shapes
+from .errors import EngineError
+from .infill import check_request, prompt_ids, run_infill
+from .jobs import DEFAULT_MAX_BATCH, Job, JobQueue
+from .model import LoadedModel, load_model
+from .model_info import ModelInfo
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class ModelWorker(threading.Thread):
                 self.model_dir, self.device, self.dtype, max_memory=self.max_memory, quantization=self.quantization
             )
             self._warm_up(self.loaded)
-        except BaseException as exc:  # noqa: BLE001 - reported to every client, then the engine exits
+        except BaseException as exc:
             logger.exception("model load failed")
             self.on_failed(exc)
             return
@@ -119,7 +119,7 @@ class ModelWorker(threading.Thread):
             for job in jobs:
                 self._serve(loaded, job)
             return
-        except Exception:  # noqa: BLE001 - one at a time instead, where a failure stays with its request
+        except Exception:
             logger.exception("a batch of %d failed; serving its requests one by one", len(jobs))
             for job in jobs:
                 self._serve(loaded, job)
@@ -164,7 +164,7 @@ class ModelWorker(threading.Thread):
                 protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=f"out of memory: {exc}", id=request.id)
             )
             return
-        except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the engine
+        except Exception as exc:
             logger.exception("request %s failed", request.id)
             job.resolve_threadsafe(
                 protocol.Error(code=protocol.ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}", id=request.id)

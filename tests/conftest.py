@@ -18,7 +18,7 @@ MODEL_CACHE = ROOT / ".cache" / "test-models"
 # Lightest first, real processes and editors last (pygls reorders its end-to-end tests the same way): a broken
 # unit fails in seconds, before the slow layers start. Folders not named here run between the engine's and the
 # reliability tests.
-LAYER_ORDER = ("lsp", "protocol", "engine", "reliability", "e2e")
+LAYER_ORDER = ("lsp", "protocol", "engine", "benchmarks", "reliability", "e2e")
 
 
 def _layer_rank(item: pytest.Item) -> tuple[int, bool]:
@@ -34,11 +34,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_layer_rank)
 
 
-def _cached_checkpoint(name: str, build) -> Path:  # noqa: ANN001
+def _cached_checkpoint(name: str, build) -> Path:
     """Build a checkpoint once per version of the code that builds it (kept under .cache/)."""
     import transformers
 
-    from engine.model import DEFAULT_MODEL_DIR
+    from diffgemma_engine.model import DEFAULT_MODEL_DIR
 
     digest = hashlib.sha1()
     for path in (
@@ -106,7 +106,7 @@ def release_wide_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def release_tokenizer(release_random_dir: Path):  # noqa: ANN201 - a transformers GemmaTokenizer
+def release_tokenizer(release_random_dir: Path):
     """The release-format checkpoint's tokenizer, loaded as the engine loads it."""
     from transformers import AutoTokenizer
 

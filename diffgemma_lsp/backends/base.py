@@ -12,7 +12,7 @@ import enum
 from collections.abc import Callable
 from typing import Protocol
 
-from engine import protocol
+from diffgemma_engine import protocol
 
 
 class BackendState(enum.Enum):

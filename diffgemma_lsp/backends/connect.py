@@ -8,15 +8,16 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
+from diffgemma_engine import protocol
 from diffgemma_lsp.backends.base import Backend, BackendState, StateListener
 from diffgemma_lsp.backends.local import EngineClient, ExitCheck
 from diffgemma_lsp.backends.remote import OpenAIBackend
 from diffgemma_lsp.settings import Settings
-from engine import protocol
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def engine_command(
     command = [
         sys.executable,
         "-m",
-        "engine",
+        "diffgemma_engine",
         "--log-file",
         str(log_path or engine_log_path()),
         "serve",
@@ -89,7 +90,11 @@ class StartedEngine:
         status = self.process.poll()
         if status is None or status == 0:
             return None
-        for name, tail in ((STDERR_FILE, lambda text: text), ("engine.log", lambda text: text.splitlines()[-1])):
+        tails: tuple[tuple[str, Callable[[str], str]], ...] = (
+            (STDERR_FILE, lambda text: text),
+            ("engine.log", lambda text: text.splitlines()[-1]),
+        )
+        for name, tail in tails:
             try:
                 text = (self.folder / name).read_text(errors="replace").strip()
             except OSError:

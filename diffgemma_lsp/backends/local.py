@@ -18,6 +18,7 @@ from pathlib import Path
 
 import attrs
 
+from diffgemma_engine import protocol
 from diffgemma_lsp.backends.base import (
     BackendState,
     EngineRequestError,
@@ -25,7 +26,6 @@ from diffgemma_lsp.backends.base import (
     StateListener,
     StateReporter,
 )
-from engine import protocol
 
 logger = logging.getLogger(__name__)
 

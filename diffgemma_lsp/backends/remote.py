@@ -22,6 +22,8 @@ from typing import Any
 
 import aiohttp
 
+from diffgemma_engine import protocol
+from diffgemma_engine.prompt import chat_user_text, parts_of
 from diffgemma_lsp.backends.base import (
     BackendState,
     EngineRequestError,
@@ -30,8 +32,6 @@ from diffgemma_lsp.backends.base import (
     StateReporter,
 )
 from diffgemma_lsp.fim_formats import CHAT, SUFFIX_FIELD, format_named
-from engine import protocol
-from engine.prompt import chat_user_text, parts_of
 
 logger = logging.getLogger(__name__)
 
@@ -160,14 +160,16 @@ class OpenAIBackend(StateReporter):
         try:
             body = _json(text)
             choice = body["choices"][0]
-            texts = [_choice_text(other) for other in body["choices"]]
-            if not all(isinstance(completion, str) for completion in texts):
+            answers = [_choice_text(other) for other in body["choices"]]
+            texts = [answer for answer in answers if isinstance(answer, str)]
+            if len(texts) != len(answers):
                 raise TypeError("text is not a string")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             reason = f"the completion server sent an answer that is not a completion: {exc}"
             self._set_state(BackendState.FAILED, reason)
             raise EngineUnavailable(reason) from exc
-        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        reported = body.get("usage")
+        usage = reported if isinstance(reported, dict) else {}
         self.model_id = str(body.get("model") or self.model)
         self.layout = protocol.CHAT_LAYOUT if self.prompt_format == CHAT else protocol.FIM_LAYOUT
         self._set_state(BackendState.READY)
@@ -201,8 +203,9 @@ def _error_message(text: str) -> str:
     """The ``error.message`` of an OpenAI-style error body, else the start of the body."""
     try:
         error = _json(text).get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"]
+        message = error.get("message") if isinstance(error, dict) else None
+        if isinstance(message, str):
+            return message
         if isinstance(error, str):
             return error
     except ValueError:

@@ -21,7 +21,10 @@ import sys
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
+from diffgemma_engine import protocol
+from diffgemma_engine.logfile import private_file_handler
 from diffgemma_lsp import __version__
 from diffgemma_lsp.backends.base import BackendState, EngineRequestError, EngineUnavailable
 from diffgemma_lsp.backends.connect import local_backend
@@ -38,8 +41,6 @@ from diffgemma_lsp.endpoint.wire import (
     parse_completion_request,
 )
 from diffgemma_lsp.fim_formats import split_prompt
-from engine import protocol
-from engine.logfile import private_file_handler
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def _json_error(error: ApiError) -> web.Response:
 
 
 @web.middleware
-async def errors_and_auth(request: web.Request, handler):  # noqa: ANN001, ANN201 - aiohttp's middleware shape
+async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every refusal is an OpenAI-style JSON error; every route but ``/health`` needs the key."""
     try:
         if request.path != "/health":

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import re
 
-from engine.prompt import CURSOR_MARK  # the marker the chat prompt writes at the cursor (a pure module, no torch)
+from diffgemma_engine.prompt import (
+    CURSOR_MARK,  # the marker the chat prompt writes at the cursor (a pure module, no torch)
+)
 
 _BREAK = re.compile(r"(\r\n|\r|\n)")
 _FENCE = re.compile(r" {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)")

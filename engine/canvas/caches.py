@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from engine.placement import execution_device
-from engine.quantize import grad_mode
+from ..placement import execution_device
+from ..quantize import grad_mode
 
 DEFAULT_SLOTS = 16
 

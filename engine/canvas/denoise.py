@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from engine.canvas.caches import PrefixCache, encode_prompt
-from engine.canvas.sampler import SamplerSettings, accept_mask, sample_accepted
-from engine.canvas.step import DecoderStep
-from engine.placement import execution_device
-from engine.quantize import grad_mode, under_grad_mode
+from ..placement import execution_device
+from ..quantize import grad_mode, under_grad_mode
+from .caches import PrefixCache, encode_prompt
+from .sampler import SamplerSettings, accept_mask, sample_accepted
+from .step import DecoderStep
 
 StopCheck = Callable[[], str | None]
 """Returns a reason to stop (e.g. "cancelled") or None to go on."""

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 from transformers import DynamicCache
 
-from engine.canvas.sampler import Scores, score_logits
+from .sampler import Scores, score_logits
 
 logger = logging.getLogger(__name__)
 

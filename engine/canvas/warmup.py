@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from engine.canvas.caches import PrefixCache, stack_rows
-from engine.canvas.denoise import denoise_canvas
-from engine.canvas.sampler import SamplerSettings
-from engine.canvas.step import DecoderStep
-from engine.placement import execution_device
-from engine.quantize import grad_mode
+from ..placement import execution_device
+from ..quantize import grad_mode
+from .caches import PrefixCache, stack_rows
+from .denoise import denoise_canvas
+from .sampler import SamplerSettings
+from .step import DecoderStep
 
 WARM_UP_CANVAS = 37
 """The warm-up's canvas length, and its batch's row count (3): sizes that no model dimension is likely to equal.

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.training.data import Example, ExampleMaker, ExampleStream, FileEntry
-from engine.training.objective import pad_batch
+from .data import Example, ExampleMaker, ExampleStream, FileEntry
+from .objective import pad_batch
 
 if TYPE_CHECKING:
     import numpy as np

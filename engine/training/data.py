@@ -24,9 +24,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import vocab
-from engine.prompt import PromptParts, SpecialIds, build_fim_prompt
-from engine.training.corpus import EXTENSIONS, default_roots, is_held_out, iter_sources
+from .. import vocab
+from ..prompt import PromptParts, SpecialIds, build_fim_prompt
+from .corpus import EXTENSIONS, default_roots, is_held_out, iter_sources
 
 PAD = vocab.SPECIAL_IDS[vocab.PAD]
 EOS = vocab.SPECIAL_IDS[vocab.EOS]

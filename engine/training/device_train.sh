@@ -4,11 +4,11 @@
 # That machine starts bare, reaches no network, takes at most 64 MiB of files with the repository, and gives back
 # at most 8 files of 16 MiB from $OUT. So, here first (see engine/training/README.md, "On a lent GPU"):
 #
-#   python -m engine.training.pack --out .cache/gpu/corpus.jsonl.gz --max-mb 34
+#   python -m diffgemma_engine.training.pack --out .cache/gpu/corpus.jsonl.gz --max-mb 34
 #   and the wheels that engine/training/device_env.sh installs (its header has the pip download command)
 #
 # then   run(command="export OUT; bash engine/training/device_train.sh 6", carry=[".cache/gpu"], timeout_s=570)
-# and    python -m engine.training.export --src <files_at>/model    (or copy its three files into engine/default_model)
+# and    python -m diffgemma_engine.training.export --src <files_at>/model    (or copy its three files into engine/default_model)
 #
 # It trains from engine/default_model's weights for MINUTES (first argument, default 6) with a fresh optimizer,
 # after a 30-second smoke run that fails fast, and leaves in $OUT: model/ (config, weights, generation config)
@@ -25,9 +25,9 @@ source engine/training/device_env.sh  # DEVICE, PYTHON and OUT; the carried whee
 
 common=(--device "$DEVICE" --corpus .cache/gpu/corpus.jsonl.gz --init engine/default_model --workers "$WORKERS"
     --batch "$BATCH" --lr 2e-3 --warmup 100 --save-minutes 1000)
-"$PYTHON" -m engine.training.train "${common[@]}" --out "$SITE/smoke" --minutes 0.5 --eval-minutes 1000 --n-em 2 \
+"$PYTHON" -m diffgemma_engine.training.train "${common[@]}" --out "$SITE/smoke" --minutes 0.5 --eval-minutes 1000 --n-em 2 \
     | grep -v '"event": "train"' | cut -c1-400
-"$PYTHON" -m engine.training.train "${common[@]}" --out "$SITE/run" --minutes "$MINUTES" --eval-minutes 2 \
+"$PYTHON" -m diffgemma_engine.training.train "${common[@]}" --out "$SITE/run" --minutes "$MINUTES" --eval-minutes 2 \
     | grep -v '"event": "train"' | cut -c1-600
-"$PYTHON" -m engine.training.export --src "$SITE/run/last" --dst "$OUT/model"
+"$PYTHON" -m diffgemma_engine.training.export --src "$SITE/run/last" --dst "$OUT/model"
 cp "$SITE/run/train.log" "$OUT/train.log"

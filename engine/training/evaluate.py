@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.infill import cut_at_eos
-from engine.training.batches import to_device
-from engine.training.data import EOS, PAD, Example, ExampleMaker, ExampleStream, FileEntry
-from engine.training.objective import autocast, diffusion_forward, pad_batch, weighted_ce
+from ..infill import cut_at_eos
+from .batches import to_device
+from .data import EOS, PAD, Example, ExampleMaker, ExampleStream, FileEntry
+from .objective import autocast, diffusion_forward, pad_batch, weighted_ce
 
 if TYPE_CHECKING:
     from transformers import DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase

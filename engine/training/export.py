@@ -1,6 +1,6 @@
 """Export a trained checkpoint as the shipped default model.
 
-    python -m engine.training.export --src .cache/train/run1/best [--dst engine/default_model] [--steps 16]
+    python -m diffgemma_engine.training.export --src .cache/train/run1/best [--dst engine/default_model] [--steps 16]
 
 ``--src`` is a ``from_pretrained`` folder written by ``engine.training.train`` (``best/`` or ``last/``) or its
 ``state.pt``. Writes ``config.json``, ``model.safetensors`` and ``generation_config.json`` into ``--dst``; the
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from engine.training import configs
+from . import configs
 
 FILES = ("config.json", "model.safetensors", "generation_config.json")
 
@@ -31,7 +31,7 @@ def main() -> None:
 
     from transformers import DiffusionGemmaForBlockDiffusion
 
-    from engine.training.train import TOKENIZER_DIR
+    from .train import TOKENIZER_DIR
 
     if args.src.suffix == ".pt":
         state = torch.load(args.src, weights_only=False)

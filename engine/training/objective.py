@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from engine.training.data import PAD, Example
+from .data import PAD, Example
 
 if TYPE_CHECKING:
     from transformers import DiffusionGemmaForBlockDiffusion

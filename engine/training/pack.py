@@ -1,12 +1,13 @@
 """Pack the training corpus into one gzip file, for a machine that does not have this one's sources.
 
-    python -m engine.training.pack --out .cache/gpu/corpus.jsonl.gz [--max-mb 34] [--seed 0]
+    python -m diffgemma_engine.training.pack --out .cache/gpu/corpus.jsonl.gz [--max-mb 34] [--seed 0]
 
 A lent GPU machine starts bare and takes at most 64 MiB of files, the repository included, so the corpus that
 ``train.py`` reads from this machine's files (``.cache/train/files.json``) travels as JSON lines of
 ``{path, chars, language, held_out, text}``: every held-out file (so held-out figures stay comparable), then
 training files in a seeded random order until the compressed size reaches ``--max-mb``. Train from it with
-``python -m engine.training.train --corpus PACK ...`` (``engine/training/device_train.sh`` does, on a lent GPU).
+``python -m diffgemma_engine.training.train --corpus PACK ...`` (``engine/training/device_train.sh`` does, on a lent
+GPU).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import random
 import sys
 from pathlib import Path
 
-from engine.training.data import build_file_list, corpus_summary
+from .data import build_file_list, corpus_summary
 
 
 def pack(entries: list, out: Path, max_bytes: int, seed: int) -> list:

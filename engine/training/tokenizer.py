@@ -1,6 +1,6 @@
 """Train the byte-level BPE code tokenizer with fill-in-the-middle sentinels.
 
-    python -m engine.training.tokenizer OUT_DIR [--vocab-size 8192] [--max-mb 60]
+    python -m diffgemma_engine.training.tokenizer OUT_DIR [--vocab-size 8192] [--max-mb 60]
 
 Writes ``tokenizer.json`` and ``tokenizer_config.json`` so that ``AutoTokenizer.from_pretrained(OUT_DIR)`` loads it.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from engine import vocab
-from engine.training.corpus import default_roots, is_held_out, iter_sources
+from .. import vocab
+from .corpus import default_roots, is_held_out, iter_sources
 
 
 def train_tokenizer(texts: Iterator[str], vocab_size: int) -> Tokenizer:

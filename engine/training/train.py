@@ -1,6 +1,7 @@
 """Train the shipped default DiffusionGemma on code with the full-sequence block-diffusion objective.
 
-    python -m engine.training.train --out DIR [--resume] [--minutes N] [--size S] [--threads 1] [--device auto]
+    python -m diffgemma_engine.training.train --out DIR [--resume] [--minutes N] [--size S] [--threads 1]
+        [--device auto]
 
 This module is the command: its arguments, the run's state, and the loop. The objective (DiffusionGemma, notes §8)
 is ``engine.training.objective``, the batches come from ``engine.training.batches`` and the held-out figures from
@@ -30,11 +31,11 @@ from typing import cast
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 
-from engine.training import configs
-from engine.training.batches import stream_batches, to_device, worker_batches
-from engine.training.data import ExampleMaker, ExampleStream, FileEntry, build_file_list, corpus_summary, load_pack
-from engine.training.evaluate import HeldOut, evaluate, held_out_sets
-from engine.training.objective import autocast, diffusion_forward, weighted_ce
+from . import configs
+from .batches import stream_batches, to_device, worker_batches
+from .data import ExampleMaker, ExampleStream, FileEntry, build_file_list, corpus_summary, load_pack
+from .evaluate import HeldOut, evaluate, held_out_sets
+from .objective import autocast, diffusion_forward, weighted_ce
 
 TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "default_model"
 EVAL_STEPS = 16  # denoising steps of the shipped generation config

@@ -14,7 +14,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
-from engine import protocol
+from diffgemma_engine import protocol
 from tests.support.lsp import (
     complete,
     complete_when_ready,

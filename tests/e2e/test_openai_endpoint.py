@@ -201,10 +201,10 @@ def test_a_client_that_hangs_up_cancels_the_engines_work(isolated_env: Path, ran
         print(f"dropped request cancelled in the engine {time.monotonic() - dropped:.2f} s after the hang-up")
 
 
-def _engine_stats(socket_path: Path):  # noqa: ANN202
+def _engine_stats(socket_path: Path):
     import asyncio
 
-    from engine import protocol
+    from diffgemma_engine import protocol
 
     async def ask() -> protocol.Stats:
         reader, writer = await asyncio.open_unix_connection(str(socket_path))

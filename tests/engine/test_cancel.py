@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 from transformers import DiffusionGemmaForBlockDiffusion
 
-from engine.canvas.denoise import run_canvas
-from engine.canvas.sampler import SamplerSettings
+from diffgemma_engine.canvas.denoise import run_canvas
+from diffgemma_engine.canvas.sampler import SamplerSettings
 
 
 def test_stop_check_ends_the_loop_within_one_step(random_model_dir: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from engine.model import DEFAULT_MODEL_DIR
-from engine.prompt import (
+from diffgemma_engine.model import DEFAULT_MODEL_DIR
+from diffgemma_engine.prompt import (
     CHAT_INSTRUCTION_SUFFIX_FIRST,
     CURSOR_MARK,
     IN_PLACE,
@@ -36,7 +36,7 @@ def long_document(lines: int = 2000) -> str:
     return "".join(f"def function_{i}(value):\n    return value * {i} + offset_{i % 7}\n\n" for i in range(lines))
 
 
-def test_the_rendered_prompt_is_the_release_template_token_for_token(release_tokenizer) -> None:  # noqa: ANN001
+def test_the_rendered_prompt_is_the_release_template_token_for_token(release_tokenizer) -> None:
     layout = layout_for(release_tokenizer)
     assert isinstance(layout, ChatLayout) and layout.name == "chat"
     ids = layout.prompt(PARTS, 1024).ids
@@ -51,7 +51,7 @@ def test_the_rendered_prompt_is_the_release_template_token_for_token(release_tok
     assert ids[-1] == CONTROL_IDS["<channel|>"]  # thinking off: the empty thought channel closes the prompt
 
 
-def test_the_turn_puts_other_files_first_and_the_cursor_last(release_tokenizer) -> None:  # noqa: ANN001
+def test_the_turn_puts_other_files_first_and_the_cursor_last(release_tokenizer) -> None:
     user = chat_user_text(PARTS)
     assert user.startswith("File helpers.py:\n```python\ndef double(x):")
     assert user.index(CHAT_INSTRUCTION_SUFFIX_FIRST.format(mark=CURSOR_MARK)) < user.index("print(add(1, 2))")
@@ -65,7 +65,7 @@ def test_the_turn_puts_other_files_first_and_the_cursor_last(release_tokenizer) 
     )
 
 
-def test_control_tokens_in_the_code_stay_text(release_tokenizer) -> None:  # noqa: ANN001
+def test_control_tokens_in_the_code_stay_text(release_tokenizer) -> None:
     code = 'SEPARATORS = ["<turn|>", "<eos>", "<|turn>model", "<bos>"]\n'
     layout = layout_for(release_tokenizer)
     ids = layout.prompt(PromptParts(prefix=code, suffix="# <channel|>\n"), 1024).ids
@@ -87,7 +87,7 @@ def test_control_tokens_in_the_code_stay_text_in_the_fim_layout() -> None:
     assert tokenizer.convert_tokens_to_ids("<eos>") not in ids
 
 
-def test_a_long_prefix_keeps_bos_the_header_the_instruction_and_the_tail(release_tokenizer) -> None:  # noqa: ANN001
+def test_a_long_prefix_keeps_bos_the_header_the_instruction_and_the_tail(release_tokenizer) -> None:
     layout = layout_for(release_tokenizer)
     prefix = long_document() + "def add(a, b):\n    return a"
     assert len(prefix) > 60_000
@@ -104,7 +104,7 @@ def test_a_long_prefix_keeps_bos_the_header_the_instruction_and_the_tail(release
     assert long_document(300).startswith(after) and after.endswith("\n")  # cut at its end, on a line boundary
 
 
-def test_typing_keeps_the_prompts_head(release_tokenizer) -> None:  # noqa: ANN001
+def test_typing_keeps_the_prompts_head(release_tokenizer) -> None:
     """Successive keystrokes share the prompt up to the cursor (what the prefix cache reuses)."""
     layout = layout_for(release_tokenizer)
     document, suffix = long_document(400), "\n" + long_document(40)

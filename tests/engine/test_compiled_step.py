@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import protocol
-from engine.batch import run_batch
-from engine.canvas.warmup import trace_serving_shapes
-from engine.infill import run_infill
-from engine.jobs import Job
-from engine.model import LoadedModel, load_model
-from engine.worker import batch_row
+from diffgemma_engine import protocol
+from diffgemma_engine.batch import run_batch
+from diffgemma_engine.canvas.warmup import trace_serving_shapes
+from diffgemma_engine.infill import run_infill
+from diffgemma_engine.jobs import Job
+from diffgemma_engine.model import LoadedModel, load_model
+from diffgemma_engine.worker import batch_row
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import protocol
+from diffgemma_engine import protocol
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
@@ -48,8 +48,8 @@ def _infill(request_id: str, uri: str = "file:///a.py", **overrides: object) -> 
 
 def test_the_socket_side_does_not_import_torch() -> None:
     code = (
-        "import sys, engine.server; "
-        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'engine.server loads torch'"
+        "import sys, diffgemma_engine.server; "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'diffgemma_engine.server loads torch'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -275,7 +275,7 @@ def test_second_engine_on_the_same_socket_exits(memorized_engine: EngineProcess,
     command = [
         sys.executable,
         "-m",
-        "engine",
+        "diffgemma_engine",
         "serve",
         "--model",
         str(memorized_model_dir),
@@ -293,7 +293,7 @@ def test_infill_cli_prints_the_middle(memorized_model_dir: Path, short_tmp: Path
         [
             sys.executable,
             "-m",
-            "engine",
+            "diffgemma_engine",
             "infill",
             "--model",
             str(memorized_model_dir),
@@ -312,7 +312,7 @@ def test_infill_cli_prints_the_middle(memorized_model_dir: Path, short_tmp: Path
 def test_shipped_default_model_serves_without_any_option(short_tmp: Path) -> None:
     """`diffgemma-engine infill` with no --model loads the checkpoint inside the package and prints a middle."""
     out = subprocess.run(
-        [sys.executable, "-m", "engine", "infill"],
+        [sys.executable, "-m", "diffgemma_engine", "infill"],
         input="def is_even(n):\n",
         capture_output=True,
         text=True,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.checkpoint_files import MAX_SETTINGS_FILE_BYTES
-from engine.errors import ModelLoadError
-from engine.model import load_model
+from diffgemma_engine.checkpoint_files import MAX_SETTINGS_FILE_BYTES
+from diffgemma_engine.errors import ModelLoadError
+from diffgemma_engine.model import load_model
 
 
 @pytest.mark.parametrize("name", ["config.json", "generation_config.json", "diffgemma.json"])

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import placement, protocol
-from engine.errors import ModelLoadError
-from engine.infill import run_infill
-from engine.model import load_model
-from engine.placement import Devices, parse_devices, pick_dtype
+from diffgemma_engine import placement, protocol
+from diffgemma_engine.errors import ModelLoadError
+from diffgemma_engine.infill import run_infill
+from diffgemma_engine.model import load_model
+from diffgemma_engine.placement import Devices, parse_devices, pick_dtype
 from tests.support.release_format import ANSWERED_LANGUAGE, ANSWERED_PREFIX, ANSWERED_SUFFIX, RAW_ANSWER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +148,7 @@ def test_auto_loads_the_checkpoints_own_dtype_on_the_cpu(release_random_dir: Pat
 
 ANON_PROBE = r"""
 import json, sys
-from engine.model import load_model
+from diffgemma_engine.model import load_model
 
 def anon():
     for line in open("/proc/self/status"):
@@ -212,7 +212,7 @@ def test_cached_prompts_and_step_rows_follow_the_free_memory(
     tmp_path: Path, free_gib: int, slots: int, rows: int
 ) -> None:
     """The release at a 2048-token prompt: 640 MiB per cached document, 896 MiB per canvas row (bf16)."""
-    from engine import plan
+    from diffgemma_engine import plan
 
     spec = plan.read_spec(_release_config_only(tmp_path))
     request = plan.request_memory(

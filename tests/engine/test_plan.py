@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import plan as planning
-from engine.plan import (
+from diffgemma_engine import plan as planning
+from diffgemma_engine.plan import (
     DOES_NOT_FIT,
     FITS_CPU,
     FITS_GPU,
@@ -36,7 +36,7 @@ from engine.plan import (
     select_devices,
     weight_bytes,
 )
-from engine.quantize_policy import stays_unquantized
+from diffgemma_engine.quantize_policy import stays_unquantized
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = ROOT / "tests" / "data" / "release"
@@ -194,7 +194,17 @@ def test_nothing_fits_a_tiny_machine(release: ModelSpec) -> None:
 
 def test_the_cli_prints_one_json_object(release_dir: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "engine", "plan", "--model", str(release_dir), "--json", "--max-memory", "0=24GiB"],
+        [
+            sys.executable,
+            "-m",
+            "diffgemma_engine",
+            "plan",
+            "--model",
+            str(release_dir),
+            "--json",
+            "--max-memory",
+            "0=24GiB",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -215,7 +225,7 @@ def test_the_cli_prints_one_json_object(release_dir: Path) -> None:
 
 def test_the_cli_names_the_missing_config(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "engine", "plan", "--model", str(tmp_path)],
+        [sys.executable, "-m", "diffgemma_engine", "plan", "--model", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -227,7 +237,7 @@ def test_the_cli_names_the_missing_config(tmp_path: Path) -> None:
 
 
 def test_a_config_of_another_model_is_refused(tmp_path: Path) -> None:
-    from engine.errors import ModelLoadError
+    from diffgemma_engine.errors import ModelLoadError
 
     (tmp_path / "config.json").write_text('{"model_type": "bert"}')
     with pytest.raises(ModelLoadError, match="'bert' model, not DiffusionGemma"):
@@ -265,16 +275,16 @@ def test_a_small_checkpoint_weighs_what_its_files_hold(fixture: str, request: py
 
 
 @pytest.fixture(scope="module")
-def release_model(release_random_dir: Path):  # noqa: ANN201 - a LoadedModel
-    from engine.model import load_model
+def release_model(release_random_dir: Path):
+    from diffgemma_engine.model import load_model
 
     return load_model(release_random_dir, "cpu", "bfloat16")
 
 
-def test_the_prefix_cache_holds_what_the_plan_says(release_model, release_random_dir: Path) -> None:  # noqa: ANN001
+def test_the_prefix_cache_holds_what_the_plan_says(release_model, release_random_dir: Path) -> None:
     import torch
 
-    from engine.canvas.caches import DEFAULT_SLOTS, PrefixCache
+    from diffgemma_engine.canvas.caches import DEFAULT_SLOTS, PrefixCache
 
     assert planning.PREFIX_CACHE_SLOTS == DEFAULT_SLOTS
     spec = read_spec(release_random_dir)
@@ -297,15 +307,15 @@ def test_the_prefix_cache_holds_what_the_plan_says(release_model, release_random
         assert sum(storages.values()) == expected.kv_engine_document_bytes
 
 
-def _step_peak(loaded) -> float:  # noqa: ANN001 - a LoadedModel
+def _step_peak(loaded) -> float:
     """The most vocabulary-sized tensors (in float32 units) alive at once while ``denoise_canvas`` runs."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from transformers import DynamicCache
 
-    from engine.canvas.caches import encode_prompt
-    from engine.canvas.denoise import denoise_canvas
-    from engine.canvas.sampler import SamplerSettings
+    from diffgemma_engine.canvas.caches import encode_prompt
+    from diffgemma_engine.canvas.denoise import denoise_canvas
+    from diffgemma_engine.canvas.sampler import SamplerSettings
 
     model = loaded.model
     canvas, vocab = 16, model.config.text_config.vocab_size
@@ -320,7 +330,7 @@ def _step_peak(loaded) -> float:  # noqa: ANN001 - a LoadedModel
             alive.pop(key, None)
 
     class Track(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             for tensor in out if isinstance(out, (tuple, list)) else [out]:
                 if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().nbytes() >= canvas * vocab * 2:
@@ -339,8 +349,8 @@ def _step_peak(loaded) -> float:  # noqa: ANN001 - a LoadedModel
     return peak[0]
 
 
-def test_the_step_keeps_as_many_vocabulary_sized_tensors_as_the_plan_assumes(release_model, random_model_dir) -> None:  # noqa: ANN001
-    from engine.model import load_model
+def test_the_step_keeps_as_many_vocabulary_sized_tensors_as_the_plan_assumes(release_model, random_model_dir) -> None:
+    from diffgemma_engine.model import load_model
 
     assert _step_peak(release_model) == planning.STEP_VOCAB_TENSORS + planning.SELF_CONDITIONING_COPY  # bfloat16
     assert _step_peak(load_model(random_model_dir, "cpu", "float32")) == planning.STEP_VOCAB_TENSORS

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
-from engine.canvas.caches import PrefixCache, common_prefix_length, encode_prompt
-from engine.training.configs import build_config
+from diffgemma_engine.canvas.caches import PrefixCache, common_prefix_length, encode_prompt
+from diffgemma_engine.training.configs import build_config
 
 CANVAS = 16
 

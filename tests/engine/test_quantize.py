@@ -1,4 +1,4 @@
-"""Quantized loading (``engine.quantize``) on the release-format checkpoints: int8 really quantizes (experts
+"""Quantized loading (``diffgemma_engine.quantize``) on the release-format checkpoints: int8 really quantizes (experts
 included, encoder still tied, smaller), runs, stays close to the float model, saves and reloads; the traps are
 refused; fp8's load path ties its scales.
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import quantize
-from engine.errors import ModelLoadError
-from engine.quantize_policy import stays_unquantized
+from diffgemma_engine import quantize
+from diffgemma_engine.errors import ModelLoadError
+from diffgemma_engine.quantize_policy import stays_unquantized
 
 needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason=quantize.TORCHAO_INSTALL)
 PROMPT_TOKENS = 40
@@ -41,9 +41,9 @@ def _step_logits(model: torch.nn.Module, mode: object = None) -> torch.Tensor:
     the same seeded prompt and canvas for every model; float32 logits (1, C, V)."""
     from transformers import DynamicCache
 
-    from engine.canvas.caches import encode_prompt
-    from engine.canvas.sampler import score_logits
-    from engine.canvas.step import eager_forward
+    from diffgemma_engine.canvas.caches import encode_prompt
+    from diffgemma_engine.canvas.sampler import score_logits
+    from diffgemma_engine.canvas.step import eager_forward
 
     generator = torch.Generator().manual_seed(0)
     vocab = model.config.text_config.vocab_size
@@ -127,7 +127,7 @@ def test_int8_without_torchao_names_the_pip_command(monkeypatch: pytest.MonkeyPa
 
 
 @needs_torchao
-def test_int8_converts_the_experts_keeps_one_tied_copy_and_is_smaller(bf16_model, int8_model) -> None:  # noqa: ANN001
+def test_int8_converts_the_experts_keeps_one_tied_copy_and_is_smaller(bf16_model, int8_model) -> None:
     plain = quantize.verify_quantized(bf16_model, "none")
     report = quantize.verify_quantized(int8_model, "int8")
     encoder, decoder = _experts(int8_model)
@@ -153,7 +153,7 @@ def test_int8_converts_the_experts_keeps_one_tied_copy_and_is_smaller(bf16_model
 
 
 @needs_torchao
-def test_int8_runs_under_no_grad_and_not_under_inference_mode(bf16_model, int8_model) -> None:  # noqa: ANN001
+def test_int8_runs_under_no_grad_and_not_under_inference_mode(bf16_model, int8_model) -> None:
     assert quantize.grad_mode_for(bf16_model) is torch.inference_mode
     assert quantize.grad_mode_for(int8_model) is torch.no_grad
     logits = _step_logits(int8_model)
@@ -166,7 +166,7 @@ def test_int8_runs_under_no_grad_and_not_under_inference_mode(bf16_model, int8_m
 
 
 @needs_torchao
-def test_int8_logits_are_as_close_to_float32_as_bfloat16s(release_random_dir: Path, bf16_model) -> None:  # noqa: ANN001
+def test_int8_logits_are_as_close_to_float32_as_bfloat16s(release_random_dir: Path, bf16_model) -> None:
     """Against the float32 model: int8 (float32 activations) may deviate at most twice as much as bfloat16 does.
 
     Per-row int8 keeps about as many significant bits as bfloat16's 8-bit mantissa, so the two roundings should
@@ -210,7 +210,7 @@ def test_quantizing_after_the_load_unties_the_encoder_and_is_refused(release_ran
 
 
 @needs_torchao
-def test_the_plain_model_is_not_taken_for_a_quantized_one(bf16_model) -> None:  # noqa: ANN001
+def test_the_plain_model_is_not_taken_for_a_quantized_one(bf16_model) -> None:
     with pytest.raises(ModelLoadError, match="routed experts are not quantized"):
         quantize.verify_quantized(bf16_model, "int8")
 
@@ -218,7 +218,7 @@ def test_the_plain_model_is_not_taken_for_a_quantized_one(bf16_model) -> None:  
 @needs_torchao
 def test_an_int8_checkpoint_saves_smaller_and_reloads_as_it_was(
     release_random_dir: Path,
-    int8_model,  # noqa: ANN001
+    int8_model,
     tmp_path: Path,
 ) -> None:
     saved = tmp_path / "int8"
@@ -314,15 +314,20 @@ def test_a_checkpoints_own_quantization_is_read_from_its_config() -> None:
 @pytest.mark.slow
 @needs_torchao
 def test_int8_gives_the_memorized_answer_of_its_float_model(release_memorized_dir: Path) -> None:
-    """A trained model, whose top-1 tokens are confident: int8 denoises the canvas to the tokens of the float model
-    it is computed in, seed for seed (bfloat16 already answers a pad where float32 gives the answer's last token)."""
+    """A trained model, whose top-1 tokens are confident: int8 denoises the canvas to the answer of the float model
+    it is computed in, seed for seed (bfloat16 already answers a pad where float32 gives the answer's last token).
+
+    The answer is the canvas up to its first end-of-sequence token, as the engine cuts it: past it, where the
+    model was not trained, a position may hold another stop token than the float model's (the checkpoint's weights
+    differ in their last bits with the CPU threads that trained it)."""
     from transformers import AutoTokenizer, DynamicCache
 
-    from engine.canvas.caches import encode_prompt
-    from engine.canvas.denoise import denoise_canvas
-    from engine.canvas.sampler import SamplerSettings
-    from engine.model import DEFAULT_MAX_PROMPT_TOKENS
-    from engine.prompt import PromptParts, layout_for
+    from diffgemma_engine.canvas.caches import encode_prompt
+    from diffgemma_engine.canvas.denoise import denoise_canvas
+    from diffgemma_engine.canvas.sampler import SamplerSettings
+    from diffgemma_engine.infill import cut_at_eos
+    from diffgemma_engine.model import DEFAULT_MAX_PROMPT_TOKENS
+    from diffgemma_engine.prompt import PromptParts, layout_for
     from tests.support.release_format import ANSWERED_LANGUAGE, ANSWERED_PREFIX, ANSWERED_SUFFIX
 
     tokenizer = AutoTokenizer.from_pretrained(release_memorized_dir)
@@ -335,7 +340,9 @@ def test_int8_gives_the_memorized_answer_of_its_float_model(release_memorized_di
             encode_prompt(model, torch.tensor([ids]), cache)
             # denoise_canvas is decorated with inference_mode; its body is what the engine would run under no_grad
             run = denoise_canvas.__wrapped__
-            return run(model, cache, 1, CANVAS, SamplerSettings(), torch.Generator().manual_seed(0)).tokens[0].tolist()
+            tokens = run(model, cache, 1, CANVAS, SamplerSettings(), torch.Generator().manual_seed(0)).tokens[0]
+        config = model.generation_config
+        return cut_at_eos(tokens.tolist(), set(config.eos_token_id), config.pad_token_id)[0]
 
     bf16 = answer(_load(release_memorized_dir))
     assert "return a +" in tokenizer.decode(bf16)

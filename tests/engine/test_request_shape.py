@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine import protocol
-from engine.errors import BadRequestError
-from engine.infill import check_request
-from engine.model import DEFAULT_MODEL_DIR, HINTS_FILE
+from diffgemma_engine import protocol
+from diffgemma_engine.errors import BadRequestError
+from diffgemma_engine.infill import check_request
+from diffgemma_engine.model import DEFAULT_MODEL_DIR, HINTS_FILE
 
 
 def _model(line_canvas: int | None) -> SimpleNamespace:

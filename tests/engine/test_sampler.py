@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.canvas.sampler import accept_mask, draw_tokens, sample_accepted, score_logits
+from diffgemma_engine.canvas.sampler import accept_mask, draw_tokens, sample_accepted, score_logits
 
 
 def test_draw_tokens_follows_each_rows_distribution() -> None:

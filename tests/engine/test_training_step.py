@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
-from engine.training.configs import build_config
-from engine.training.data import Example
-from engine.training.objective import diffusion_forward, pad_batch, weighted_ce
+from diffgemma_engine.training.configs import build_config
+from diffgemma_engine.training.data import Example
+from diffgemma_engine.training.objective import diffusion_forward, pad_batch, weighted_ce
 
 CANVAS = 8
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from lsprotocol import types
 
-from engine import protocol
+from diffgemma_engine import protocol
 from tests.support.fake_engine import answering_empty, serving
 from tests.support.lsp import complete, open_document, server_command, start_client
 

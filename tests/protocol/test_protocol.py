@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import protocol
+from diffgemma_engine import protocol
 
 MESSAGES = [
     protocol.Hello(protocol=1, client="test", pid=42),
@@ -148,7 +148,7 @@ def test_any_text_round_trips(prefix: str, suffix: str, version: int) -> None:
 
 def test_language_server_does_not_import_torch() -> None:
     code = (
-        "import sys, diffgemma_lsp.server, diffgemma_lsp.__main__, engine.protocol; "
+        "import sys, diffgemma_lsp.server, diffgemma_lsp.__main__, diffgemma_engine.protocol; "
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

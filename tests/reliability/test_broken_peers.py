@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from diffgemma_engine import protocol
 from diffgemma_lsp.backends.base import EngineUnavailable
 from diffgemma_lsp.backends.local import ANSWER_SLACK_S, EngineClient, ExitCheck
 from diffgemma_lsp.backends.remote import MAX_ANSWER_BYTES, OpenAIBackend
-from engine import protocol
 from tests.support.fake_engine import HELLO_OK, answering_empty, serving
 from tests.support.lsp import RawLsp, server_command
 from tests.support.openai_endpoint import serving_route

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import protocol
-from engine.server import SOCKET_CHECK_S
+from diffgemma_engine import protocol
+from diffgemma_engine.server import SOCKET_CHECK_S
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import protocol
+from diffgemma_engine import protocol
 from tests.support.lsp import RawLsp, server_command
 
 pytestmark = pytest.mark.e2e
@@ -128,7 +128,7 @@ def test_the_engine_follows_no_symlink_to_its_socket_directory(short_tmp: Path) 
     os.chmod(target, 0o755)
     (short_tmp / "run").symlink_to(target)
     done = subprocess.run(
-        [sys.executable, "-m", "engine", "serve", "--socket", str(short_tmp / "run" / "engine.sock")],
+        [sys.executable, "-m", "diffgemma_engine", "serve", "--socket", str(short_tmp / "run" / "engine.sock")],
         capture_output=True,
         text=True,
         timeout=60,

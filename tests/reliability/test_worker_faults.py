@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import protocol
-from engine import worker as worker_module
-from engine.jobs import Job, JobQueue
-from engine.worker import ModelWorker
+from diffgemma_engine import protocol
+from diffgemma_engine import worker as worker_module
+from diffgemma_engine.jobs import Job, JobQueue
+from diffgemma_engine.worker import ModelWorker
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 
@@ -53,7 +53,7 @@ async def test_an_exception_fails_only_its_own_request(
 ) -> None:
     real = worker_module.run_infill
 
-    def explode_on_boom(loaded, request, should_stop=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    def explode_on_boom(loaded, request, should_stop=None, **kwargs):
         if request.id == "boom":
             raise RuntimeError("something broke inside the model")
         return real(loaded, request, should_stop, **kwargs)
@@ -73,7 +73,7 @@ async def test_out_of_memory_halves_a_canvas_longer_than_the_models_own_down_to_
     real = worker_module.run_infill
     canvases: list[int] = []
 
-    def oom_above_32(loaded, request, should_stop=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    def oom_above_32(loaded, request, should_stop=None, **kwargs):
         if request.id == "warm-up":
             return real(loaded, request, should_stop, **kwargs)
         canvases.append(request.canvas_length or loaded.canvas_length)
@@ -82,7 +82,7 @@ async def test_out_of_memory_halves_a_canvas_longer_than_the_models_own_down_to_
         return real(loaded, request, should_stop, **kwargs)
 
     monkeypatch.setattr(worker_module, "run_infill", oom_above_32)
-    with caplog.at_level(logging.WARNING, logger="engine.worker"):
+    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.worker"):
         (reply,) = await _serve(memorized_model_dir, [_request("big", canvas_length=128)])
     assert isinstance(reply, protocol.Result) and reply.text == MEMORIZED_MIDDLE
     assert canvases == [128, 64, 32]  # the model's own canvas is 32: never below it
@@ -95,7 +95,7 @@ async def test_out_of_memory_at_the_models_own_canvas_is_an_error_that_says_so(
     real = worker_module.run_infill
     canvases: list[int] = []
 
-    def oom_for_request_oom(loaded, request, should_stop=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    def oom_for_request_oom(loaded, request, should_stop=None, **kwargs):
         if request.id == "oom":
             canvases.append(request.canvas_length or loaded.canvas_length)
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
@@ -115,14 +115,14 @@ async def test_out_of_memory_drops_other_documents_cached_prompts_first(
     real = worker_module.run_infill
     failed: list[str] = []
 
-    def oom_once_for_second(loaded, request, should_stop=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    def oom_once_for_second(loaded, request, should_stop=None, **kwargs):
         if request.id == "second" and not failed:
             failed.append(request.id)
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(loaded, request, should_stop, **kwargs)
 
     monkeypatch.setattr(worker_module, "run_infill", oom_once_for_second)
-    with caplog.at_level(logging.WARNING, logger="engine.worker"):
+    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.worker"):
         first, second = await _serve(memorized_model_dir, [_request("first"), _request("second")])
     assert isinstance(first, protocol.Result) and isinstance(second, protocol.Result)
     assert second.text == MEMORIZED_MIDDLE
@@ -135,14 +135,14 @@ async def test_out_of_memory_with_candidates_sheds_candidates_not_canvas(
     real = worker_module.run_batch
     rows_tried: list[int] = []
 
-    def oom_above_two_rows(loaded, jobs):  # noqa: ANN001, ANN202
+    def oom_above_two_rows(loaded, jobs):
         rows_tried.append(len(jobs))
         if len(jobs) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(loaded, jobs)
 
     monkeypatch.setattr(worker_module, "run_batch", oom_above_two_rows)
-    with caplog.at_level(logging.WARNING, logger="engine.worker"):
+    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.worker"):
         (reply,) = await _serve(memorized_model_dir, [_request("several", candidates=4)])
     assert isinstance(reply, protocol.Result) and reply.text == MEMORIZED_MIDDLE
     assert rows_tried == [4, 2]

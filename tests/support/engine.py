@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine import protocol
+from diffgemma_engine import protocol
 
 ENGINE_START_TIMEOUT_S = 120
 
@@ -24,7 +24,7 @@ class EngineProcess:
         command = [
             sys.executable,
             "-m",
-            "engine",
+            "diffgemma_engine",
             "--log-level",
             "debug",
             "--log-file",

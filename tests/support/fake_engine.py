@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-from engine import protocol
+from diffgemma_engine import protocol
 
 HELLO_OK = protocol.HelloOk(protocol=protocol.PROTOCOL_VERSION, model_id="fake", ready=True, layout="fim")
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]

@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, DynamicCache
 
-from engine import vocab
-from engine.model import DEFAULT_MODEL_DIR
-from engine.prompt import PromptParts, build_fim_prompt, special_ids_from
-from engine.training.configs import build_config, save_checkpoint, set_generation_defaults
+from diffgemma_engine import vocab
+from diffgemma_engine.model import DEFAULT_MODEL_DIR
+from diffgemma_engine.prompt import PromptParts, build_fim_prompt, special_ids_from
+from diffgemma_engine.training.configs import build_config, save_checkpoint, set_generation_defaults
 
 CANVAS = 32
 MEMORIZED_PREFIX = "def add(a, b):\n"

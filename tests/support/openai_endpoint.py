@@ -32,7 +32,7 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def serving_route(path: str, handler) -> AsyncIterator[str]:  # noqa: ANN001 - an aiohttp handler
+async def serving_route(path: str, handler) -> AsyncIterator[str]:
     """A loopback HTTP server answering POST ``path`` with ``handler`` (a server the tests play); yields its URL."""
     from aiohttp import web
 

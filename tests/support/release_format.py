@@ -84,7 +84,7 @@ CHAT_TEMPLATE = """{{- bos_token -}}
 """Renders what the release's template renders for a conversation without tools or images (the data folder)."""
 
 
-def build_tokenizer():  # noqa: ANN201 - a transformers GemmaTokenizer
+def build_tokenizer():
     """A Gemma-style BPE tokenizer trained on a few standard-library files, control tokens at the release's ids."""
     from tokenizers import Tokenizer, models, normalizers, trainers
     from transformers import GemmaTokenizer
@@ -123,11 +123,11 @@ WIDE = {"hidden_size": 512, "intermediate_size": 1024, "moe_intermediate_size": 
 measure what a load or a quantizer does to memory."""
 
 
-def build_config(vocab_size: int, image_ids: dict[str, int], sizes: dict[str, int] = SMALL):  # noqa: ANN201
+def build_config(vocab_size: int, image_ids: dict[str, int], sizes: dict[str, int] = SMALL):
     """The release's config (a DiffusionGemmaConfig) with the text stack and vision tower scaled down to ``sizes``."""
     from transformers import DiffusionGemmaConfig
 
-    from engine.training.configs import TINY_VISION
+    from diffgemma_engine.training.configs import TINY_VISION
 
     release = json.loads((RELEASE / "config.json").read_text())
     text = release["text_config"]
@@ -165,7 +165,7 @@ def save_release_format(model: torch.nn.Module, tokenizer: object, out_dir: Path
     return out_dir
 
 
-def _new_model(seed: int, sizes: dict[str, int] = SMALL):  # noqa: ANN202
+def _new_model(seed: int, sizes: dict[str, int] = SMALL):
     from transformers import DiffusionGemmaForBlockDiffusion
 
     torch.manual_seed(seed)
@@ -202,8 +202,8 @@ INSERTED = "    return a + b"
 def build_release_memorized(out_dir: Path, train_steps: int = 400, seed: int = 0) -> Path:
     """A release-format checkpoint trained to answer ``RAW_ANSWER`` (then ``<turn|>``) to the engine's chat
     prompt for ``ANSWERED_PREFIX``/``ANSWERED_SUFFIX``, laid out by the engine's own code."""
-    from engine.model import DEFAULT_MAX_PROMPT_TOKENS
-    from engine.prompt import PromptParts, layout_for
+    from diffgemma_engine.model import DEFAULT_MAX_PROMPT_TOKENS
+    from diffgemma_engine.prompt import PromptParts, layout_for
     from tests.support.models import train_to_answer
 
     model, tokenizer = _new_model(seed)

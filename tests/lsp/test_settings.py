@@ -8,8 +8,8 @@ from pathlib import Path
 import attrs
 import pytest
 
+from diffgemma_engine.protocol import default_socket_path, socket_path_for
 from diffgemma_lsp.settings import WIRE_KEYS, Settings, parse_settings
-from engine.protocol import default_socket_path, socket_path_for
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -81,7 +81,7 @@ def test_plain_http_to_another_machine_is_told_apart() -> None:
 
 
 def test_limits_the_engine_would_refuse_are_reported_here() -> None:
-    from engine.infill import MAX_CANVAS_LENGTH, MAX_STEPS
+    from diffgemma_engine.infill import MAX_CANVAS_LENGTH, MAX_STEPS
 
     settings, problems = parse_settings(
         {"canvasLength": MAX_CANVAS_LENGTH + 1, "steps": MAX_STEPS + 1, "contextTokens": 10**9, "debounceMs": 5}

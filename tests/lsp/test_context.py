@@ -13,7 +13,7 @@ def _doc(text: str) -> TextDocument:
     return TextDocument("file:///t.py", text, version=4)
 
 
-def _at(text: str, line: int, character: int, budget: int = 1000):  # noqa: ANN202
+def _at(text: str, line: int, character: int, budget: int = 1000):
     return build_context(_doc(text), types.Position(line=line, character=character), budget)
 
 

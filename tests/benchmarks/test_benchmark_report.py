@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.humaneval import floor_middle, pick, program_for, run_tests
 from benchmarks.report import add_compile_argument, write_report
-from engine.__main__ import COMPILE_CHOICES
+from diffgemma_engine.__main__ import COMPILE_CHOICES
 
 
 def test_write_report_writes_the_figures_with_the_machine_prints_them_and_plots_beside(

@@ -187,7 +187,7 @@ def test_full_changes_and_none_sync() -> None:
     assert none.source == "a\n"
 
 
-def test_a_document_not_opened_is_read_from_disk(tmp_path) -> None:  # noqa: ANN001 - pytest's tmp_path
+def test_a_document_not_opened_is_read_from_disk(tmp_path) -> None:
     path = tmp_path / "on_disk.py"
     path.write_text("a = 1\u2028\nb = 2\n")
     document = LineDocument(path.as_uri())

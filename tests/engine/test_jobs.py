@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from engine import protocol
-from engine.errors import BusyError
-from engine.jobs import Job, JobQueue
+from diffgemma_engine import protocol
+from diffgemma_engine.errors import BusyError
+from diffgemma_engine.jobs import Job, JobQueue
 
 
 def _job(

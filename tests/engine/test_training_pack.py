@@ -6,9 +6,9 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from engine.model import DEFAULT_MODEL_DIR
-from engine.training.data import ExampleMaker, ExampleStream, FileEntry, load_pack
-from engine.training.pack import pack
+from diffgemma_engine.model import DEFAULT_MODEL_DIR
+from diffgemma_engine.training.data import ExampleMaker, ExampleStream, FileEntry, load_pack
+from diffgemma_engine.training.pack import pack
 
 SOURCE = "\n".join(f"def f{n}(x):\n    y = x * {n}\n    return y + {n}\n" for n in range(40))
 
@@ -47,7 +47,7 @@ def test_worker_batches_do_not_depend_on_the_number_of_workers(tmp_path: Path) -
 
     import torch
 
-    from engine.training.batches import worker_batches
+    from diffgemma_engine.training.batches import worker_batches
 
     entries = _entries(tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)

@@ -1,0 +1,117 @@
+"""The installed product: what the wheel holds, and that an install (not the repository) runs both processes.
+
+The folder ``engine/`` installs as ``diffgemma_engine`` (``package-dir`` in pyproject.toml). Auto-discovery does not
+follow that mapping, so the packages are listed by hand; the first test keeps the list whole.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.support.lsp import complete_when_ready, open_document, start_client
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def installed_name(folder: Path) -> str:
+    """The package name a source folder installs as, through ``package-dir``."""
+    parts = folder.relative_to(ROOT).parts
+    for name, source in PYPROJECT.get("package-dir", {}).items():
+        if parts[: len(Path(source).parts)] == Path(source).parts:
+            return ".".join([name, *parts[len(Path(source).parts) :]])
+    return ".".join(parts)
+
+
+def test_every_package_folder_is_in_the_packages_list() -> None:
+    folders = [path.parent for top in ("diffgemma_lsp", "engine") for path in (ROOT / top).rglob("__init__.py")]
+    on_disk = {installed_name(folder) for folder in folders if "__pycache__" not in folder.parts}
+    assert on_disk == set(PYPROJECT["packages"]), "add the new package to [tool.setuptools] packages"
+
+
+def test_importing_the_folder_by_its_name_is_refused() -> None:
+    """From the repository root ``import engine`` would load a second copy of every module: it fails instead."""
+    run = subprocess.run([sys.executable, "-c", "import engine"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and "import diffgemma_engine, not engine:" in run.stderr
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project built as a wheel and installed (without its dependencies) into a folder of its own."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = out.glob("*.whl")
+    target = out / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    return target
+
+
+@pytest.mark.e2e
+def test_the_wheel_holds_the_two_packages_and_the_shipped_model(installed: Path) -> None:
+    (wheel,) = installed.parent.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert top == {"diffgemma_lsp", "diffgemma_engine"}
+    assert "diffgemma_engine/default_model/model.safetensors" in names
+    entry_points = next(name for name in names if name.endswith("entry_points.txt"))
+    assert "diffgemma-engine = diffgemma_engine.__main__:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+@pytest.mark.e2e
+def test_the_installed_engine_answers_from_its_own_files(installed: Path, tmp_path: Path) -> None:
+    env = {"PYTHONPATH": str(installed), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    where = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import diffgemma_engine, diffgemma_lsp; print(diffgemma_engine.__file__); print(diffgemma_lsp.__file__)",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert all(Path(line).is_relative_to(installed) for line in where.stdout.split()), where.stdout
+    run = subprocess.run(
+        [sys.executable, str(installed / "bin" / "diffgemma-engine"), "infill", "--steps", "4"],
+        input="def add(a, b):\n    return ",
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip(), run.stderr
+
+
+@pytest.mark.e2e
+async def test_the_installed_language_server_starts_the_installed_engine(
+    installed: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(installed))
+    monkeypatch.chdir(isolated_env)
+    command = [sys.executable, str(installed / "bin" / "diffgemma-lsp"), "--stdio"]
+    client = await start_client(command, init_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0}})
+    try:
+        open_document(client, "file:///tmp/add.py", "def add(a, b):\n    return \n")
+        result = await complete_when_ready(client, "file:///tmp/add.py", 1, 11)
+        assert result.items
+    finally:
+        await client.shutdown_session()
