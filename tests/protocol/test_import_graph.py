@@ -1,0 +1,120 @@
+"""The code's imports form no circle, and the layers import downward only (imports inside functions count).
+
+The graph is read from the source with ``ast``: every ``import`` and ``from ... import`` in a module, at any depth,
+resolved to the project's modules (``from package import name`` counts ``package.name`` when that is a module).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {"diffgemma_lsp": "diffgemma_lsp", "diffgemma_engine": "engine", "benchmarks": "benchmarks"}
+"""Import name -> folder."""
+
+
+def project_modules() -> dict[str, Path]:
+    """Every module of the project by its import name."""
+    modules: dict[str, Path] = {}
+    for name, folder in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            if "__pycache__" in path.parts:
+                continue
+            parts = [name, *path.relative_to(ROOT / folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The project modules ``module`` imports."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            targets = [source, *(f"{source}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found.update(target for target in targets if target in known and target != module)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = project_modules()
+    return {module: imports_of(module, path, known) for module, path in known.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_the_graph_is_read() -> None:
+    graph = import_graph()
+    assert "diffgemma_engine.canvas.step" in graph["diffgemma_engine.canvas.denoise"]
+    assert "diffgemma_lsp.completion" in graph["diffgemma_lsp.server"]
+
+
+def test_cycles_are_found() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_circle_anywhere() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_canvas_maths_imports_no_service_request_or_wire_module() -> None:
+    above = {"protocol", "jobs", "server", "worker", "batch", "infill", "model", "model_info", "stats"}
+    graph = import_graph()
+    for module, targets in graph.items():
+        if module.startswith("diffgemma_engine.canvas"):
+            reached = {target.removeprefix("diffgemma_engine.") for target in targets}
+            assert not reached & above, (module, reached & above)
+
+
+def test_the_language_server_reaches_into_the_engine_only_for_torch_free_modules() -> None:
+    allowed = {"diffgemma_engine.protocol", "diffgemma_engine.prompt", "diffgemma_engine.budget"}
+    allowed |= {"diffgemma_engine.logfile", "diffgemma_engine"}
+    for module, targets in import_graph().items():
+        if module.startswith("diffgemma_lsp"):
+            engine = {target for target in targets if target.startswith("diffgemma_engine")}
+            assert engine <= allowed, (module, engine - allowed)
