@@ -43,7 +43,7 @@ lint: setup  ## ruff check, ruff format check, then the type checker
 # mypy finds modules by path and does not run setuptools' import hook, so it sees the folder engine/ under its
 # installed name, diffgemma_engine, through a link made here.
 TYPECHECK = .cache/typecheck
-typecheck: setup  ## mypy: strict on the language server and the wire, the default checks on the engine
+typecheck: setup  ## mypy, strict, on both packages
 	mkdir -p $(TYPECHECK) && ln -sfn $(CURDIR)/engine $(TYPECHECK)/diffgemma_engine
 	cd $(TYPECHECK) && MYPYPATH=$(CURDIR) $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml \
 	  -p diffgemma_lsp -p diffgemma_engine

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from .errors import ModelLoadError
 
@@ -30,7 +31,7 @@ def check_size(path: Path, limit: int = MAX_SETTINGS_FILE_BYTES) -> None:
         )
 
 
-def read_json_object(path: Path, limit: int = MAX_SETTINGS_FILE_BYTES) -> dict:
+def read_json_object(path: Path, limit: int = MAX_SETTINGS_FILE_BYTES) -> dict[str, Any]:
     """The JSON object in ``path``, or ``ModelLoadError`` saying why not (too large, not JSON, not an object)."""
     check_size(path, limit)
     try:
@@ -42,7 +43,7 @@ def read_json_object(path: Path, limit: int = MAX_SETTINGS_FILE_BYTES) -> dict:
     return data
 
 
-def stored_dtype(config: dict) -> str | None:
+def stored_dtype(config: dict[str, Any]) -> str | None:
     """The dtype ``config.json`` says the weights are stored in (``dtype``, formerly ``torch_dtype``, at the top
     or in its ``text_config``)."""
     dtype = config.get("dtype") or config.get("torch_dtype")

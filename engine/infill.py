@@ -11,6 +11,7 @@ import itertools
 import math
 import time
 from collections.abc import Hashable
+from typing import Any
 
 import attrs
 import torch
@@ -138,7 +139,9 @@ def finish_row(
     else:
         stop = protocol.StopReason.EOS if found_eos else protocol.StopReason.LENGTH
     dropped = stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED)
-    rounded = {name: round(value, 3) if name.endswith("_ms") else int(value) for name, value in timings.items()}
+    rounded: dict[str, Any] = {
+        name: round(value, 3) if name.endswith("_ms") else int(value) for name, value in timings.items()
+    }
     return "" if dropped else loaded.decode(tokens), stop, protocol.Timings(new_tokens=len(tokens), **rounded)
 
 

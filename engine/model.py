@@ -8,6 +8,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import torch
@@ -29,6 +30,9 @@ from .errors import ModelLoadError
 from .model_info import ModelInfo
 from .prompt import CHAT_ORDERS, SUFFIX_FIRST, PromptLayout, layout_for
 
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_PROMPT_TOKENS = 1024
@@ -42,8 +46,8 @@ MAX_ROWS = 64
 class LoadedModel:
     """A model ready to serve, and what the engine needs to know about it."""
 
-    model: torch.nn.Module
-    tokenizer: object  # a transformers PreTrainedTokenizerBase
+    model: DiffusionGemmaForBlockDiffusion
+    tokenizer: PreTrainedTokenizerBase
     model_id: str
     device: torch.device
     layout: PromptLayout
@@ -85,15 +89,25 @@ class LoadedModel:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens."""
-        return self.tokenizer.encode(text, add_special_tokens=False)  # type: ignore[attr-defined]
+        ids: list[int] = self.tokenizer.encode(text, add_special_tokens=False)  # Any: an untyped decorator wraps it
+        return ids
 
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids``, special tokens dropped."""
-        return self.tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]
+        return decode_text(self.tokenizer, ids, skip_special_tokens=True)
 
     def decode_prompt(self, ids: list[int]) -> str:
         """Text of prompt ``ids`` with its control tokens, as the model saw them."""
-        return self.tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
+        return decode_text(self.tokenizer, ids, skip_special_tokens=False)
+
+
+def decode_text(tokenizer: PreTrainedTokenizerBase, ids: list[int], *, skip_special_tokens: bool) -> str:
+    """``tokenizer.decode`` of one sequence of ids: one string (transformers types the result as a string or the
+    list of strings a batch of sequences decodes to)."""
+    text = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+    if not isinstance(text, str):
+        raise TypeError(f"decoding one sequence of ids gave a {type(text).__name__}, not a str")
+    return text
 
 
 HINT_RANGES = {"max_prompt_tokens": (16, 1 << 20), "line_canvas_length": (1, protocol.MAX_CANVAS_LENGTH)}
@@ -103,7 +117,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 """A checkpoint's tokenizer is one of these (fast, SentencePiece, byte-level BPE with its merges)."""
 
 
-def read_hints(folder: Path) -> dict:
+def read_hints(folder: Path) -> dict[str, Any]:
     """The checkpoint's ``diffgemma.json``, checked: numbers in range, a known ``chat_order``; ``ModelLoadError``
     naming the bad key otherwise (a bad hint would make every completion fail later, unseen)."""
     path = folder / HINTS_FILE
@@ -152,9 +166,10 @@ def load_model(
     a quantized load is checked right after it (experts converted, encoder and decoder one copy, smaller)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
 
     folder = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
     if not (folder / "config.json").is_file():
@@ -176,7 +191,7 @@ def load_model(
         free = placement.free_bytes(torch.device(devices.first))
         placement.check_fits(folder, devices.first, torch_dtype, free, precision)
     where = placement.device_map(folder, devices, torch_dtype, placement.parse_max_memory(max_memory), precision)
-    offload = {}
+    offload: dict[str, Any] = {}
     if placement.DISK in where.values():
         offload["offload_folder"] = str(offload_folder or Path(tempfile.mkdtemp(prefix="diffgemma-offload-")))
     try:
@@ -186,11 +201,11 @@ def load_model(
         )
     except torch.OutOfMemoryError as exc:
         raise ModelLoadError(
-            f"out of memory loading {folder} onto {devices}: {exc}; {_advice(folder, devices)}"
+            f"out of memory loading {folder} onto {devices}: {exc}; {_advice(folder, devices, torch_dtype)}"
         ) from exc
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load the checkpoint in {folder}: {exc}") from exc
-    model.eval()
+    model.train(False)  # model.eval(), which transformers leaves unannotated
     quantized = None
     if settings.method != "none":
         quantize.finish_load(model, settings.method, pre_quantized=settings.pre_quantized)
@@ -198,6 +213,7 @@ def load_model(
         logger.info("%s", quantized.summary())
     torch_device = placement.execution_device(model)  # the map's first accelerator: where inputs and caches go
     generation = model.generation_config
+    assert isinstance(generation, DiffusionGemmaGenerationConfig)  # from_pretrained loads generation_config_class
     eos = generation.eos_token_id if generation.eos_token_id is not None else tokenizer.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
     defaults = SamplerSettings()
@@ -228,7 +244,7 @@ def load_model(
         layout=layout,
         eos_ids=eos_ids,
         pad_id=generation.pad_token_id if generation.pad_token_id is not None else tokenizer.pad_token_id,
-        canvas_length=model.config.canvas_length,
+        canvas_length=plan.canvas_length_of(model.config),
         sampler=sampler,
         max_prompt_tokens=max_prompt_tokens,
         load_ms=(time.perf_counter() - start) * 1000.0,
@@ -252,14 +268,14 @@ def load_model(
 
 
 def serving_limits(
-    model: torch.nn.Module, device: torch.device, dtype: torch.dtype, prompt_tokens: int
+    model: DiffusionGemmaForBlockDiffusion, device: torch.device, dtype: torch.dtype, prompt_tokens: int
 ) -> plan.ServingLimits:
     """Cached prompts and step rows that fit in the memory left on ``device`` (``engine.plan.serving_limits``)."""
     config = model.config
     request = plan.request_memory(
         plan.attention_layers(config),
-        canvas_length=int(config.canvas_length),
-        vocab_size=int(config.text_config.vocab_size),
+        canvas_length=plan.canvas_length_of(config),
+        vocab_size=plan.text_config_of(config).vocab_size,
         prompt_tokens=prompt_tokens,
         dtype="float32" if dtype == torch.float32 else "bfloat16",
     )

@@ -103,7 +103,8 @@ def pick_dtype(name: str | None, stored: torch.dtype | str | None, device: str) 
         return torch.float32 if dtype == torch.float16 and device == "cpu" else dtype
     if name not in DTYPES:
         raise ModelLoadError(f"unknown dtype {name!r}: use auto, {', '.join(DTYPES)}")
-    return getattr(torch, name)
+    named: torch.dtype = getattr(torch, name)  # one of DTYPES
+    return named
 
 
 def device_map(

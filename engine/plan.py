@@ -22,17 +22,24 @@ after that is arithmetic on those records, pure and testable without torch:
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .checkpoint_files import DEFAULT_MODEL_DIR, MAX_INDEX_FILE_BYTES, read_json_object, stored_dtype
+from .errors import ModelLoadError
 from .quantize_policy import EXPERT_WEIGHTS, MULTIMODAL_MODULES, stays_unquantized
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -648,7 +655,7 @@ def detect_devices() -> list[Device]:
 # -- the model on the meta device ------------------------------------------------------------------------------
 
 
-def stored_checkpoint(folder: Path, config: dict) -> StoredCheckpoint:
+def stored_checkpoint(folder: Path, config: dict[str, Any]) -> StoredCheckpoint:
     """The stored dtype (``config.json``) and size: the index's ``total_size``, else the safetensors files' data
     (their size less their header; no tensor is read)."""
     dtype = stored_dtype(config)
@@ -667,7 +674,7 @@ def stored_checkpoint(folder: Path, config: dict) -> StoredCheckpoint:
     return StoredCheckpoint(dtype=dtype, bytes=data, source=", ".join(path.name for path in files))
 
 
-def describe_model(model: object) -> tuple[list[Weight], int, list[tuple[str, str]]]:
+def describe_model(model: torch.nn.Module) -> tuple[list[Weight], int, list[tuple[str, str]]]:
     """The :class:`Weight` records of a built model (meta or not), its parameter count before tying, and the
     (module, unit) pairs a device map needs: every no-split block, every other module holding a tensor (none inside
     another), under each of its names.
@@ -678,7 +685,7 @@ def describe_model(model: object) -> tuple[list[Weight], int, list[tuple[str, st
     import torch
 
     no_split = set(getattr(model, "_no_split_modules", None) or ())
-    modules = list(model.named_modules(remove_duplicate=False))  # type: ignore[attr-defined]
+    modules = list(model.named_modules(remove_duplicate=False))
     classes = {name: type(module).__name__ for name, module in modules}
 
     def unit_of(module_name: str) -> str:
@@ -712,9 +719,9 @@ def describe_model(model: object) -> tuple[list[Weight], int, list[tuple[str, st
                 continue
             if not is_buffer:
                 before_tie += tensor.numel()
-            key = id(tensor)
-            if key in first:
-                a, b = root(first[key][5]), root(unit)
+            tensor_id = id(tensor)
+            if tensor_id in first:
+                a, b = root(first[tensor_id][5]), root(unit)
                 if a != b:  # the earlier unit names the merged one
                     roots[b] = a
                 continue
@@ -722,7 +729,7 @@ def describe_model(model: object) -> tuple[list[Weight], int, list[tuple[str, st
             kind = kind_of(
                 name, linear=isinstance(module, torch.nn.Linear), embedding=isinstance(module, torch.nn.Embedding)
             )
-            first[key] = (name, tuple(tensor.shape), kind, is_buffer, isinstance(module, torch.nn.Linear), unit)
+            first[tensor_id] = (name, tuple(tensor.shape), kind, is_buffer, isinstance(module, torch.nn.Linear), unit)
     # A device map cannot send a module one way and one of its submodules another (accelerate places a mapped
     # module whole): a module that holds tensors itself and contains other holders (the vision tower's scale and
     # bias) makes one unit with them, and only it is a key.
@@ -741,9 +748,26 @@ def describe_model(model: object) -> tuple[list[Weight], int, list[tuple[str, st
     return weights, before_tie, [(key, root(unit)) for key, unit in holders.items()]
 
 
-def attention_layers(config: object) -> tuple[AttentionLayer, ...]:
+def text_config_of(config: DiffusionGemmaConfig) -> DiffusionGemmaTextConfig:
+    """``config.text_config``, which transformers types as a config, a dict or None: a built ``DiffusionGemmaConfig``
+    always holds a ``DiffusionGemmaTextConfig`` there (``TypeError`` otherwise)."""
+    text = config.text_config
+    if text is None or isinstance(text, dict):
+        raise TypeError(f"the model's config.text_config is {type(text).__name__}, not a DiffusionGemmaTextConfig")
+    return text
+
+
+def canvas_length_of(config: DiffusionGemmaConfig) -> int:
+    """The checkpoint's ``canvas_length`` (``ModelLoadError`` when its config sets none)."""
+    if config.canvas_length is None:
+        raise ModelLoadError("the checkpoint's config.json sets no canvas_length")
+    return int(config.canvas_length)
+
+
+def attention_layers(config: DiffusionGemmaConfig) -> tuple[AttentionLayer, ...]:
     """What each text layer of a DiffusionGemma config caches per token (Gemma 4's layers may differ in width)."""
-    text = config.text_config  # type: ignore[attr-defined]
+    text = text_config_of(config)
+    assert text.layer_types is not None  # DiffusionGemmaTextConfig.__post_init__ fills it in
     return tuple(
         AttentionLayer(
             kv_width=layer.num_key_value_heads * layer.head_dim,
@@ -762,8 +786,6 @@ def read_spec(model_dir: Path | None) -> ModelSpec:
     Reads ``config.json`` (and the safetensors index or headers for the stored size); loads no weights.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from .errors import ModelLoadError
-
     if model_dir is None:
         model_dir = DEFAULT_MODEL_DIR
         name = "default"
@@ -779,7 +801,7 @@ def read_spec(model_dir: Path | None) -> ModelSpec:
     from transformers import AutoConfig, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
+    hf_logging.set_verbosity(logging.ERROR)  # set_verbosity_error(), which transformers leaves unannotated
     raw = read_json_object(config_path)  # refused when huge, before transformers reads it
     try:
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
@@ -803,7 +825,7 @@ def read_spec(model_dir: Path | None) -> ModelSpec:
         raise RuntimeError(f"named_parameters counts {unique} parameters, the tensors of every name another number")
     if config.tie_word_embeddings and unique == before_tie:
         raise RuntimeError("config.json ties the encoder to the decoder, but the model built has no shared tensor")
-    text = config.text_config
+    text = text_config_of(config)
     attention = attention_layers(config)
     return ModelSpec(
         folder=name,
@@ -811,7 +833,7 @@ def read_spec(model_dir: Path | None) -> ModelSpec:
         weights=tuple(weights),
         parameters_before_tie=before_tie,
         attention=attention,
-        canvas_length=int(config.canvas_length),
+        canvas_length=canvas_length_of(config),
         vocab_size=int(text.vocab_size),
         stored=stored_checkpoint(folder, raw),
         build_s=build_s,
@@ -826,7 +848,7 @@ def _gib(count: float) -> float:
     return round(count / GIB, 3)
 
 
-def _request_json(request: RequestMemory) -> dict:
+def _request_json(request: RequestMemory) -> dict[str, Any]:
     return {
         "dtype": request.dtype,
         "canvas_length": request.canvas_length,
@@ -845,7 +867,7 @@ def _request_json(request: RequestMemory) -> dict:
     }
 
 
-def _placement_json(placement: Placement) -> dict:
+def _placement_json(placement: Placement) -> dict[str, Any]:
     return {
         "precision": placement.precision,
         "verdict": placement.verdict,
@@ -864,7 +886,7 @@ def _placement_json(placement: Placement) -> dict:
     }
 
 
-def plan_json(plan: Plan) -> dict:
+def plan_json(plan: Plan) -> dict[str, Any]:
     """The plan as one JSON object."""
     spec = plan.spec
     return {

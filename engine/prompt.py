@@ -103,17 +103,16 @@ class SpecialIds:
 
 def special_ids_from(token_to_id: Callable[[str], int | None]) -> SpecialIds | None:
     """The FIM sentinels of a tokenizer, or None if it has none (use the chat layout then)."""
-    ids = {
-        name: token_to_id(token)
-        for name, token in (
-            ("fim_prefix", vocab.FIM_PREFIX),
-            ("fim_suffix", vocab.FIM_SUFFIX),
-            ("fim_middle", vocab.FIM_MIDDLE),
-        )
-    }
-    if any(value is None for value in ids.values()):
+    fim_prefix, fim_suffix, fim_middle = map(token_to_id, (vocab.FIM_PREFIX, vocab.FIM_SUFFIX, vocab.FIM_MIDDLE))
+    if fim_prefix is None or fim_suffix is None or fim_middle is None:
         return None
-    return SpecialIds(bos=token_to_id(vocab.BOS), file_sep=token_to_id(vocab.FILE_SEP), **ids)
+    return SpecialIds(
+        bos=token_to_id(vocab.BOS),
+        fim_prefix=fim_prefix,
+        fim_suffix=fim_suffix,
+        fim_middle=fim_middle,
+        file_sep=token_to_id(vocab.FILE_SEP),
+    )
 
 
 def _counter(encode: Encode) -> budget.Count:

@@ -37,6 +37,7 @@ from typing import ClassVar
 
 import attrs
 import cattrs
+from cattrs.dispatch import StructureHook
 from cattrs.preconf.json import make_converter
 from cattrs.strategies import configure_tagged_union
 
@@ -279,7 +280,7 @@ def valid_text(value: str) -> str:
     return value
 
 
-def _strict(kind: type, *more: type):
+def _strict(kind: type, *more: type) -> StructureHook:
     """A structure hook that refuses values of the wrong JSON type instead of coercing them."""
     allowed = (kind, *more)
 
@@ -295,7 +296,8 @@ converter.register_structure_hook(str, _strict(str))
 converter.register_structure_hook(int, _strict(int))
 converter.register_structure_hook(float, lambda v, _: float(_strict(float, int)(v, float)))
 converter.register_structure_hook(bool, _strict(bool))
-configure_tagged_union(Message, converter, tag_name="type", tag_generator=lambda cls: cls.TYPE)
+_TAGS: dict[type, str] = {cls: tag for tag, cls in MESSAGE_TYPES.items()}
+configure_tagged_union(Message, converter, tag_name="type", tag_generator=_TAGS.__getitem__)
 
 
 class ProtocolError(Exception):
@@ -425,7 +427,7 @@ def peer_uid(sock: socket.socket) -> int:
     """The uid of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
+    return int(uid)
 
 
 def check_peer(sock: socket.socket) -> None:

@@ -45,11 +45,22 @@ import re
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import attrs
 
 from .errors import ModelLoadError
 from .quantize_policy import EXPERT_WEIGHTS, UNQUANTIZED_MODULES, stays_unquantized
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
+
+    GradMode = type[torch.no_grad] | type[torch.inference_mode]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+ModelT = TypeVar("ModelT", bound="torch.nn.Module")
 
 QUANTIZATIONS: tuple[str, ...] = ("none", "int8", "int4", "fp8")
 TORCHAO_METHODS: tuple[str, ...] = ("int8", "int4")
@@ -92,7 +103,7 @@ def converted(name: str) -> bool:
 # -- which method, and its arguments -----------------------------------------------------------------------------
 
 
-def checkpoint_method(config: dict) -> str | None:
+def checkpoint_method(config: dict[str, Any]) -> str | None:
     """The method a checkpoint was saved with (its ``config.json``'s ``quantization_config``), None for plain weights;
     ``ModelLoadError`` for a quantization the engine cannot check."""
     quantization = config.get("quantization_config")
@@ -157,8 +168,8 @@ def resolve_method(requested: str | None, folder: Path) -> tuple[str, bool]:
 
 
 def from_pretrained_kwargs(
-    method: str, device: object, folder: Path | None = None, *, pre_quantized: bool = False
-) -> dict:
+    method: str, device: torch.device | str, folder: Path | None = None, *, pre_quantized: bool = False
+) -> dict[str, Any]:
     """The keyword arguments that make ``DiffusionGemmaForBlockDiffusion.from_pretrained`` load with ``method`` on
     ``device`` (a ``torch.device`` or its name); ``ModelLoadError`` saying why when it is not available there.
 
@@ -173,7 +184,7 @@ def from_pretrained_kwargs(
         return {}
     if method == "int4":
         raise ModelLoadError(INT4_UNAVAILABLE)
-    kwargs: dict = {}
+    kwargs: dict[str, Any] = {}
     if device.type == "cuda":
         kwargs["device_map"] = {"": device}  # quantize on the GPU, as each tensor arrives
     if method == "int8":
@@ -200,10 +211,10 @@ class LoadSettings:
 
     method: str
     pre_quantized: bool
-    kwargs: dict
+    kwargs: dict[str, Any]
 
 
-def load_settings(requested: str | None, device: object, folder: Path) -> LoadSettings:
+def load_settings(requested: str | None, device: torch.device | str, folder: Path) -> LoadSettings:
     """:func:`resolve_method` then :func:`from_pretrained_kwargs`: one call before ``from_pretrained``."""
     method, pre_quantized = resolve_method(requested, folder)
     kwargs = from_pretrained_kwargs(method, device, folder, pre_quantized=pre_quantized)
@@ -228,7 +239,7 @@ def _require_torchao() -> None:
         quiet.setLevel(level)
 
 
-def _require_fp8_device(device: object) -> None:
+def _require_fp8_device(device: torch.device) -> None:
     import torch
 
     if getattr(device, "type", None) != "cuda" or not torch.cuda.is_available():
@@ -290,7 +301,7 @@ def is_quantized_tensor(tensor: object) -> bool:
     return isinstance(tensor, torch.Tensor) and tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
-def grad_mode_for(model: object) -> Callable:
+def grad_mode_for(model: torch.nn.Module) -> GradMode:
     """The autograd mode the engine may run ``model`` under: ``torch.inference_mode``, or ``torch.no_grad`` for a
     model with torchao tensors (whose eager experts fail under inference mode). Use as ``with grad_mode_for(m)():``
     or as a decorator factory."""
@@ -301,10 +312,10 @@ def grad_mode_for(model: object) -> Callable:
     return torch.inference_mode
 
 
-_GRAD_MODES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_GRAD_MODES: weakref.WeakKeyDictionary[torch.nn.Module, GradMode] = weakref.WeakKeyDictionary()
 
 
-def grad_mode(model: object) -> Callable:
+def grad_mode(model: torch.nn.Module) -> GradMode:
     """:func:`grad_mode_for`, worked out once per model (it walks every tensor)."""
     mode = _GRAD_MODES.get(model)
     if mode is None:
@@ -312,26 +323,26 @@ def grad_mode(model: object) -> Callable:
     return mode
 
 
-def under_grad_mode(function: Callable) -> Callable:
-    """Run ``function(model, ...)`` under its model's :func:`grad_mode`."""
+def under_grad_mode(function: Callable[Concatenate[ModelT, P], R]) -> Callable[Concatenate[ModelT, P], R]:
+    """Run ``function(model, ...)`` (the model passed first, by position) under its model's :func:`grad_mode`."""
 
     @functools.wraps(function)
-    def run(model: object, *args: object, **kwargs: object) -> object:
+    def run(model: ModelT, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with grad_mode(model)():
             return function(model, *args, **kwargs)
 
     return run
 
 
-def finish_load(model: object, method: str, *, pre_quantized: bool = False) -> None:
+def finish_load(model: PreTrainedModel, method: str, *, pre_quantized: bool = False) -> None:
     """What a quantized load needs after ``from_pretrained``, before :func:`verify_quantized`.
 
     fp8: tie the encoder's float8 scales to the decoder's (the load tied only what existed before the swap).
     torchao, quantized on the fly on CPU: copy the tensors left plain out of the checkpoint's memory map. In bfloat16
     they are views of the mapped files, and a few of them (``layer_scalar`` and the vision tower's buffers are views
-    of views) keep every file mapped, with the pages of the weights read for quantizing: on a 416 MiB checkpoint,
-    412 MiB stayed resident beside the 212 MiB of int8 weights. A checkpoint saved quantized is read in place, as a
-    bfloat16 one is: its mapped pages are the weights themselves.
+    of views) keep every file mapped, with the pages of the weights read for quantizing: nearly the whole bfloat16
+    checkpoint stays resident beside the int8 weights (``benchmarks/quantization.py`` measures the resident memory).
+    A checkpoint saved quantized is read in place, as a bfloat16 one is: its mapped pages are the weights themselves.
     """
     import torch
 
@@ -359,15 +370,14 @@ def finish_load(model: object, method: str, *, pre_quantized: bool = False) -> N
 
 def release_freed_memory() -> None:
     """Hand freed heap pages back to the system (glibc ``malloc_trim``); a no-op elsewhere. Quantizing frees a
-    bfloat16 copy of each weight in small pieces, which the allocator otherwise keeps (64 MiB on a 416 MiB
-    checkpoint)."""
+    bfloat16 copy of each weight in small pieces, which the allocator otherwise keeps."""
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
 
 
-def save_quantized(model: object, folder: Path, **kwargs: object) -> None:
+def save_quantized(model: PreTrainedModel, folder: Path, **kwargs: Any) -> None:
     """``save_pretrained`` of a torchao-quantized model, the encoder's tied tensors left out as for plain weights.
 
     transformers finds tied tensors by their names; torchao's safetensors flattening renames a quantized tensor into
@@ -382,8 +392,9 @@ def save_quantized(model: object, folder: Path, **kwargs: object) -> None:
         raise ModelLoadError("save_quantized needs a model loaded with a quantization_config")
     tied = set(model.all_tied_weights_keys)
 
-    def state_dict_and_metadata(target: object) -> tuple[dict, dict]:
-        return flatten_tensor_state_dict({k: v for k, v in target.state_dict().items() if k not in tied})
+    def state_dict_and_metadata(target: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:
+        state, metadata = flatten_tensor_state_dict({k: v for k, v in target.state_dict().items() if k not in tied})
+        return state, metadata
 
     quantizer.get_state_dict_and_metadata = state_dict_and_metadata
     try:
@@ -439,7 +450,7 @@ class QuantizedReport:
             f"{saving}experts {self.experts_implementation}, {self.grad_mode}"
         )
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """For ``doctor`` and ``state``."""
         return {
             "method": self.method,
@@ -460,13 +471,13 @@ def _mib(count: int) -> str:
     return f"{count / (1 << 20):.1f} MiB"
 
 
-def _tensors(model: object) -> Iterator[object]:
+def _tensors(model: torch.nn.Module) -> Iterator[torch.Tensor]:
     for module in model.modules():
         yield from (tensor for tensor in module._parameters.values() if tensor is not None)
         yield from (tensor for tensor in module._buffers.values() if tensor is not None)
 
 
-def _leaves(tensor: object) -> Iterator[object]:
+def _leaves(tensor: torch.Tensor) -> Iterator[torch.Tensor]:
     """The plain tensors that hold ``tensor``'s data (itself, or a subclass's inner tensors)."""
     import torch
 
@@ -478,12 +489,12 @@ def _leaves(tensor: object) -> Iterator[object]:
         yield tensor
 
 
-def _storage_key(leaf: object) -> tuple[int, int]:
+def _storage_key(leaf: torch.Tensor) -> tuple[int, int]:
     storage = leaf.untyped_storage()
     return storage.data_ptr(), storage.nbytes()
 
 
-def verify_quantized(model: object, method: str) -> QuantizedReport:
+def verify_quantized(model: PreTrainedModel, method: str) -> QuantizedReport:
     """Check a model right after its load (and :func:`finish_load`) against ``method``; ``ModelLoadError`` when
 
     * a tensor the policy converts is left plain, the routed experts first (the load would save next to nothing),
@@ -581,10 +592,10 @@ def verify_quantized(model: object, method: str) -> QuantizedReport:
     )
 
 
-def _check_ties(model: object) -> None:
+def _check_ties(model: PreTrainedModel) -> None:
     """Every tensor the config ties (the encoder's text stack to the decoder) is one object with its source, or at
     least one storage. The map is recomputed from the model as it is now: a swapped module's new tensors count."""
-    tensors = dict(model.named_parameters(remove_duplicate=False))
+    tensors: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
     tensors.update(model.named_buffers(remove_duplicate=False))
     pairs = [
         (target, source)

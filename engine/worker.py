@@ -48,8 +48,8 @@ class ModelWorker(threading.Thread):
         model_dir: Path | None,
         device: str | None,
         dtype: str | None,
-        on_loaded: Callable[[ModelInfo], None],
-        on_failed: Callable[[BaseException], None],
+        on_loaded: Callable[[ModelInfo], object],
+        on_failed: Callable[[BaseException], object],
         threads: int | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
         compile_step: bool = False,
@@ -83,9 +83,9 @@ class ModelWorker(threading.Thread):
             logger.exception("model load failed")
             self.on_failed(exc)
             return
-        self.on_loaded(self.loaded.info())
         if self.compile_step:  # in the background: requests are served eagerly until it is done
             self.loaded.step.start_compiling(warm_up=trace_serving_shapes)
+        self.on_loaded(self.loaded.info())  # after compiling starts, so that no client sees "eager" meanwhile
         while (job := self.queue.take()) is not None:
             batch = self._batch_for(self.loaded, job)
             if len(batch) > 1:

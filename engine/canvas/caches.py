@@ -20,18 +20,23 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Hashable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from ..placement import execution_device
 from ..quantize import grad_mode
 
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaForBlockDiffusion, PreTrainedConfig
+
 DEFAULT_SLOTS = 16
 
 
-def encode_prompt(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache) -> int:
+def encode_prompt(model: DiffusionGemmaForBlockDiffusion, input_ids: torch.Tensor, cache: DynamicCache) -> int:
     """Run the causal encoder over ``input_ids`` (B, P), appending to ``cache``. Returns the new cache length."""
     past = cache.get_seq_length()
     batch, length = input_ids.shape
@@ -64,12 +69,32 @@ def _dense(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.clone(memory_format=torch.contiguous_format)
 
 
-def decoder_view(master: DynamicCache, length: int, text_config: object) -> DynamicCache:
+def attention_layer(layer: object) -> DynamicLayer:
+    """A ``DynamicCache`` layer as the key/value layer it is here: transformers types ``cache.layers`` as any kind of
+    cache layer (linear-attention states, placeholders too), and DiffusionGemma's config makes only full-attention
+    and sliding-window ones, each a ``DynamicLayer`` (``TypeError`` for any other)."""
+    if not isinstance(layer, DynamicLayer):
+        raise TypeError(f"a {type(layer).__name__} cache layer holds no keys and values")
+    return layer
+
+
+def keys_values(layer: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values of a filled ``DynamicCache`` layer (``attention_layer``; transformers types them None
+    until the layer is first written)."""
+    layer = attention_layer(layer)
+    if layer.keys is None or layer.values is None:
+        raise ValueError("the cache layer holds no keys and values yet: encode a prompt into it first")
+    return layer.keys, layer.values
+
+
+def decoder_view(master: DynamicCache, length: int, text_config: PreTrainedConfig) -> DynamicCache:
     """A cache for the decoder holding the first ``length`` tokens of ``master``, sliding layers windowed."""
     view = DynamicCache(config=text_config)
-    for source, target in zip(master.layers, view.layers, strict=True):
-        keys, values = source.keys[:, :, :length], source.values[:, :, :length]
-        if target.is_sliding:
+    for source, layer in zip(master.layers, view.layers, strict=True):
+        keys, values = keys_values(source)
+        keys, values = keys[:, :, :length], values[:, :, :length]
+        target = attention_layer(layer)
+        if isinstance(target, DynamicSlidingWindowLayer):
             keep = target.sliding_window - 1
             if length > keep:  # contiguous, like a short prompt's cache: the layout the compiled step is traced on
                 keys, values = _dense(keys[:, :, -keep:]), _dense(values[:, :, -keep:])
@@ -84,7 +109,7 @@ def decoder_view(master: DynamicCache, length: int, text_config: object) -> Dyna
 class PrefixCache:
     """Per-key (connection, document) master caches, least recently used evicted first."""
 
-    def __init__(self, model: torch.nn.Module, slots: int = DEFAULT_SLOTS) -> None:
+    def __init__(self, model: DiffusionGemmaForBlockDiffusion, slots: int = DEFAULT_SLOTS) -> None:
         self.model = model
         self.text_config = model.config.get_text_config(decoder=True)
         self.slots = slots
@@ -117,29 +142,29 @@ class PrefixCache:
         return view, reused
 
 
-def stack_views(views: list[DynamicCache], text_config: object) -> tuple[DynamicCache, torch.Tensor]:
+def stack_views(views: list[DynamicCache], text_config: PreTrainedConfig) -> tuple[DynamicCache, torch.Tensor]:
     """One batched cache from per-row decoder views, left-padded; returns it with its (B, L) padding mask."""
     lengths = [view.get_seq_length() for view in views]
     longest = max(lengths)
     batched = DynamicCache(config=text_config)
-    for index, layer in enumerate(batched.layers):
-        width = min(longest, layer.sliding_window - 1) if layer.is_sliding else longest
-        keys = torch.cat([F.pad(v.layers[index].keys, (0, 0, width - v.layers[index].keys.shape[2], 0)) for v in views])
-        values = torch.cat(
-            [F.pad(v.layers[index].values, (0, 0, width - v.layers[index].values.shape[2], 0)) for v in views]
-        )
+    for index, target in enumerate(batched.layers):
+        layer = attention_layer(target)
+        width = min(longest, layer.sliding_window - 1) if isinstance(layer, DynamicSlidingWindowLayer) else longest
+        rows = [keys_values(view.layers[index]) for view in views]
+        keys = torch.cat([F.pad(k, (0, 0, width - k.shape[2], 0)) for k, _ in rows])
+        values = torch.cat([F.pad(v, (0, 0, width - v.shape[2], 0)) for _, v in rows])
         layer.lazy_initialization(keys, values)
         layer.keys, layer.values = keys, values
-        if layer.is_sliding:
+        if isinstance(layer, DynamicSlidingWindowLayer):
             layer.cumulative_length = longest
-    mask = torch.zeros((len(views), longest), dtype=torch.bool, device=views[0].layers[0].keys.device)
+    mask = torch.zeros((len(views), longest), dtype=torch.bool, device=keys_values(views[0].layers[0])[0].device)
     for row, length in enumerate(lengths):
         mask[row, longest - length :] = True
     return batched, mask
 
 
 def stack_rows(
-    views: list[DynamicCache], text_config: object, canvas_length: int
+    views: list[DynamicCache], text_config: PreTrainedConfig, canvas_length: int
 ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
     """The decoder's batched inputs: the left-padded cache (``stack_views``), each row's canvas positions (B, C)
     after its own prompt, and the decoder mask (B, L + C) that hides the padding."""

@@ -32,15 +32,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
 
 from ..placement import execution_device
+from ..plan import text_config_of
 from ..quantize import grad_mode, under_grad_mode
 from .caches import PrefixCache, encode_prompt
 from .sampler import SamplerSettings, accept_mask, sample_accepted
 from .step import DecoderStep
+
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaForBlockDiffusion
 
 StopCheck = Callable[[], str | None]
 """Returns a reason to stop (e.g. "cancelled") or None to go on."""
@@ -75,9 +80,15 @@ def _now_ms() -> float:
     return time.perf_counter() * 1000.0
 
 
+def _entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Per position, the entropy of the softmax of ``logits`` (..., V), computed as ``generate`` computes it."""
+    distribution: torch.distributions.Distribution = torch.distributions.Categorical(logits=logits)
+    return distribution.entropy()  # Distribution's annotated method (Categorical's override is unannotated)
+
+
 @under_grad_mode  # inference mode, or no_grad for torchao's tensors (engine.quantize)
 def denoise_canvas(
-    model: torch.nn.Module,
+    model: DiffusionGemmaForBlockDiffusion,
     cache: DynamicCache,
     batch_size: int,
     canvas_length: int,
@@ -101,7 +112,7 @@ def denoise_canvas(
     ``row_checks`` stop rows one by one (a stopped row is frozen like a settled one).
     """
     device = execution_device(model)
-    vocab_size = model.config.text_config.vocab_size
+    vocab_size = text_config_of(model.config).vocab_size
     step = step or DecoderStep(model)
     cache_length = cache.get_seq_length()
     shape = (batch_size, canvas_length)
@@ -144,7 +155,7 @@ def denoise_canvas(
             new_best = torch.argmax(logits, dim=-1)
             probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
             sample = torch.multinomial(probs.view(-1, vocab_size), 1, generator=generator).view(shape)
-            entropy = torch.distributions.Categorical(logits=logits).entropy()  # (B, C), once per step
+            entropy = _entropy(logits)  # (B, C), once per step
             accepted = accept_mask(entropy, settings.entropy_bound)
         else:
             scores = step(canvas, self_conditioning, mask_mapping, cache, position_ids, temperature)
@@ -161,7 +172,7 @@ def denoise_canvas(
             new_canvas = torch.where(finished[:, None], canvas, new_canvas)
             if self_conditioning is not None:
                 logits = torch.where(finished[:, None, None], self_conditioning, logits)
-                entropy = torch.distributions.Categorical(logits=logits).entropy()
+                entropy = _entropy(logits)
         if settings.stability_threshold == 0:
             stable = torch.ones(batch_size, dtype=torch.bool, device=device)
         else:
@@ -178,7 +189,7 @@ def denoise_canvas(
 
 
 def run_canvas(
-    model: torch.nn.Module,
+    model: DiffusionGemmaForBlockDiffusion,
     prompt_ids: torch.Tensor,
     canvas_length: int,
     settings: SamplerSettings,

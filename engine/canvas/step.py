@@ -21,11 +21,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
 
 from .sampler import Scores, score_logits
+
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaForBlockDiffusion
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +38,7 @@ Forward = Callable[[torch.Tensor, torch.Tensor | None, MaskMapping, DynamicCache
 """(canvas, self-conditioning logits or None, decoder mask mapping, encoder cache, positions) -> logits."""
 
 
-def eager_forward(model: torch.nn.Module) -> Forward:
+def eager_forward(model: DiffusionGemmaForBlockDiffusion) -> Forward:
     """The model's own forward for one denoising step: what ``DiffusionGemmaForBlockDiffusion.generate`` calls."""
 
     def forward(
@@ -44,13 +48,14 @@ def eager_forward(model: torch.nn.Module) -> Forward:
         cache: DynamicCache,
         position_ids: torch.Tensor,
     ) -> torch.Tensor:
-        return model(
+        logits: torch.Tensor = model(
             decoder_input_ids=canvas,
             self_conditioning_logits=self_conditioning,
             decoder_attention_mask=mask,
             cache=cache,
             decoder_position_ids=position_ids,
         ).logits
+        return logits
 
     return forward
 
@@ -65,7 +70,7 @@ class DecoderStep:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: DiffusionGemmaForBlockDiffusion,
         compiled: Callable[..., Scores] | None = None,
         stance: str = "eager_on_recompile",
     ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..placement import execution_device
+from ..plan import text_config_of
 from ..quantize import grad_mode
 from .caches import PrefixCache, stack_rows
 from .denoise import denoise_canvas
@@ -39,7 +40,7 @@ def trace_serving_shapes(step: DecoderStep) -> None:
     """Run the engine's own loop on ``step`` (over the graphs being compiled), on the requests of
     ``warm_up_prompts``."""
     model, config = step.model, step.model.config
-    device, canvas_length, vocab = execution_device(model), WARM_UP_CANVAS, config.text_config.vocab_size
+    device, canvas_length, vocab = execution_device(model), WARM_UP_CANVAS, text_config_of(config).vocab_size
     prefixes = PrefixCache(model)
     generator = torch.Generator(device=device).manual_seed(0)
     settings = SamplerSettings(max_steps=2)

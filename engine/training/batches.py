@@ -71,7 +71,7 @@ def worker_batches(
     pool = multiprocessing.get_context("fork").Pool(args.workers)  # the workers inherit the corpus
     groups = itertools.count(start)
 
-    def submit() -> multiprocessing.pool.AsyncResult:
+    def submit() -> multiprocessing.pool.AsyncResult[list[dict[str, np.ndarray]]]:
         return pool.apply_async(_worker_group, ((args.seed, next(groups), args.batch, args.canvas),))
 
     # A bounded read-ahead (Pool.imap would queue groups without limit while the GPU is slower than the workers)

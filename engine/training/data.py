@@ -23,10 +23,14 @@ import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import vocab
-from ..prompt import PromptParts, SpecialIds, build_fim_prompt
+from ..prompt import PromptParts, build_fim_prompt, special_ids_from
 from .corpus import EXTENSIONS, default_roots, is_held_out, iter_sources
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 PAD = vocab.SPECIAL_IDS[vocab.PAD]
 EOS = vocab.SPECIAL_IDS[vocab.EOS]
@@ -75,8 +79,8 @@ def load_pack(path: Path) -> list[FileEntry]:
         return [FileEntry(**json.loads(row)) for row in rows]
 
 
-def corpus_summary(entries: list[FileEntry]) -> dict:
-    out: dict = {
+def corpus_summary(entries: list[FileEntry]) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "files": len(entries),
         "chars": sum(e.chars for e in entries),
         "held_out_files": sum(e.held_out for e in entries),
@@ -101,18 +105,14 @@ class Example:
 class ExampleMaker:
     """Turns source files into FIM examples; all randomness comes from the ``random.Random`` passed in."""
 
-    def __init__(self, tokenizer, canvas: int, min_ctx: int = 96, max_ctx: int = 320):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, canvas: int, min_ctx: int = 96, max_ctx: int = 320) -> None:
         self.tokenizer = tokenizer
         self.canvas = canvas
         self.min_ctx, self.max_ctx = min_ctx, max_ctx
-        tid = tokenizer.convert_tokens_to_ids
-        self.special = SpecialIds(
-            bos=tid(vocab.BOS),
-            fim_prefix=tid(vocab.FIM_PREFIX),
-            fim_suffix=tid(vocab.FIM_SUFFIX),
-            fim_middle=tid(vocab.FIM_MIDDLE),
-            file_sep=tid(vocab.FILE_SEP),
-        )
+        special = special_ids_from(tokenizer.get_vocab().get)  # as the engine reads them (engine.prompt.layout_for)
+        if special is None:
+            raise ValueError(f"the tokenizer lacks {vocab.FIM_PREFIX}, {vocab.FIM_SUFFIX} or {vocab.FIM_MIDDLE}")
+        self.special = special
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False) if text else []
@@ -123,7 +123,10 @@ class ExampleMaker:
         starts = [s for s in starts if s < len(text)]
         if len(starts) < 4:
             return None
-        line_end = lambda s: (text.find("\n", s) + 1) or len(text)  # noqa: E731
+
+        def line_end(s: int) -> int:
+            """Where the line at ``s`` ends: after its newline, else at the end of the text."""
+            return (text.find("\n", s) + 1) or len(text)
 
         def after_lines(start: int, count: int) -> int:
             """The end of the ``count`` lines from ``start`` (fewer at the end of the text)."""
@@ -189,7 +192,7 @@ class ExampleMaker:
 class ExampleStream:
     """Endless examples from the training (or held-out) files; its position is the RNG state."""
 
-    def __init__(self, entries: list[FileEntry], maker: ExampleMaker, held_out: bool, seed: int):
+    def __init__(self, entries: list[FileEntry], maker: ExampleMaker, held_out: bool, seed: int) -> None:
         self.maker = maker
         self.groups = {
             "python": [e for e in entries if e.held_out == held_out and e.language == "python"],
@@ -197,7 +200,7 @@ class ExampleStream:
         }
         self.rng = random.Random(seed)
 
-    def __iter__(self):
+    def __iter__(self) -> ExampleStream:
         return self
 
     def __next__(self) -> Example:
@@ -213,8 +216,8 @@ class ExampleStream:
             if example is not None:
                 return example
 
-    def state(self):
+    def state(self) -> tuple[Any, ...]:
         return self.rng.getstate()
 
-    def set_state(self, state) -> None:
+    def set_state(self, state: tuple[Any, ...]) -> None:
         self.rng.setstate(state)

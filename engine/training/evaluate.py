@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..infill import cut_at_eos
+from ..model import decode_text
 from .batches import to_device
 from .data import EOS, PAD, Example, ExampleMaker, ExampleStream, FileEntry
 from .objective import autocast, diffusion_forward, pad_batch, weighted_ce
@@ -71,7 +72,7 @@ def infill(
     canvas_length = model.config.canvas_length
     out = model.generate(input_ids=torch.tensor([prompt_ids], device=model.device), max_new_tokens=canvas_length)
     tokens, _ = cut_at_eos(out.sequences[0, len(prompt_ids) :].tolist(), {EOS}, PAD)
-    return tokenizer.decode(tokens, skip_special_tokens=True), tokens, float(out.tokens_per_forward[0])
+    return decode_text(tokenizer, tokens, skip_special_tokens=True), tokens, float(out.tokens_per_forward[0])
 
 
 @torch.no_grad()
@@ -81,10 +82,10 @@ def evaluate(
     eval_batches: list[dict[str, torch.Tensor]],
     em_examples: list[Example],
     middle_weight: float,
-) -> dict:
+) -> dict[str, Any]:
     """The held-out figures of ``train.log``'s eval records; the caller's torch RNG and training mode are kept."""
     was_training = model.training
-    model.eval()
+    model.train(False)  # model.eval(), which transformers leaves unannotated
     rng_state = torch.random.get_rng_state()
     torch.manual_seed(CORRUPTION_SEED)
     losses, canvas_losses = [], []

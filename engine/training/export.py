@@ -40,7 +40,7 @@ def main() -> None:
         model.load_state_dict(state["model"])
     else:
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(args.src, dtype=torch.float32)
-    model.eval()
+    model.train(False)  # model.eval(), which transformers leaves unannotated
     configs.set_generation_defaults(model, steps=args.steps)
     with tempfile.TemporaryDirectory() as tmp:
         configs.save_checkpoint(model, TOKENIZER_DIR, Path(tmp))

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from ..plan import text_config_of
 from .data import PAD, Example
 
 if TYPE_CHECKING:
@@ -88,7 +89,8 @@ def diffusion_forward(
     sequence ``(batch, seq)``."""
     clean, block = batch["ids"], batch["block"]
     batch_size, seq_len = clean.shape
-    vocab_size = model.config.text_config.vocab_size
+    text = text_config_of(model.config)
+    vocab_size = text.vocab_size
     device = clean.device
     cache = DynamicCache()  # config-less: keeps every position of every layer, with gradients
     model.model.encoder(input_ids=clean, cache=cache)
@@ -102,7 +104,7 @@ def diffusion_forward(
     corrupted = torch.rand(batch_size, seq_len, device=device) < level
     noise = torch.randint(0, vocab_size, (batch_size, seq_len), device=device)
     noisy = torch.where(corrupted, noise, clean)
-    masks = block_masks(batch["start"], block, model.config.text_config.sliding_window)
+    masks = block_masks(batch["start"], block, text.sliding_window)
     positions = torch.arange(seq_len, device=device)[None].expand(batch_size, seq_len)
     decoder_inputs = dict(
         decoder_input_ids=noisy, cache=cache, decoder_attention_mask=masks, decoder_position_ids=positions

@@ -21,10 +21,10 @@ import random
 import sys
 from pathlib import Path
 
-from .data import build_file_list, corpus_summary
+from .data import FileEntry, build_file_list, corpus_summary
 
 
-def pack(entries: list, out: Path, max_bytes: int, seed: int) -> list:
+def pack(entries: list[FileEntry], out: Path, max_bytes: int, seed: int) -> list[FileEntry]:
     """Write the pack; returns the entries that went in."""
     held = [entry for entry in entries if entry.held_out]
     rest = [entry for entry in entries if not entry.held_out]

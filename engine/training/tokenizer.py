@@ -37,7 +37,7 @@ def train_tokenizer(texts: Iterator[str], vocab_size: int) -> Tokenizer:
 
 def wrap(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
     """The transformers view of the tokenizer, with its special tokens named."""
-    return PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves its __init__ unannotated
         tokenizer_object=tokenizer,
         bos_token=vocab.BOS,
         eos_token=vocab.EOS,

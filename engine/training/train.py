@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
@@ -88,7 +88,7 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def log_record(log_file: Path, record: dict) -> None:
+def log_record(log_file: Path, record: dict[str, Any]) -> None:
     """Append one time-stamped JSON line to ``log_file`` and echo it on stdout."""
     record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), **record}
     with log_file.open("a") as f:
@@ -123,7 +123,7 @@ def train_step(
         logits, _ = diffusion_forward(model, batch)
     loss = weighted_ce(logits, batch, middle_weight)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    torch.autograd.backward(loss)  # loss.backward(), which torch leaves unannotated
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     return loss
@@ -186,7 +186,7 @@ def evaluate_and_export(
     held_out: HeldOut,
     args: argparse.Namespace,
     progress: Progress,
-    log: Callable[[dict], None],
+    log: Callable[[dict[str, Any]], None],
 ) -> None:
     """Log the held-out figures; export ``last/``, and ``best/`` when the score is the best so far."""
     metrics = evaluate(model, tokenizer, held_out.batches, held_out.em_examples, args.middle_weight)
