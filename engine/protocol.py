@@ -42,6 +42,8 @@ from cattrs.preconf.json import make_converter
 from cattrs.strategies import configure_tagged_union
 
 PROTOCOL_VERSION = 1
+REWRITE_FEATURE = "rewrite"
+"""``HelloOk.features`` member: the engine starts a canvas from ``Infill.start``."""
 HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 """Frames larger than this are refused with ``ErrorCode.TOO_LARGE``."""
@@ -90,6 +92,15 @@ class Chunk:
 
     filename: str
     text: str
+
+
+@attrs.frozen(kw_only=True)
+class StartSegment:
+    """A piece of the text a rewrite's canvas starts from."""
+
+    text: str
+    keep: bool = False
+    """Hold this text's tokens fixed through denoising: the model rewrites only the other segments."""
 
 
 @attrs.frozen(kw_only=True)
@@ -143,7 +154,10 @@ class HelloOk:
     layout: str = ""
     """How the model is prompted: ``fim`` (sentinels; the answer is the middle as written) or ``chat`` (an
     instruction model: its answer may come fenced or echo the code around the cursor, see
-    ``diffgemma_lsp.answer``)."""
+    ``diffgemma_lsp.postprocess.answer``)."""
+    features: list[str] = attrs.field(factory=list)
+    """What this engine does beyond plain infills: ``REWRITE_FEATURE`` (``Infill.start``). An engine that predates
+    a feature ignores its fields, so a client checks here first."""
 
     @property
     def instruct(self) -> bool:
@@ -195,6 +209,15 @@ class Infill:
     """Fixes the sampler's random stream, for reproducible results."""
     echo: bool = False
     """Return the prompt as the model saw it in ``Result.prompt`` (for debugging a layout)."""
+    start: list[StartSegment] = attrs.field(factory=list)
+    """A rewrite: the canvas starts from this text (the segments in order, tokenized one by one) instead of noise,
+    and the answer replaces it. Empty: an insertion, denoised from noise."""
+    strength: float = 1.0
+    """With ``start``: the share of the canvas positions renoised at the start, in (0, 1]. The loop starts at the
+    step of its schedule that matches it, so a light touch costs few steps; 1 denoises the same span from noise."""
+    instruction: str = ""
+    """With ``start``, for a chat-layout checkpoint: what to do with the text (it goes into the prompt). FIM
+    checkpoints ignore it and re-fill the span."""
 
 
 @attrs.frozen(kw_only=True)
