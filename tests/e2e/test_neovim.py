@@ -442,3 +442,50 @@ def test_rewrite_user_command_takes_the_instruction_on_its_command_line(
     report, argument = _run_rewrite(_nvim011(), "rewrite_command", keys, isolated_env, memorized_model_dir)
     assert argument["instruction"] == "use a plus sign", _explain(report)
     assert "prompt" not in report, _explain(report)
+
+
+REGION_CHECK = r"""
+local dg = require("diffgemma")
+local lines = { "def add(a, b):", "    total = a - b", "    return total", "", "s = 'é𝄞x'" }
+vim.api.nvim_buf_set_lines(0, 0, -1, false, lines)
+local out = {}
+local function range(first, last, mode, encoding)
+  local r = dg.region_range(0, first, last, mode, encoding)
+  return { r.start.line, r.start.character, r["end"].line, r["end"].character }
+end
+out.linewise = range({ 0, 2, 5, 0 }, { 0, 3, 3, 0 }, "V", "utf-16")
+out.blockwise = range({ 0, 2, 5, 0 }, { 0, 3, 3, 0 }, "\22", "utf-16")
+out.charwise_backwards = range({ 0, 3, 5, 0 }, { 0, 2, 5, 0 }, "v", "utf-16")
+out.to_maxcol = range({ 0, 2, 1, 0 }, { 0, 3, vim.v.maxcol, 0 }, "v", "utf-16")
+-- line 5: s = 'é𝄞x', é at (1-based) byte 6 (2 bytes), the clef at byte 8 (4 bytes, 2 UTF-16 units)
+out.clef_utf16 = range({ 0, 5, 6, 0 }, { 0, 5, 8, 0 }, "v", "utf-16")
+out.clef_utf8 = range({ 0, 5, 6, 0 }, { 0, 5, 8, 0 }, "v", "utf-8")
+out.clef_utf32 = range({ 0, 5, 6, 0 }, { 0, 5, 8, 0 }, "v", "utf-32")
+vim.o.selection = "exclusive"
+out.exclusive = range({ 0, 2, 5, 0 }, { 0, 2, 10, 0 }, "v", "utf-16")
+vim.fn.writefile({ vim.json.encode(out) }, vim.env.DIFFGEMMA_REGION_REPORT)
+vim.cmd("qa!")
+"""
+
+
+@pytest.mark.parametrize("version", sorted(NVIMS))
+def test_rewrite_range_of_a_visual_region(version: str, tmp_path: Path) -> None:
+    """The plugin's visual region -> LSP range: ordered, linewise to the last line's end (its line break left out),
+    the last character included whole, in the client's position encoding (UTF-16 counts a clef as two)."""
+    nvim = NVIMS[version]()
+    script, report = tmp_path / "region.lua", tmp_path / "region.json"
+    script.write_text(REGION_CHECK)
+    env = dict(os.environ, DIFFGEMMA_REGION_REPORT=str(report), XDG_STATE_HOME=str(tmp_path / "state"))
+    command = [nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd", f"set rtp+={PLUGIN}"]
+    proc = subprocess.run([*command, "-c", f"luafile {script}"], env=env, capture_output=True, text=True, timeout=60)
+    assert report.exists(), proc.stdout + proc.stderr
+    assert json.loads(report.read_text()) == {
+        "linewise": [1, 0, 2, 16],
+        "blockwise": [1, 0, 2, 16],
+        "charwise_backwards": [1, 4, 2, 5],
+        "to_maxcol": [1, 0, 2, 16],
+        "clef_utf16": [4, 5, 4, 8],
+        "clef_utf8": [4, 5, 4, 11],
+        "clef_utf32": [4, 5, 4, 7],
+        "exclusive": [1, 4, 1, 9],
+    }
