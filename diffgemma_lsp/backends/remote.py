@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import aiohttp
+import attrs
 
 from diffgemma_engine import protocol
 from diffgemma_engine.prompt import chat_user_text, parts_of
@@ -91,6 +92,12 @@ class OpenAIBackend(StateReporter):
 
     def new_id(self) -> str:
         return str(next(self._ids))
+
+    def as_rewrite(self, request: protocol.Infill) -> protocol.Infill:
+        """The infill of the same span from noise: an OpenAI-compatible API cannot start a canvas from text, so the
+        selection is written anew between the same prefix and suffix, as a rewrite of strength 1 would be (the
+        instruction, meaningless without the text it is about, is dropped)."""
+        return attrs.evolve(request, start=[], strength=1.0, instruction="")
 
     def request_body(self, request: protocol.Infill) -> dict[str, Any]:
         """The request body for ``request`` in the configured prompt format: ``/v1/completions``, or
