@@ -311,7 +311,6 @@ class Rewriter:
         if backend is None:
             return Outcome(reason=NO_BACKEND, show=types.MessageType.Warning)
         completer = self.completer
-        completer.stop(args.uri)  # its answer would be stale, and the engine keeps one request per document
         completer.extra.take_edits(args.uri, lambda uri: doc.source if (doc := completer.open_document(uri)) else None)
         extra = completer.extra.for_request(args.uri, settings.extra_context_tokens * CHARS_PER_TOKEN)
         chunks = [protocol.Chunk(filename=chunk.name, text=chunk.text) for chunk in extra]
@@ -320,6 +319,7 @@ class Rewriter:
             sent = backend.as_rewrite(request)
         except RewriteUnsupported as exc:
             return Outcome(reason=str(exc), show=types.MessageType.Warning)
+        completer.stop(args.uri)  # its answer would be stale, and the engine keeps one request per document
         self.stop(args.uri, SUPERSEDED)
         rewrite = self.active[args.uri] = Rewrite(selection, backend, sent, versioned, completer.answered)
         rewrite.call.add_done_callback(lambda _: self._done(args.uri, rewrite))

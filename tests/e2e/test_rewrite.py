@@ -14,9 +14,12 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
+from diffgemma_lsp.rewrite import REFILLED
 from tests.e2e.test_lsp_engine import _kill_engine, lsp_session
-from tests.support.lsp import READY_TIMEOUT_S, Editor, rewrite, span
+from tests.e2e.test_remote_backend import KEY_ENV, endpoint, remote_settings
+from tests.support.lsp import READY_TIMEOUT_S, Editor, rewrite, server_command, span, start_client
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+from tests.support.openai_endpoint import API_KEY, Endpoint
 
 pytestmark = pytest.mark.e2e
 URI = "file:///work/add.py"
@@ -25,6 +28,7 @@ WRONG_MIDDLE = MEMORIZED_MIDDLE.replace("a + b", "a - b")
 SELECTED = span(1, 0, 2, len(WRONG_MIDDLE.split("\n")[1]))
 """The wrong middle: its two lines, without the line break after them."""
 RIGHT = MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX
+__all__ = ["endpoint"]  # the remote backend's server, a fixture shared with test_remote_backend.py
 
 
 @pytest.fixture
@@ -110,3 +114,20 @@ async def test_an_edit_while_the_engine_works_on_the_rewrite_is_never_overwritte
     assert result["applied"] is False and "changed" in str(result["reason"]), result
     assert editor.edits == []
     assert editor.text(URI) == "# typed meanwhile\n" + MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX
+
+
+async def test_the_remote_backend_rewrites_by_filling_the_span_anew(
+    isolated_env: Path, endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OpenAI-compatible server cannot start from the selection: the span is filled anew between the same prefix
+    and suffix, which the memorized checkpoint answers with its middle; the command says it re-filled."""
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    socket_path = isolated_env / "run" / "lsp-engine.sock"  # stays unused: the backend is remote
+    client = await start_client(server_command(socket_path, None), init_options=remote_settings(endpoint.url))
+    try:
+        editor = Editor(client)
+        editor.open(URI, MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX)
+        assert await rewrite(client, URI, SELECTED, 1) == {"applied": True, "reason": REFILLED}
+        assert editor.text(URI) == RIGHT
+    finally:
+        await client.shutdown_session()
