@@ -112,6 +112,9 @@ def parse_arguments(args: Sequence[object]) -> RewriteArguments:
         raise _fail(f"version must be the document's version (an integer), got {version!r}")
     if not isinstance(instruction, str | None):
         raise _fail(f"instruction must be a string, got {instruction!r}")
+    if instruction is not None and len(instruction) > protocol.MAX_INSTRUCTION_CHARS:
+        limit = protocol.MAX_INSTRUCTION_CHARS
+        raise _fail(f"the instruction is {len(instruction)} characters, more than {limit}: shorten it")
     start, end = _position(selected.get("start"), "start"), _position(selected.get("end"), "end")
     return RewriteArguments(
         uri=uri, range=types.Range(start=start, end=end), version=version, instruction=instruction or ""

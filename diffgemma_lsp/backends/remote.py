@@ -94,9 +94,12 @@ class OpenAIBackend(StateReporter):
         return str(next(self._ids))
 
     def as_rewrite(self, request: protocol.Infill) -> protocol.Infill:
-        """The infill of the same span from noise: an OpenAI-compatible API cannot start a canvas from text, so the
-        selection is written anew between the same prefix and suffix, as a rewrite of strength 1 would be (the
-        instruction, meaningless without the text it is about, is dropped)."""
+        """For the ``chat`` format, ``request`` as it is: the chat turn shows the selection, marked, with the
+        instruction (``engine/prompt.py``). A completions API cannot start a canvas from text: for the other formats
+        the selection is written anew between the same prefix and suffix, as a rewrite of strength 1 would be (the
+        instruction, which a FIM prompt has no place for, is dropped)."""
+        if self.prompt_format == CHAT:
+            return request
         return attrs.evolve(request, start=[], strength=1.0, instruction="")
 
     def request_body(self, request: protocol.Infill) -> dict[str, Any]:

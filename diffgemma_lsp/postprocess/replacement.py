@@ -3,7 +3,8 @@
 :func:`postprocess_replacement` sees the document as an insertion would with the selection taken out (``prefix``
 then ``suffix``), the selection, and the model's text for it. The filters run on LF text, in this order:
 
-0. With ``instruct=True``: :func:`unwrap_answer`, as for an insertion (a fence, an echoed marker or prefix).
+0. With ``instruct=True``: :func:`unwrap_answer`, as for an insertion (a fence, an echoed marker or prefix), and
+   the selection's markers of the chat turn (``<SELECTION>``, ``</SELECTION>``) dropped where the model echoed them.
 1. :func:`normalise`.
 2. :func:`fit_to_selection`: the indentation is the selection's, not the block's: the lines move together so that
    the first one that starts a document line sits where the selection's does.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from diffgemma_engine.prompt import SELECTION_CLOSE, SELECTION_OPEN  # the chat turn's markers (a pure module)
 from diffgemma_lsp.postprocess.answer import unwrap_answer
 from diffgemma_lsp.postprocess.brackets import balance_brackets
 from diffgemma_lsp.postprocess.cursor import Cursor, make_cursor, normalise
@@ -47,7 +49,7 @@ def postprocess_replacement(
         edit = postprocess(prefix, suffix, raw, language_id, instruct=instruct)
         return edit.insertion(suffix) if edit is not None else None
     if instruct:
-        raw = unwrap_answer(raw, prefix, suffix)
+        raw = unwrap_answer(raw.replace(SELECTION_OPEN, "").replace(SELECTION_CLOSE, ""), prefix, suffix)
     original = normalise(selection)
     cursor = make_cursor(prefix, suffix, raw, language_id)
     text = fit_to_selection(normalise(raw), original, cursor)

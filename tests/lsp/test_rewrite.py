@@ -83,6 +83,7 @@ def test_the_argument_object_is_read() -> None:
         ([_argument(version=True)], "version"),
         ([_argument(version=None)], "version"),
         ([_argument(instruction=3)], "instruction"),
+        ([_argument(instruction="x" * (protocol.MAX_INSTRUCTION_CHARS + 1))], "shorten it"),
     ],
 )
 def test_a_bad_argument_is_invalid_params_naming_what_is_wrong(args: list[object], says: str) -> None:
@@ -272,3 +273,21 @@ def test_the_remote_backend_refills_the_span_from_noise() -> None:
     assert (sent.prefix, sent.suffix, sent.id) == (request.prefix, request.suffix, request.id)
     body = backend.request_body(sent)
     assert (body["prompt"], body["suffix"]) == (request.prefix, request.suffix)
+
+
+def test_the_remote_chat_backend_sends_the_selection_and_the_instruction() -> None:
+    backend = OpenAIBackend("http://127.0.0.1:1/v1/chat/completions", prompt_format="chat")
+    request = _rewrite_request()
+    assert backend.as_rewrite(request) is request
+    [message] = backend.request_body(request)["messages"]
+    assert "use a plus" in message["content"]
+    assert "<SELECTION>    total = a - b\n    return total</SELECTION>" in message["content"]
+
+
+def test_the_doctor_says_whether_the_engine_rewrites() -> None:
+    from diffgemma_lsp.doctor import render
+
+    base: dict[str, object] = {"socket": "/run/engine.sock"}
+    assert "features        rewrite\n" in render({**base, "features": [protocol.REWRITE_FEATURE]})
+    assert "predates rewrites; stop it" in render({**base, "features": []})
+    assert "features" not in render(base)  # unreachable: nothing to say
