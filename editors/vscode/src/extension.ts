@@ -1,7 +1,8 @@
 /**
  * DiffusionGemma completions: starts `diffgemma-lsp` over stdio for every file, shows its inline completions as ghost
  * text (its completion items are the fallback in the suggest widget), and the engine's state and last latency in the
- * status bar.
+ * status bar. The server's code action "Rewrite selection" comes through the client as it is; the command
+ * "Rewrite selection with instruction..." asks for an instruction first.
  */
 import * as os from 'node:os';
 import * as vscode from 'vscode';
@@ -16,6 +17,7 @@ import {
   TransportKind,
 } from 'vscode-languageclient/node';
 import { type PackageJson, SECTION, serverCommand, serverSettingKeys, serverSettings } from './config';
+import { asRewriteResult, type RewriteResult, rewriteArgument, SERVER_REWRITE_COMMAND } from './rewrite';
 import { type ClientPhase, describeStatus, pollDelayMs, type ServerStatus } from './status';
 
 /** The server's own command (diffgemma_lsp/server.py); vscode-languageclient also registers it as a VS Code command. */
@@ -24,6 +26,8 @@ export const COMMANDS = {
   restart: 'diffgemma.restart',
   showStatus: 'diffgemma.showStatus',
   showLog: 'diffgemma.showLog',
+  /** Not the server's `diffgemma.rewriteSelection`: vscode-languageclient registers that name itself. */
+  rewriteWithInstruction: 'diffgemma.rewriteSelectionWithInstruction',
 } as const;
 const CLIENT_ID = 'diffgemma';
 const CLIENT_NAME = 'DiffusionGemma';
@@ -306,6 +310,62 @@ export class Controller implements vscode.Disposable {
     await choice?.run?.();
   }
 
+  /**
+   * "Rewrite selection with instruction...": asks for an instruction, then runs the server's
+   * `diffgemma.rewriteSelection` on the active editor's selection (the server shows the progress and applies the
+   * edit). The selection and the document version are read before the input box opens: an edit made meanwhile makes
+   * the server refuse the stale rewrite.
+   */
+  async rewriteWithInstruction(): Promise<RewriteResult | undefined> {
+    const editor = vscode.window.activeTextEditor;
+    if (!editor || editor.selection.isEmpty) {
+      void vscode.window.showInformationMessage('DiffusionGemma: select the code to rewrite first.');
+      return undefined;
+    }
+    const { document, selection } = editor;
+    const version = document.version;
+    const range = {
+      start: { line: selection.start.line, character: selection.start.character },
+      end: { line: selection.end.line, character: selection.end.character },
+    };
+    const instruction = await vscode.window.showInputBox({
+      title: 'DiffusionGemma: Rewrite selection',
+      prompt: 'How should the selection change? (Empty: the model re-fills it; FIM models ignore instructions.)',
+      placeHolder: 'e.g. use a list comprehension',
+      ignoreFocusOut: true,
+    });
+    if (instruction === undefined) {
+      return undefined; // Escape
+    }
+    const client = this.client;
+    if (!client || client.state !== State.Running) {
+      void vscode.window.showWarningMessage('DiffusionGemma: the language server is not running.');
+      return undefined;
+    }
+    const argument = rewriteArgument(client.code2ProtocolConverter.asUri(document.uri), version, range, instruction);
+    if (!argument) {
+      return undefined;
+    }
+    const how = argument.instruction ? ' with an instruction' : '';
+    this.output.info(`rewrite ${argument.uri} at version ${version}${how}`);
+    try {
+      const answer = await client.sendRequest(ExecuteCommandRequest.type, {
+        command: SERVER_REWRITE_COMMAND,
+        arguments: [argument],
+      });
+      const result = asRewriteResult(answer);
+      const outcome = result ? (result.applied ? 'applied' : `not applied (${result.reason})`) : 'no answer';
+      this.output.info(`rewrite: ${outcome}`);
+      return result;
+    } catch (error) {
+      this.output.error(`rewrite failed: ${errorText(error)}`);
+      void vscode.window.showErrorMessage(`DiffusionGemma: the rewrite failed (${errorText(error)}).`);
+      return undefined;
+    } finally {
+      this.refreshStatusSoon();
+    }
+  }
+
   /** Restart when the server's command line changed; the server takes the other settings by itself. */
   onConfigurationChanged(event: vscode.ConfigurationChangeEvent): void {
     if (
@@ -338,6 +398,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contro
     vscode.commands.registerCommand(COMMANDS.restart, () => current.restart()),
     vscode.commands.registerCommand(COMMANDS.showStatus, () => current.showStatus()),
     vscode.commands.registerCommand(COMMANDS.showLog, () => current.output.show()),
+    vscode.commands.registerCommand(COMMANDS.rewriteWithInstruction, () => current.rewriteWithInstruction()),
     vscode.workspace.onDidChangeConfiguration((event) => current.onConfigurationChanged(event)),
   );
   await current.start();

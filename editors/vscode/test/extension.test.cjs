@@ -18,6 +18,10 @@ let seen;
 let userSettings;
 /** What the mocked server answers to diffgemma.status. */
 let serverStatus;
+/** What the mocked server answers to diffgemma.rewriteSelection (a function of the params, or a value). */
+let rewriteAnswer;
+/** What the mocked input box returns (undefined: the user pressed Escape). */
+let inputBoxAnswer;
 
 function defaults() {
   const values = {};
@@ -74,6 +78,19 @@ const vscodeMock = {
       seen.quickPicks.push({ items, options });
       return undefined;
     },
+    showInformationMessage: async (...args) => {
+      seen.infos.push(args);
+      return undefined;
+    },
+    showWarningMessage: async (...args) => {
+      seen.warnings.push(args);
+      return undefined;
+    },
+    showInputBox: async (options) => {
+      seen.inputBoxes.push(options);
+      return typeof inputBoxAnswer === 'function' ? inputBoxAnswer() : inputBoxAnswer;
+    },
+    activeTextEditor: undefined,
   },
   commands: {
     registerCommand(id, fn) {
@@ -108,6 +125,8 @@ class LanguageClient {
     this.requests = [];
     this.notifications = [];
     this.stopped = false;
+    // The real converter writes a vscode.Uri as uri.toString(); the mock's documents carry that string.
+    this.code2ProtocolConverter = { asUri: (uri) => uri.toString() };
     seen.clients.push(this);
   }
   onDidChangeState(listener) {
@@ -132,6 +151,10 @@ class LanguageClient {
   async sendRequest(type, params) {
     this.requests.push({ method: type.method, params });
     if (type.method === 'workspace/executeCommand' && params.command === 'diffgemma.status') return serverStatus;
+    if (type.method === 'workspace/executeCommand' && params.command === 'diffgemma.rewriteSelection') {
+      if (rewriteAnswer instanceof Error) throw rewriteAnswer;
+      return typeof rewriteAnswer === 'function' ? rewriteAnswer(params) : rewriteAnswer;
+    }
     throw new Error(`unexpected request ${type.method}`);
   }
   async sendNotification(type, params) {
@@ -161,6 +184,7 @@ if (!require('node:fs').existsSync(path.join(ROOT, 'out', 'extension.js'))) {
 const extension = require(path.join(ROOT, 'out', 'extension.js'));
 const { describeStatus, pollDelayMs } = require(path.join(ROOT, 'out', 'status.js'));
 const { serverCommand, serverSettingKeys } = require(path.join(ROOT, 'out', 'config.js'));
+const { asRewriteResult, rewriteArgument } = require(path.join(ROOT, 'out', 'rewrite.js'));
 
 // -- helpers ------------------------------------------------------------------------------------------------------
 
@@ -186,9 +210,15 @@ beforeEach(() => {
     executed: [],
     errors: [],
     quickPicks: [],
+    infos: [],
+    warnings: [],
+    inputBoxes: [],
     failStart: undefined,
   };
   userSettings = {};
+  rewriteAnswer = { applied: true, reason: '' };
+  inputBoxAnswer = undefined;
+  vscodeMock.window.activeTextEditor = undefined;
   serverStatus = { engine: 'ready', model: 'memorized-test', pending: 0, inflight: 0, lastLatencyMs: null };
   vscodeMock.workspace.workspaceFolders = undefined;
 });
@@ -396,12 +426,167 @@ describe('lifecycle', () => {
   });
 });
 
+describe('rewrite selection with instruction', () => {
+  /** A fake editor whose selection runs from anchor to active (either may come first, as in VS Code). */
+  function fakeEditor({ uri = 'file:///ws/example.py', version = 7, anchor = [1, 0], active = [2, 16] } = {}) {
+    const pos = ([line, character]) => ({ line, character });
+    const [a, b] = [pos(anchor), pos(active)];
+    const before = a.line < b.line || (a.line === b.line && a.character <= b.character);
+    const selection = {
+      anchor: a,
+      active: b,
+      start: before ? a : b,
+      end: before ? b : a,
+      isEmpty: a.line === b.line && a.character === b.character,
+    };
+    return { document: { uri: { toString: () => uri }, version }, selection };
+  }
+
+  const rewriteRequests = (client) =>
+    client.requests.filter((request) => request.params.command === 'diffgemma.rewriteSelection');
+
+  test('asks for an instruction, then sends diffgemma.rewriteSelection {uri, range, version, instruction}', async () => {
+    const { client, controller } = await activate();
+    vscodeMock.window.activeTextEditor = fakeEditor();
+    inputBoxAnswer = '  use a - b  ';
+    const result = await seen.commands.get('diffgemma.rewriteSelectionWithInstruction')();
+    assert.equal(seen.inputBoxes.length, 1);
+    assert.match(seen.inputBoxes[0].title, /Rewrite selection/);
+    assert.deepEqual(rewriteRequests(client), [
+      {
+        method: 'workspace/executeCommand',
+        params: {
+          command: 'diffgemma.rewriteSelection',
+          arguments: [
+            {
+              uri: 'file:///ws/example.py',
+              range: { start: { line: 1, character: 0 }, end: { line: 2, character: 16 } },
+              version: 7,
+              instruction: 'use a - b',
+            },
+          ],
+        },
+      },
+    ]);
+    assert.deepEqual(result, { applied: true, reason: '' });
+    assert.ok(controller.output.lines.some((line) => line.includes('rewrite: applied')), controller.output.lines);
+  });
+
+  test('a selection made backwards (cursor before the anchor) sends the same ordered range', async () => {
+    const { client } = await activate();
+    vscodeMock.window.activeTextEditor = fakeEditor({ anchor: [2, 16], active: [1, 0] });
+    inputBoxAnswer = 'x';
+    await seen.commands.get('diffgemma.rewriteSelectionWithInstruction')();
+    const [request] = rewriteRequests(client);
+    assert.deepEqual(request.params.arguments[0].range, {
+      start: { line: 1, character: 0 },
+      end: { line: 2, character: 16 },
+    });
+  });
+
+  test('an empty instruction is left out (the model re-fills the selection)', async () => {
+    const { client } = await activate();
+    vscodeMock.window.activeTextEditor = fakeEditor();
+    inputBoxAnswer = '   ';
+    await seen.commands.get('diffgemma.rewriteSelectionWithInstruction')();
+    const [request] = rewriteRequests(client);
+    assert.equal('instruction' in request.params.arguments[0], false);
+  });
+
+  test('the version is the one when the command started, not after the input box', async () => {
+    const { client } = await activate();
+    const editor = fakeEditor({ version: 3 });
+    vscodeMock.window.activeTextEditor = editor;
+    inputBoxAnswer = () => {
+      editor.document.version = 4; // the user typed while the box was open
+      return 'x';
+    };
+    rewriteAnswer = { applied: false, reason: 'the document changed while the rewrite ran' };
+    const result = await seen.commands.get('diffgemma.rewriteSelectionWithInstruction')();
+    assert.equal(rewriteRequests(client)[0].params.arguments[0].version, 3);
+    assert.deepEqual(result, rewriteAnswer);
+  });
+
+  test('Escape in the input box sends nothing', async () => {
+    const { client } = await activate();
+    vscodeMock.window.activeTextEditor = fakeEditor();
+    inputBoxAnswer = undefined;
+    assert.equal(await seen.commands.get('diffgemma.rewriteSelectionWithInstruction')(), undefined);
+    assert.deepEqual(rewriteRequests(client), []);
+  });
+
+  test('no editor or an empty selection: a message, no input box, nothing sent', async () => {
+    const { client } = await activate();
+    await seen.commands.get('diffgemma.rewriteSelectionWithInstruction')();
+    vscodeMock.window.activeTextEditor = fakeEditor({ anchor: [1, 4], active: [1, 4] });
+    await seen.commands.get('diffgemma.rewriteSelectionWithInstruction')();
+    assert.equal(seen.inputBoxes.length, 0);
+    assert.equal(seen.infos.length, 2);
+    assert.match(seen.infos[0][0], /select the code/);
+    assert.deepEqual(rewriteRequests(client), []);
+  });
+
+  test('a server that is not running: a warning, nothing sent', async () => {
+    seen.failStart = 'spawn diffgemma-lsp ENOENT';
+    await activate();
+    vscodeMock.window.activeTextEditor = fakeEditor();
+    inputBoxAnswer = 'x';
+    await seen.commands.get('diffgemma.rewriteSelectionWithInstruction')();
+    assert.match(seen.warnings[0][0], /not running/);
+  });
+
+  test('a failing request: an error message and the log, no exception', async () => {
+    const { controller } = await activate();
+    vscodeMock.window.activeTextEditor = fakeEditor();
+    inputBoxAnswer = 'x';
+    rewriteAnswer = new Error('Request failed: no engine');
+    assert.equal(await seen.commands.get('diffgemma.rewriteSelectionWithInstruction')(), undefined);
+    assert.match(seen.errors.at(-1)[0], /no engine/);
+    assert.ok(controller.output.lines.some((line) => line.startsWith('error: rewrite failed')));
+  });
+
+  test('rewriteArgument: empty ranges give nothing; the range is copied, not shared', () => {
+    const range = { start: { line: 0, character: 2 }, end: { line: 0, character: 2 } };
+    assert.equal(rewriteArgument('file:///a', 1, range, 'x'), undefined);
+    const span = { start: { line: 0, character: 0 }, end: { line: 3, character: 1 } };
+    const argument = rewriteArgument('file:///a', 1, span);
+    assert.deepEqual(argument, { uri: 'file:///a', range: span, version: 1 });
+    assert.notEqual(argument.range.start, span.start);
+  });
+
+  test('asRewriteResult takes {applied, reason} and nothing else', () => {
+    assert.deepEqual(asRewriteResult({ applied: false, reason: 'stale' }), { applied: false, reason: 'stale' });
+    assert.deepEqual(asRewriteResult({ applied: true }), { applied: true, reason: '' });
+    assert.equal(asRewriteResult(null), undefined);
+    assert.equal(asRewriteResult({ applied: 'yes' }), undefined);
+  });
+});
+
 describe('package.json', () => {
   test('name, publisher, engine and entry point', () => {
     assert.equal(PACKAGE_JSON.name, 'diffgemma');
     assert.equal(PACKAGE_JSON.publisher, 'diffgemma');
     assert.equal(PACKAGE_JSON.engines.vscode, '^1.100.0');
     assert.equal(PACKAGE_JSON.main, './out/extension.js');
+  });
+
+  test('the instruction command is contributed with its title, and in the editor menu on a selection', () => {
+    const command = PACKAGE_JSON.contributes.commands.find(
+      (entry) => entry.command === 'diffgemma.rewriteSelectionWithInstruction',
+    );
+    assert.equal(`${command.category}: ${command.title}`, 'DiffGemma: Rewrite selection with instruction...');
+    assert.deepEqual(PACKAGE_JSON.contributes.menus['editor/context'], [
+      { command: 'diffgemma.rewriteSelectionWithInstruction', when: 'editorHasSelection', group: '1_modification' },
+    ]);
+  });
+
+  test('the rewrite settings', () => {
+    const properties = PACKAGE_JSON.contributes.configuration.properties;
+    assert.equal(properties['diffgemma.rewriteEnabled'].default, true);
+    assert.equal(properties['diffgemma.rewriteStrength'].default, 0.6);
+    assert.equal(properties['diffgemma.rewriteStrength'].exclusiveMinimum, 0);
+    assert.equal(properties['diffgemma.rewriteStrength'].maximum, 1);
+    assert.equal(properties['diffgemma.rewriteSteps'].default, 0);
   });
 
   test('server settings are the contributed ones less serverPath/serverArgs', () => {

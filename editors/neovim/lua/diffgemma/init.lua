@@ -5,7 +5,113 @@
 -- opts.settings     init_options, camelCase: { model = "...", device = "cuda", debounceMs = 75, ... }
 -- opts.autotrigger  ask for completions on the server's trigger characters (default: true)
 -- opts.accept_key   Neovim 0.12+: insert-mode key that accepts the ghost text (default: "<Tab>")
+--
+-- Rewrite selection: the server's code action comes through `vim.lsp.buf.code_action()` as it is. With an
+-- instruction: `require("diffgemma").rewrite()` from a visual-mode mapping, or `:'<,'>DiffgemmaRewrite [instruction]`
+-- (setup() defines it); without an instruction on the command line, both ask for one with `vim.ui.input`.
 local M = {}
+
+--- The server's command: its code action "Rewrite selection" runs it too.
+M.REWRITE_COMMAND = "diffgemma.rewriteSelection"
+
+--- An LSP position for byte column `col` (0-based) of line `row` (0-based), in the client's position encoding.
+local function lsp_position(bufnr, row, col, encoding)
+  local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, true)[1]
+  col = math.max(0, math.min(col, #line))
+  return { line = row, character = vim.str_utfindex(line, encoding, col, false) }
+end
+
+--- The LSP range of a visual region: `first` and `last` are getpos() results (1-based rows and byte columns, in
+--- either order), `mode` is "v" (charwise, `last`'s character included unless 'selection' is exclusive), or "V" or
+--- CTRL-V (whole lines: from the first line's start to the last line's end, its line break left out).
+function M.region_range(bufnr, first, last, mode, encoding)
+  local srow, scol, erow, ecol = first[2], first[3], last[2], last[3]
+  if erow < srow or (erow == srow and ecol < scol) then
+    srow, scol, erow, ecol = erow, ecol, srow, scol
+  end
+  local last_line = vim.api.nvim_buf_get_lines(bufnr, erow - 1, erow, true)[1]
+  local start_col, end_col
+  if mode == "v" then
+    start_col = scol - 1
+    end_col = math.min(ecol - 1, #last_line)
+    if vim.o.selection ~= "exclusive" then
+      end_col = end_col + #vim.fn.strpart(last_line, end_col, 1, true) -- the whole last character
+    end
+  else
+    start_col, end_col = 0, #last_line
+  end
+  return {
+    start = lsp_position(bufnr, srow - 1, start_col, encoding),
+    ["end"] = lsp_position(bufnr, erow - 1, end_col, encoding),
+  }
+end
+
+--- The current selection's range: the visual region when in visual mode (then visual mode ends), else the last one
+--- ('< and '>) when `line1`/`line2` (a command's range) are its lines, else those whole lines. nil without any.
+local function selection_range(bufnr, encoding, line1, line2)
+  local mode = vim.api.nvim_get_mode().mode
+  local visual = mode:sub(1, 1)
+  if visual == "v" or visual == "V" or visual == "\22" then
+    local range = M.region_range(bufnr, vim.fn.getpos("v"), vim.fn.getpos("."), visual, encoding)
+    -- :normal keeps what is still to be typed (the feedkeys "x" flag would run it all now).
+    vim.cmd("normal! " .. vim.keycode("<Esc>"))
+    return range
+  end
+  if not line1 then
+    return nil
+  end
+  local first, last = vim.fn.getpos("'<"), vim.fn.getpos("'>")
+  if first[2] == line1 and last[2] == line2 then
+    return M.region_range(bufnr, first, last, vim.fn.visualmode(), encoding)
+  end
+  return M.region_range(bufnr, { 0, line1, 1, 0 }, { 0, line2, 1, 0 }, "V", encoding)
+end
+
+--- Rewrite the selection with the server's `diffgemma.rewriteSelection` (the server shows progress and applies the
+--- edit, one undo step; it refuses when the buffer changed meanwhile).
+--- opts.instruction  what to do with the selection (nil: ask with vim.ui.input; "" : no instruction)
+--- opts.range        an LSP range (default: the visual selection, or opts.line1/line2 from a command)
+--- opts.bufnr        default: the current buffer
+--- opts.on_done      function(err, result) with the command's answer {applied, reason}
+function M.rewrite(opts)
+  opts = opts or {}
+  local bufnr = opts.bufnr or vim.api.nvim_get_current_buf()
+  local client = vim.lsp.get_clients({ bufnr = bufnr, name = "diffgemma" })[1]
+  if not client then
+    vim.notify("diffgemma: the language server is not attached to this buffer", vim.log.levels.WARN)
+    return
+  end
+  local range = opts.range or selection_range(bufnr, client.offset_encoding, opts.line1, opts.line2)
+  if not range or (range.start.line == range["end"].line and range.start.character == range["end"].character) then
+    vim.notify("diffgemma: select the code to rewrite first", vim.log.levels.INFO)
+    return
+  end
+  -- Read before the prompt: an edit made while it is open makes the server refuse the stale rewrite.
+  local argument = { uri = vim.uri_from_bufnr(bufnr), range = range, version = vim.lsp.util.buf_versions[bufnr] }
+  local function run(instruction)
+    if instruction == nil then
+      return -- cancelled
+    end
+    instruction = vim.trim(instruction)
+    if instruction ~= "" then
+      argument.instruction = instruction
+    end
+    local command = { title = "Rewrite selection", command = M.REWRITE_COMMAND, arguments = { argument } }
+    client:exec_cmd(command, { bufnr = bufnr }, function(err, result)
+      if err then
+        vim.notify("diffgemma: the rewrite failed: " .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
+      end
+      if opts.on_done then
+        opts.on_done(err, result)
+      end
+    end)
+  end
+  if opts.instruction ~= nil then
+    run(opts.instruction)
+  else
+    vim.ui.input({ prompt = "Rewrite instruction (empty: re-fill): " }, run)
+  end
+end
 
 function M.setup(opts)
   opts = opts or {}
@@ -16,6 +122,14 @@ function M.setup(opts)
     init_options = opts.settings or {},
   })
   vim.lsp.enable("diffgemma")
+
+  vim.api.nvim_create_user_command("DiffgemmaRewrite", function(args)
+    M.rewrite({
+      line1 = args.range > 0 and args.line1 or nil,
+      line2 = args.range > 0 and args.line2 or nil,
+      instruction = args.args ~= "" and args.args or nil,
+    })
+  end, { range = true, nargs = "*", desc = "diffgemma: rewrite the selection (with an instruction)" })
 
   local accept_key = opts.accept_key or "<Tab>"
   vim.api.nvim_create_autocmd("LspAttach", {
