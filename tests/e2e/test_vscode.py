@@ -375,7 +375,7 @@ def test_rewrite_selection_with_instruction_command_in_vscode(
     memorized_model_dir: Path,
     isolated_env: Path,
 ) -> None:
-    """code-server: "DiffGemma: Rewrite selection with instruction..." asks in an input box (the instruction is
+    """code-server: "DiffusionGemma: Rewrite selection with instruction..." asks in an input box (the instruction is
     typed there), then the server rewrites the selection (the FIM test checkpoint ignores the instruction)."""
     original = MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX
     scenario = _rewrite_scenario("rewrite-instruction", instruction="use a plus sign")

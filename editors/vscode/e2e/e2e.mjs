@@ -9,7 +9,7 @@
 //   back from disk; then wait for the status bar to show the latency;
 // - "rewrite-action": select cfg.selectDown lines down and to the line's end, run "Refactor...", pick "Rewrite
 //   selection" in the code action menu; "rewrite-instruction": the same selection, then the command
-//   "DiffGemma: Rewrite selection with instruction...", the instruction typed in its input box, Enter. Both wait
+//   "DiffusionGemma: Rewrite selection with instruction...", the instruction typed in its input box, Enter. Both wait
 //   for the editor to show cfg.expected, save and read the file back, then undo once (Ctrl+Z), save, and read the
 //   file back again.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -198,7 +198,7 @@ async function rewriteSteps() {
     await page.keyboard.press('Enter');
     log('picked "Rewrite selection"');
   } else {
-    await pickCommand('DiffGemma: Rewrite selection with instruction...');
+    await pickCommand('DiffusionGemma: Rewrite selection with instruction...');
     const box = page.locator('.quick-input-widget');
     await poll('instruction input box', 10000, async () => {
       const title = (await box.locator('.quick-input-title').textContent().catch(() => '')) ?? '';

@@ -574,7 +574,7 @@ describe('package.json', () => {
     const command = PACKAGE_JSON.contributes.commands.find(
       (entry) => entry.command === 'diffgemma.rewriteSelectionWithInstruction',
     );
-    assert.equal(`${command.category}: ${command.title}`, 'DiffGemma: Rewrite selection with instruction...');
+    assert.equal(`${command.category}: ${command.title}`, 'DiffusionGemma: Rewrite selection with instruction...');
     assert.deepEqual(PACKAGE_JSON.contributes.menus['editor/context'], [
       { command: 'diffgemma.rewriteSelectionWithInstruction', when: 'editorHasSelection', group: '1_modification' },
     ]);
