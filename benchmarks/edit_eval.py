@@ -21,9 +21,10 @@ when this was written), and the program runs with the task's tests.
 
 Reported for each strength: pass@1 of the repaired programs, steps per edit (``Timings.steps``), ms per edit (the
 wall time of ``run_infill``; the engine's own ``total_ms`` beside it), the share of answers that hand back the
-corrupted line unchanged and the share that restore the original line. Strength 1 is a from-noise infill of the same
-span, the baseline every lighter strength is measured against. Beside them: the do-nothing floor (the corrupted
-program as is, which fails by construction: 0) and the "keep the line" check (the corrupted line sent with
+corrupted line unchanged (``unchanged``; ``starts_with_corrupted``: the line and maybe more after it) and the share
+that restore the original line (``restored``, blank space at the ends aside). Strength 1 is a from-noise infill of
+the same span, the baseline every lighter strength is measured against. Beside them: the do-nothing floor (the
+corrupted program as is, which fails by construction: 0) and the "keep the line" check (the corrupted line sent with
 ``keep=True`` at strength 1: the engine must hand it back as it is, so the share it does should be 1 and the pass@1
 0). ``--corrupt-only`` chooses the corruptions and stops (no model): what the edits are, and that each breaks its
 task. Data: ``benchmarks.humaneval``. Never train on it.
@@ -283,7 +284,8 @@ def finish(edit: Edit, text: str) -> str:
 
 def measure(edits: list[Edit], rewrite: Rewrite, strength: float, seed: int, timeout: float, keep: bool = False):
     """One strength's figures over every edit (edit i seeded ``seed + i``)."""
-    passed, unchanged, restored, parses, steps, wall, engine, samples, passed_ids = 0, 0, 0, 0, [], [], [], [], []
+    passed, unchanged, kept, restored, parses = 0, 0, 0, 0, 0
+    steps, wall, engine, samples, passed_ids = [], [], [], [], []
     by_kind: Counter[str] = Counter()
     for i, edit in enumerate(edits):
         text, ran, ms, engine_ms = rewrite(edit, strength, seed + i, keep)
@@ -293,6 +295,7 @@ def measure(edits: list[Edit], rewrite: Rewrite, strength: float, seed: int, tim
         passed += ok
         by_kind[edit.kind] += ok
         unchanged += answer == edit.corrupted
+        kept += answer.startswith(edit.corrupted)
         restored += answer.strip() == edit.line.strip()
         parses += compiles(program)
         steps.append(ran)
@@ -316,6 +319,7 @@ def measure(edits: list[Edit], rewrite: Rewrite, strength: float, seed: int, tim
         "latency_ms_median": statistics.median(wall),
         "engine_ms_per_edit": statistics.mean(engine),
         "unchanged": unchanged / n,
+        "starts_with_corrupted": kept / n,
         "restored": restored / n,
         "parses": parses / n,
         "passed_task_ids": passed_ids,
