@@ -21,14 +21,13 @@ when this was written), and the program runs with the task's tests.
 
 Reported for each strength: pass@1 of the repaired programs, steps per edit (``Timings.steps``), ms per edit (the
 wall time of ``run_infill``; the engine's own ``total_ms`` beside it), the share of answers that hand back the
-corrupted line unchanged (``unchanged``; ``starts_with_corrupted``: the line and maybe more after it) and the share
-that restore the original line (``restored``, blank space at the ends aside). Strength 1 is a from-noise infill of
-the same span, the baseline every lighter strength is measured against. Beside them: the do-nothing floor (the
-corrupted program as is, which fails by construction: 0) and the "keep the line" check (the corrupted line sent with
-``keep=True`` at strength 1: the engine must hand it back as it is, so the share it does should be 1 and the pass@1
-0). ``--corrupt-only`` chooses the corruptions and stops (no model): what the edits are, and that each breaks its
-task. Data: ``benchmarks.humaneval``. Never train on it.
-"""
+corrupted line unchanged (``unchanged``; ``starts_with_corrupted``: the engine's text starts with the line, maybe
+more after it) and the share that restore the original line (``restored``, blank space at the ends aside). Strength 1
+is a from-noise infill of the same span, the baseline every lighter strength is measured against. Beside them: the
+do-nothing floor (the corrupted program as is, which fails by construction: 0) and the "keep the line" check (the
+corrupted line sent with ``keep=True`` at strength 1: the engine must hand it back as it is, so the share it does
+should be 1 and the pass@1 0). ``--corrupt-only`` chooses the corruptions and stops (no model): what the edits are,
+and that each breaks its task. Data: ``benchmarks.humaneval``. Never train on it."""
 
 from __future__ import annotations
 
@@ -295,7 +294,7 @@ def measure(edits: list[Edit], rewrite: Rewrite, strength: float, seed: int, tim
         passed += ok
         by_kind[edit.kind] += ok
         unchanged += answer == edit.corrupted
-        kept += answer.startswith(edit.corrupted)
+        kept += text.startswith(edit.corrupted)  # the engine's own text: what keep must hand back
         restored += answer.strip() == edit.line.strip()
         parses += compiles(program)
         steps.append(ran)
