@@ -1,7 +1,8 @@
 """Repairs on HumanEval: one line of a correct program corrupted, the engine asked to rewrite that line.
 
     python -m benchmarks.edit_eval [--model DIR] [--data FILE] [--n 45] [--strengths S [S ...]] [--steps N]
-                                   [--seed 0] [--timeout 5] [--json PATH] [--plot PATH] [--corrupt-only]
+                                   [--seed 0] [--timeout 5] [--device cpu] [--instruction TEXT] [--json PATH]
+                                   [--plot PATH] [--corrupt-only]
 
 The programs are HumanEval's canonical solutions as the single-line infilling tasks hold them
 (``benchmarks.humaneval``): each task is a whole program split around one line of its solution. For each of ``--n``
@@ -238,9 +239,11 @@ Rewrite = Callable[[Edit, float, int, bool], tuple[str, int, float, float]]
 """(edit, strength, seed, keep) -> (the engine's text, steps run, wall ms, the engine's own ms)."""
 
 
-def engine_rewriter(model_dir: Path, steps: int, threads: int) -> tuple[Rewrite, dict[str, object]]:
-    """The engine's ``run_infill`` on the loaded model, with the rewrite request the language server would send;
-    and what to say about the model in the JSON."""
+def engine_rewriter(
+    model_dir: Path, device: str, steps: int, threads: int, instruction: str
+) -> tuple[Rewrite, dict[str, object]]:
+    """The engine's ``run_infill`` on the model loaded on ``device`` (float32 on a CPU, else the engine's dtype),
+    with the rewrite request the language server would send; and what to say about the model in the JSON."""
     import torch
 
     from diffgemma_engine import protocol
@@ -248,7 +251,7 @@ def engine_rewriter(model_dir: Path, steps: int, threads: int) -> tuple[Rewrite,
     from diffgemma_engine.model import load_model
 
     torch.set_num_threads(threads)
-    loaded = load_model(model_dir, "cpu", "float32")
+    loaded = load_model(model_dir, device, "float32" if device == "cpu" else None)
     run_infill(loaded, protocol.Infill(id="warm-up", uri="", prefix="def f():\n", max_steps=2))
 
     def rewrite(edit: Edit, strength: float, seed: int, keep: bool) -> tuple[str, int, float, float]:
@@ -262,6 +265,7 @@ def engine_rewriter(model_dir: Path, steps: int, threads: int) -> tuple[Rewrite,
             seed=seed,
             start=[protocol.StartSegment(text=edit.corrupted, keep=keep)],
             strength=strength,
+            instruction=instruction,
         )
         started = time.perf_counter()
         text, _, timings = run_infill(loaded, request)
@@ -270,6 +274,8 @@ def engine_rewriter(model_dir: Path, steps: int, threads: int) -> tuple[Rewrite,
     about = {
         "model": str(model_dir),
         "layout": loaded.layout.name,
+        "device": str(loaded.device),
+        "instruction": instruction,
         "canvas_length": loaded.canvas_length,
         "params": sum(p.numel() for p in loaded.model.parameters()),
     }
@@ -342,6 +348,8 @@ def main() -> None:
     parser.add_argument("--tries", type=int, default=8, help="candidates tested per kind before the next kind")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per test run")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (float32 on a CPU, else the engine's dtype)")
+    parser.add_argument("--instruction", default="", help="for a chat-layout checkpoint (FIM ones ignore it)")
     parser.add_argument("--corrupt-only", action="store_true", help="choose and test the corruptions, no model")
     parser.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/edit_eval.json")
     parser.add_argument("--plot", type=Path, default=None, help="default: the --json path with .png")
@@ -373,7 +381,7 @@ def main() -> None:
         else:
             print(json.dumps(figures, indent=2))
         return
-    rewrite, about = engine_rewriter(args.model, args.steps, args.threads)
+    rewrite, about = engine_rewriter(args.model, args.device, args.steps, args.threads, args.instruction)
     figures = {**about, "threads": args.threads, "steps_asked": args.steps, "postprocessing": POSTPROCESSING, **figures}
     runs = []
     for strength in strengths:
