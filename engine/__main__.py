@@ -2,7 +2,9 @@
 
 diffgemma-engine serve  [--model DIR] [--socket PATH] [--device auto|cpu|cuda] [--dtype auto|...]
 diffgemma-engine infill [--model DIR] [--prefix FILE] [--suffix FILE] [--language ID] [--show-prompt]
-                                                    (prefix from stdin by default)
+                        [--start FILE [--strength S] [--instruction TEXT]]
+                                                    (prefix from stdin by default; with --start, a rewrite of
+                                                    the text in FILE between prefix and suffix)
 diffgemma-engine plan   [--model DIR] [--device D] [--quantization Q] [--max-memory SPEC] [--json]
                                                     (memory and placement from the config; loads no weights)
 """
@@ -109,13 +111,14 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 def infill(args: argparse.Namespace) -> int:
-    """Print one completion for a prefix and suffix."""
+    """Print one completion for a prefix and suffix, or with ``--start`` the replacement of a selection."""
     from .errors import EngineError
     from .infill import build_prompt, run_infill
     from .model import load_model
 
     prefix = args.prefix.read_text() if args.prefix else sys.stdin.read()
     suffix = args.suffix.read_text() if args.suffix else ""
+    start = [protocol.StartSegment(text=args.start.read_text())] if args.start else []
     try:
         loaded = load_model(
             args.model, args.device, args.dtype, max_memory=args.max_memory, quantization=args.quantization
@@ -129,6 +132,9 @@ def infill(args: argparse.Namespace) -> int:
             max_steps=args.steps,
             seed=args.seed,
             language_id=args.language,
+            start=start,
+            strength=args.strength,
+            instruction=args.instruction,
         )
         if args.show_prompt:
             prompt = build_prompt(loaded, request)
@@ -236,6 +242,21 @@ def main(argv: list[str] | None = None) -> None:
     infill_parser.add_argument("--language", default="", help="the document's language id (the chat layout's fences)")
     infill_parser.add_argument(
         "--show-prompt", action="store_true", help="print the prompt as the model sees it, and its size, on stderr"
+    )
+    infill_parser.add_argument(
+        "--start",
+        type=Path,
+        default=None,
+        help="file with the text to rewrite (the selection between prefix and suffix): print its replacement",
+    )
+    infill_parser.add_argument(
+        "--strength",
+        type=float,
+        default=1.0,
+        help="with --start: the share of the canvas renoised at the start, more than 0 and at most 1 (default 1)",
+    )
+    infill_parser.add_argument(
+        "--instruction", default="", help="with --start, for an instruction model: what to do with the text"
     )
 
     plan_parser = commands.add_parser("plan", help="memory needed and where it would go, from the config alone")

@@ -6,7 +6,8 @@ decoder's attention mask, and each row's canvas keeps its own positions (the cac
 encoding). A row that is cancelled or runs out of time is frozen while the others go on.
 
 It takes rows (a request, whose encoded prompt to reuse, when to stop), not the queue's jobs: ``engine.worker``
-turns the jobs it takes into rows.
+turns the jobs it takes into rows. A rewrite (``Infill.start``) runs alone, or with its own candidates: its rows
+share one start and one shortened schedule, which other requests' rows do not.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from . import protocol
 from .canvas.caches import stack_rows
 from .canvas.denoise import StopCheck, denoise_canvas
 from .errors import BadRequestError
-from .infill import check_request, finish_row, timed_prompt_ids
+from .infill import check_request, finish_row, start_canvas, timed_prompt_ids, timed_start_row
 from .model import LoadedModel
 from .quantize import grad_mode
 
@@ -43,6 +44,8 @@ def compatible(a: protocol.Infill, b: protocol.Infill, loaded: LoadedModel) -> b
         return False
     if a.candidates > 1 or b.candidates > 1:
         return False  # already a batch of its own
+    if a.start or b.start:
+        return False  # a rewrite starts part-way down its schedule, from its own canvas
     try:
         return check_request(loaded, a) == check_request(loaded, b)  # the same canvas length and step count
     except BadRequestError:
@@ -53,12 +56,14 @@ def run_batch(loaded: LoadedModel, rows: Sequence[Row]) -> list[tuple[str, proto
     """Denoise one canvas for each row in a single batch; returns each row's (text, stop reason, timings)."""
     assert loaded.prefix_cache is not None
     canvas_length, steps = check_request(loaded, rows[0].request)
-    views, reused, prompt_lengths, tokenize_ms, encode_ms = [], [], [], [], []
+    views, reused, prompt_lengths, tokenize_ms, encode_ms, starts = [], [], [], [], [], []
     for row in rows:
+        first_canvas, start_ms = timed_start_row(loaded, row.request, canvas_length)
         ids, tokenized_ms = timed_prompt_ids(loaded, row.request)
         start = time.perf_counter()
         view, cached = loaded.prefix_cache.prepare(row.cache_key, ids)
-        tokenize_ms.append(tokenized_ms)
+        starts.append(first_canvas)
+        tokenize_ms.append(start_ms + tokenized_ms)
         encode_ms.append((time.perf_counter() - start) * 1000)
         views.append(view)
         reused.append(cached)
@@ -77,13 +82,16 @@ def run_batch(loaded: LoadedModel, rows: Sequence[Row]) -> list[tuple[str, proto
         decoder_mask=decoder_mask,
         row_checks=[row.should_stop for row in rows],
         step=loaded.step,
+        start=start_canvas(loaded, [row.request for row in rows], starts),
     )
     denoise_ms = (time.perf_counter() - start) * 1000
+    held_until = [first_canvas.held_until if first_canvas is not None else 0 for first_canvas in starts]
     return [
         finish_row(
             loaded,
             denoised.tokens[index].tolist(),
             denoised.row_stops[index],
+            held_until=held_until[index],
             tokenize_ms=tokenize_ms[index],
             encode_ms=encode_ms[index],
             denoise_ms=denoise_ms,

@@ -2,6 +2,11 @@
 
 The canvas (``engine.canvas``) hands back token ids; this module cuts them at the first end-of-sequence token
 and decodes them (``finish_row``, also used for each row of a batch by ``engine.batch``).
+
+A rewrite (``Infill.start``) is the same request with a canvas that starts from the selection instead of noise
+(``start_row``): its segments' tokens, then end-of-sequence and padding, as training lays out a middle; ``keep``
+segments are held fixed. Its prompt is the insertion's (a chat layout adds the selection and the instruction), and
+the loop runs the part of its schedule that ``strength`` calls for (``engine.canvas.denoise.start_step``).
 """
 
 from __future__ import annotations
@@ -10,21 +15,25 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import attrs
 import torch
 
 from . import protocol
-from .canvas.denoise import StopCheck, run_canvas
+from .canvas.denoise import StartCanvas, StopCheck, run_canvas, start_step
+from .clock import StepClock
 from .errors import BadRequestError
 from .model import LoadedModel
-from .prompt import Prompt, char_budget_cut, parts_of
+from .prompt import Prompt, char_budget_cut, parts_of, text_encoder
 
 MAX_CANVAS_LENGTH = protocol.MAX_CANVAS_LENGTH
 MAX_STEPS = protocol.MAX_STEPS
+MAX_INSTRUCTION_CHARS = protocol.MAX_INSTRUCTION_CHARS
 CHARS_PER_TOKEN = 4
+MAX_CHARS_PER_TOKEN = 32
+"""More characters than this per canvas token cannot fit: such a selection is refused before it is tokenized."""
 
 
 def build_prompt(loaded: LoadedModel, request: protocol.Infill) -> Prompt:
@@ -79,7 +88,108 @@ def check_request(loaded: LoadedModel, request: protocol.Infill) -> tuple[int, i
         raise BadRequestError(f"max_steps must be between 1 and {MAX_STEPS}, got {steps}")
     if request.deadline_ms < 0:
         raise BadRequestError(f"deadline_ms must be 0 (none) or positive, got {request.deadline_ms}")
+    if not 0.0 < request.strength <= 1.0:  # NaN too
+        raise BadRequestError(f"strength must be more than 0 and at most 1, got {request.strength}")
+    if len(request.instruction) > MAX_INSTRUCTION_CHARS:
+        raise BadRequestError(
+            f"the instruction is {len(request.instruction)} characters, more than {MAX_INSTRUCTION_CHARS}: shorten it"
+        )
     return canvas, steps
+
+
+@attrs.frozen
+class StartRow:
+    """A rewrite's first canvas, as token ids, and what of it is held."""
+
+    tokens: list[int]
+    """The segments' tokens, end-of-sequence, then padding: the canvas length."""
+    held: list[bool]
+    """Per position: a ``keep`` segment's token, fixed through denoising."""
+
+    @property
+    def held_until(self) -> int:
+        """The position after the last held token (0: none held)."""
+        return max((index + 1 for index, held in enumerate(self.held) if held), default=0)
+
+
+def end_ids(loaded: LoadedModel) -> tuple[int, int]:
+    """(end-of-sequence, padding) for a start canvas: the tokenizer's end-of-sequence when the model stops on it
+    (else the lowest id it stops on), and its padding (else end-of-sequence again)."""
+    eos = loaded.tokenizer.eos_token_id
+    if eos not in loaded.eos_ids:
+        if not loaded.eos_ids:
+            raise BadRequestError("the model has no end-of-sequence token, so a rewrite's length cannot be marked")
+        eos = min(loaded.eos_ids)
+    assert isinstance(eos, int)
+    return eos, loaded.pad_id if loaded.pad_id is not None else eos
+
+
+def start_row(loaded: LoadedModel, request: protocol.Infill, canvas_length: int) -> StartRow | None:
+    """The canvas a rewrite starts from, laid out as training lays out a middle (``engine.training.data``): each
+    segment's tokens in order (its text encoded as text: special tokens written in it stay ordinary tokens), then
+    end-of-sequence and padding to ``canvas_length``. None for an insertion. ``BadRequestError`` when the selection
+    and its end-of-sequence token do not fit one canvas."""
+    if not request.start:
+        return None
+    chars = sum(len(segment.text) for segment in request.start)
+    if chars > canvas_length * MAX_CHARS_PER_TOKEN:
+        raise BadRequestError(
+            f"the selection is {chars} characters, more than one canvas of {canvas_length} tokens holds: select less"
+        )
+    encode = text_encoder(loaded.tokenizer)
+    tokens: list[int] = []
+    held: list[bool] = []
+    for segment in request.start:
+        ids = encode(segment.text) if segment.text else []
+        tokens += ids
+        held += [segment.keep] * len(ids)
+    if len(tokens) >= canvas_length:
+        raise BadRequestError(
+            f"the selection is {len(tokens)} tokens, more than one canvas of {canvas_length} holds "
+            f"({canvas_length - 1} and its end-of-sequence token): select less"
+        )
+    eos, pad = end_ids(loaded)
+    padding = canvas_length - len(tokens) - 1
+    return StartRow(tokens=[*tokens, eos, *[pad] * padding], held=[*held, *[False] * (padding + 1)])
+
+
+def start_canvas(
+    loaded: LoadedModel, requests: Sequence[protocol.Infill], rows: Sequence[StartRow | None]
+) -> StartCanvas | None:
+    """The ``StartCanvas`` of a batch's rows (None: insertions, from noise). Its rows share one schedule, so they
+    are all rewrites of one strength (``engine.batch.compatible`` keeps others apart)."""
+    if all(row is None for row in rows):
+        return None
+    strengths = {request.strength for request in requests}
+    if any(row is None for row in rows) or len(strengths) > 1:
+        raise ValueError("a batch's rows must all be rewrites of one strength, or all insertions")
+    starts = [row for row in rows if row is not None]
+    held = torch.tensor([row.held for row in starts], dtype=torch.bool, device=loaded.device)
+    return StartCanvas(
+        tokens=torch.tensor([row.tokens for row in starts], dtype=torch.long, device=loaded.device),
+        fixed=held if bool(held.any()) else None,
+        strength=strengths.pop(),
+    )
+
+
+def timed_start_row(loaded: LoadedModel, request: protocol.Infill, canvas_length: int) -> tuple[StartRow | None, float]:
+    """``start_row`` and the milliseconds it took (counted in ``Timings.tokenize_ms``)."""
+    started = time.perf_counter()
+    row = start_row(loaded, request, canvas_length)
+    return row, (time.perf_counter() - started) * 1000
+
+
+def strength_of(request: protocol.Infill) -> float:
+    """The share of the schedule a request runs: its ``strength`` for a rewrite, the whole for an insertion."""
+    return request.strength if request.start else 1.0
+
+
+def budget_steps(clock: StepClock, canvas_length: int, steps: int, strength: float, time_left_ms: float) -> int:
+    """The schedule's length (``max_steps``) whose run from ``start_step(strength, ...)`` down to 1 is expected to
+    fit in ``time_left_ms``: ``steps`` when it fits, else a shorter schedule, whole."""
+    run = start_step(strength, steps)
+    affordable = clock.step_budget(canvas_length, run, time_left_ms)
+    return steps if affordable >= run else max(1, int(affordable / strength))
 
 
 def run_infill(
@@ -97,7 +207,8 @@ def run_infill(
     """
     canvas_length, steps = check_request(loaded, request)
     if time_left_ms is not None:
-        steps = loaded.clock.step_budget(canvas_length, steps, time_left_ms)
+        steps = budget_steps(loaded.clock, canvas_length, steps, strength_of(request), time_left_ms)
+    row, start_ms = timed_start_row(loaded, request, canvas_length)
     ids, tokenize_ms = timed_prompt_ids(loaded, request)
     generator = None
     if request.seed is not None:
@@ -114,13 +225,15 @@ def run_infill(
         prefix_cache=loaded.prefix_cache,
         cache_key=cache_key,
         step=loaded.step,
+        start=start_canvas(loaded, [request], [row]),
     )
     loaded.clock.observe(canvas_length, out.encode_ms, out.denoise_ms, out.steps)
     return finish_row(
         loaded,
         out.tokens[0].tolist(),
         out.stopped_by,
-        tokenize_ms=tokenize_ms,
+        held_until=row.held_until if row is not None else 0,
+        tokenize_ms=start_ms + tokenize_ms,
         encode_ms=out.encode_ms,
         denoise_ms=out.denoise_ms,
         steps=out.steps,
@@ -130,10 +243,11 @@ def run_infill(
 
 
 def finish_row(
-    loaded: LoadedModel, canvas: list[int], stopped_by: str | None, **timings: float
+    loaded: LoadedModel, canvas: list[int], stopped_by: str | None, held_until: int = 0, **timings: float
 ) -> tuple[str, protocol.StopReason, protocol.Timings]:
-    """(text, stop reason, timings) of one denoised canvas row; ``stopped_by`` is a cancel/deadline reason."""
-    tokens, found_eos = cut_at_eos(canvas, loaded.eos_ids, loaded.pad_id)
+    """(text, stop reason, timings) of one denoised canvas row; ``stopped_by`` is a cancel/deadline reason;
+    ``held_until``: a rewrite's held tokens end there (see ``cut_at_eos``)."""
+    tokens, found_eos = cut_at_eos(canvas, loaded.eos_ids, loaded.pad_id, held_until)
     if stopped_by is not None:
         stop = protocol.StopReason(stopped_by)
     else:
@@ -145,12 +259,16 @@ def finish_row(
     return "" if dropped else loaded.decode(tokens), stop, protocol.Timings(new_tokens=len(tokens), **rounded)
 
 
-def cut_at_eos(tokens: list[int], eos_ids: set[int], pad_id: int | None) -> tuple[list[int], bool]:
-    """The tokens before the first end-of-sequence, and whether one was found; pads are dropped."""
+def cut_at_eos(tokens: list[int], eos_ids: set[int], pad_id: int | None, held_until: int = 0) -> tuple[list[int], bool]:
+    """The tokens before the first end-of-sequence, and whether one was found; pads are dropped.
+
+    Before ``held_until`` (a rewrite's last held token and what precedes it) an end-of-sequence is dropped like a
+    pad, so that the held tokens always come back: the model shortens a segment before a held one that way.
+    """
     out: list[int] = []
-    for token in tokens:
-        if token in eos_ids:
+    for index, token in enumerate(tokens):
+        if token in eos_ids and index >= held_until:
             return out, True
-        if token != pad_id:
+        if token != pad_id and token not in eos_ids:
             out.append(token)
     return out, False

@@ -23,6 +23,10 @@ exist:
   ``suffix_first`` (the default) keeps what changes while typing next to the template's tail; ``in_place``
   shows one block ``PREFIX<CURSOR>SUFFIX`` instead (a checkpoint hint, ``chat_order``).
 
+  A rewrite (``PromptParts.selection``) asks instead to rewrite the code marked ``<SELECTION>...</SELECTION>``
+  where the cursor would be, with the user's instruction (``REWRITE_INSTRUCTION`` without one). The ``fim`` layout
+  has no place for either: its prompt is the insertion's, and the selection starts the canvas (``engine.infill``).
+
 Both layouts budget the code, not the rendered ids: the fixed parts always survive, and prefix and suffix are cut
 on line boundaries that stay put while the user types (``engine.budget``). Text from the user is encoded as
 text: a ``<turn|>`` or ``<eos>`` written in the code never becomes that control token.
@@ -54,6 +58,18 @@ CHAT_INSTRUCTION_SUFFIX_FIRST = (
     "before it. Answer with only the code that goes at {mark}: no explanation, no code fence, and none of the "
     "code around it."
 )
+SELECTION_OPEN = "<SELECTION>"
+SELECTION_CLOSE = "</SELECTION>"
+REWRITE_INSTRUCTION = "Rewrite the selected code."
+"""A rewrite's instruction when the user gave none."""
+CHAT_REWRITE_RULES = (
+    "The selected code is marked with {open} and {close}. Answer with only the code that replaces it: no "
+    "explanation, no code fence, no markers, and none of the code around it."
+)
+CHAT_REWRITE_RULES_SUFFIX_FIRST = (
+    CHAT_REWRITE_RULES + " The file is shown in two parts: first the code after the selection, then the code "
+    "before it, ending with the selection."
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -66,6 +82,10 @@ class PromptParts:
     """(filename, text) chunks from other files."""
     language: str = ""
     """The document's language id (``python``), for the chat layout's code fences; may be empty."""
+    selection: str | None = None
+    """A rewrite: the text between prefix and suffix that the answer replaces. None: an insertion at the cursor."""
+    instruction: str = ""
+    """A rewrite's instruction from the user (the chat layout's; empty: ``REWRITE_INSTRUCTION``)."""
 
 
 def parts_of(request: protocol.Infill) -> PromptParts:
@@ -75,6 +95,8 @@ def parts_of(request: protocol.Infill) -> PromptParts:
         suffix=request.suffix,
         extra=[(chunk.filename, chunk.text) for chunk in request.extra],
         language=request.language_id,
+        selection="".join(segment.text for segment in request.start) if request.start else None,
+        instruction=request.instruction,
     )
 
 
@@ -172,6 +194,8 @@ def chat_user_text(parts: PromptParts, order: str = SUFFIX_FIRST) -> str:
     """The user turn of the ``chat`` layout: other files, the instruction, then the code (see the module doc)."""
     fence = f"```{parts.language}\n"
     extra = "".join(chat_file_block(name, text, parts.language) for name, text in parts.extra)
+    if parts.selection is not None:
+        return _chat_rewrite_text(parts, order, extra, fence)
     if order == IN_PLACE:
         instruction = CHAT_INSTRUCTION.format(mark=CURSOR_MARK)
         return f"{extra}{instruction}\n\n{fence}{parts.prefix}{CURSOR_MARK}{parts.suffix}\n```"
@@ -179,6 +203,21 @@ def chat_user_text(parts: PromptParts, order: str = SUFFIX_FIRST) -> str:
     return (
         f"{extra}{instruction}\n\nThe code after {CURSOR_MARK}:\n{fence}{parts.suffix}\n```\n\n"
         f"The code before {CURSOR_MARK}:\n{fence}{parts.prefix}{CURSOR_MARK}\n```"
+    )
+
+
+def _chat_rewrite_text(parts: PromptParts, order: str, extra: str, fence: str) -> str:
+    """``chat_user_text`` for a rewrite: other files, the user's instruction and the rules of the answer, then the
+    code with the selection between ``SELECTION_OPEN`` and ``SELECTION_CLOSE``."""
+    marked = f"{SELECTION_OPEN}{parts.selection}{SELECTION_CLOSE}"
+    instruction = parts.instruction.strip() or REWRITE_INSTRUCTION
+    if order == IN_PLACE:
+        rules = CHAT_REWRITE_RULES.format(open=SELECTION_OPEN, close=SELECTION_CLOSE)
+        return f"{extra}{instruction}\n\n{rules}\n\n{fence}{parts.prefix}{marked}{parts.suffix}\n```"
+    rules = CHAT_REWRITE_RULES_SUFFIX_FIRST.format(open=SELECTION_OPEN, close=SELECTION_CLOSE)
+    return (
+        f"{extra}{instruction}\n\n{rules}\n\nThe code after the selection:\n{fence}{parts.suffix}\n```\n\n"
+        f"The code before the selection, then the selection:\n{fence}{parts.prefix}{marked}\n```"
     )
 
 
@@ -201,9 +240,10 @@ def build_chat_prompt(
 ) -> Prompt:
     """The ``chat`` layout within ``max_tokens``, budgeted on the code, not on the rendered ids.
 
-    The template's head (``<bos>``, the turn header), the instruction and the template's tail (the generation
-    prompt) are always whole; other files come first and take up to a quarter of the budget, whole files in
-    order; prefix and suffix share the rest, cut on line boundaries that stay put while the user types.
+    The template's head (``<bos>``, the turn header), the instruction (a rewrite's selection and instruction too)
+    and the template's tail (the generation prompt) are always whole; other files come first and take up to a
+    quarter of the budget, whole files in order; prefix and suffix share the rest, cut on line boundaries that stay
+    put while the user types.
     ``count`` (tokens of a text) may remember its answers across calls: pass the layout's.
     """
     count = count or _counter(encode)

@@ -181,6 +181,10 @@ class Ready:
     ``diffgemma_lsp.answer``)."""
 
 
+MAX_INSTRUCTION_CHARS = 2_000
+"""The longest ``Infill.instruction`` the engine accepts (a longer one is refused with ``bad_request``)."""
+
+
 @attrs.frozen(kw_only=True)
 class Infill:
     """Fill the middle between ``prefix`` and ``suffix``."""

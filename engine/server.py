@@ -34,6 +34,8 @@ SOCKET_CHECK_S = 2.0
 CLOSE_WAIT_S = 2.0
 """How long ``close`` waits for the connections' handlers to finish."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+FEATURES = (protocol.REWRITE_FEATURE,)
+"""What this engine does beyond plain infills, whatever the model (``HelloOk.features``)."""
 
 
 class AlreadyRunningError(RuntimeError):
@@ -357,6 +359,7 @@ class EngineServer:
                 canvas_length=loaded.canvas_length if loaded else 0,
                 max_prompt_tokens=loaded.max_prompt_tokens if loaded else 0,
                 layout=loaded.layout if loaded else "",
+                features=list(FEATURES),
             ),
         )
         if loaded is None:

@@ -178,7 +178,8 @@ class ModelWorker(threading.Thread):
             timings.new_tokens,
             timings.encode_ms,
             timings.denoise_ms,
-            f" ({request.candidates} candidates, {1 + len(alternatives)} distinct)" if request.candidates > 1 else "",
+            (f" ({request.candidates} candidates, {1 + len(alternatives)} distinct)" if request.candidates > 1 else "")
+            + (f" (a rewrite at strength {request.strength})" if request.start else ""),
         )
         job.resolve_threadsafe(self._result(job, text, stop, timings, alternatives))
 

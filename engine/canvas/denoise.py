@@ -2,24 +2,29 @@
 
 It computes what ``DiffusionGemmaForBlockDiffusion.generate`` computes for a single canvas (with ``exact``, the
 same random stream and the same tokens for the same seed and settings; ``tests/engine/test_parity.py`` holds it
-to that), with four differences an engine needs:
+to that; from a rewrite's start it is ``generate`` from ``decoder_input_ids`` on the matching part of the schedule,
+``tests/engine/test_rewrite.py``), with five differences an engine needs:
 
 * ``should_stop`` is asked before every step, so a cancel or a deadline ends the work within one step;
 * the entropy of each step is computed once and shared by the sampler and the stopping rule;
 * any canvas length, per call, without touching the shared ``model.config``;
-* by default (``exact`` off) it draws samples only for the positions the entropy bound accepts.
+* by default (``exact`` off) it draws samples only for the positions the entropy bound accepts;
+* a rewrite (``StartCanvas``) starts from given tokens, a share of them renoised, part-way down the schedule, and
+  may hold positions fixed.
 
 The loop, for a batch of B rows and a canvas of C tokens::
 
     1. encode the prompt into a DynamicCache                       (B, P) -> cache
     2. canvas <- uniform random tokens                             (B, C)
-    3. for step = N .. 1:
+       (a rewrite: its start, a share ``strength`` of the positions not held replaced by random tokens)
+    3. for step = N .. 1                                           (a rewrite: from ceil(strength * N))
        a. logits <- decoder(canvas, cache, self-conditioning)      (B, C, V)
        b. logits /= t_min + (t_max - t_min) * step / N             temperature schedule
        c. sample <- a draw from softmax(logits); best <- argmax(logits)
        d. accept the lowest-entropy positions whose summed entropy stays within the bound: they take
           ``sample``; every other position is renoised with a fresh random token
        e. a row is done when ``best`` equals the previous step's and the mean entropy is under the threshold
+       (held positions take their start token in ``best`` and the canvas, and count as certain in c and d)
     4. the canvas is ``best`` of the last step, as token ids (``engine.infill`` cuts it at the first
        end-of-sequence token and decodes it)
 
@@ -29,6 +34,7 @@ The sampler's parts are in ``engine.canvas.sampler``, the caches (the prefill of
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +47,7 @@ from ..placement import execution_device
 from ..plan import text_config_of
 from ..quantize import grad_mode, under_grad_mode
 from .caches import PrefixCache, encode_prompt
-from .sampler import SamplerSettings, accept_mask, sample_accepted
+from .sampler import SamplerSettings, Scores, accept_mask, sample_accepted
 from .step import DecoderStep
 
 if TYPE_CHECKING:
@@ -49,6 +55,64 @@ if TYPE_CHECKING:
 
 StopCheck = Callable[[], str | None]
 """Returns a reason to stop (e.g. "cancelled") or None to go on."""
+
+
+PIN_LOGIT = -1.0e4
+"""A held position's logits: this for every token but its own (0), a one-hot softmax in any float dtype."""
+
+
+@dataclass
+class StartCanvas:
+    """A canvas to start from instead of noise (a rewrite)."""
+
+    tokens: torch.Tensor  # (B, C) token ids: the text to rewrite, as the canvas would hold it
+    fixed: torch.Tensor | None = None  # (B, C) bool: positions held at their token through every step
+    strength: float = 1.0  # the share of the positions not held that are renoised at the start, in (0, 1]
+
+
+def share_of(strength: float, count: int) -> int:
+    """``ceil(strength * count)``, without a float's last bit rounding 0.7 * 10 up to 8."""
+    return math.ceil(round(strength * count, 6))
+
+
+def start_step(strength: float, max_steps: int) -> int:
+    """The step of the schedule (counting down ``max_steps`` .. 1) a canvas renoised by ``strength`` starts at:
+    ``ceil(strength * max_steps)``, at least 1 (a light touch runs few steps; 1 runs them all)."""
+    return min(max_steps, max(1, share_of(strength, max_steps)))
+
+
+def renoise_start(start: StartCanvas, vocab_size: int, generator: torch.Generator | None) -> torch.Tensor:
+    """The first canvas of a rewrite (B, C): in each row ``ceil(strength * free)`` of its ``free`` positions (those
+    not held), drawn with ``generator``, take a uniform random token (the sampler's own noise); the rest keep their
+    start tokens."""
+    tokens = start.tokens
+    free = torch.ones_like(tokens, dtype=torch.bool) if start.fixed is None else ~start.fixed
+    counts = torch.tensor([share_of(start.strength, int(n)) for n in free.sum(dim=-1).tolist()], device=tokens.device)
+    order = torch.rand(tokens.shape, generator=generator, device=tokens.device).masked_fill(~free, 2.0)
+    ranks = order.argsort(dim=-1).argsort(dim=-1)  # held positions rank last: never chosen
+    chosen = ranks < counts[:, None]
+    noise = torch.randint(0, vocab_size, tokens.shape, device=tokens.device, generator=generator)
+    return torch.where(chosen, noise, tokens)
+
+
+def pin_logits(logits: torch.Tensor, fixed: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``logits`` (B, C, V), changed in place, certain of ``tokens`` at the ``fixed`` positions (B, C): their argmax
+    and sample are the token, their entropy 0 (no weight in the entropy bound or the stopping rule), and the next
+    step's self-conditioning sees the token itself."""
+    rows = fixed.nonzero(as_tuple=True)
+    pinned = torch.full((rows[0].numel(), logits.shape[-1]), PIN_LOGIT, dtype=logits.dtype, device=logits.device)
+    pinned.scatter_(1, tokens[rows].unsqueeze(-1), 0.0)
+    logits[rows] = pinned
+    return logits
+
+
+def _pin_scores(scores: Scores, fixed: torch.Tensor, tokens: torch.Tensor) -> Scores:
+    """``scores`` with the ``fixed`` positions certain of ``tokens`` (see ``pin_logits``). Their probabilities are
+    left as they were: what is drawn there is replaced by the token anyway."""
+    logits = pin_logits(scores.logits, fixed, tokens)
+    best = torch.where(fixed, tokens, scores.best)
+    entropy = scores.entropy.masked_fill(fixed, 0.0)
+    return Scores(logits, best, scores.probs, entropy)
 
 
 @dataclass
@@ -101,8 +165,14 @@ def denoise_canvas(
     decoder_mask: torch.Tensor | None = None,
     row_checks: Sequence[StopCheck] | None = None,
     step: DecoderStep | None = None,
+    start: StartCanvas | None = None,
 ) -> Denoised:
     """Denoise one canvas per row against an encoded ``cache``.
+
+    With a ``start`` (a rewrite) the canvas starts from its tokens, a share ``start.strength`` of the positions not
+    held renoised (``renoise_start``), and the loop starts at the matching step of the schedule (``start_step``),
+    so that fewer steps run; ``start.fixed`` positions keep their tokens at every step. Without one, the canvas
+    starts from noise at step ``settings.max_steps``, as ``generate`` does.
 
     ``step`` runs the decoder and scores its logits (default: eagerly; the engine passes its own, compiled once
     warmed up). With ``settings.exact`` the step is always eager, as ``generate`` runs it.
@@ -123,7 +193,15 @@ def denoise_canvas(
         decoder_mask = torch.ones((batch_size, cache_length + canvas_length), dtype=torch.bool, device=device)
     row_stops: list[str | None] = [None] * batch_size
     row_steps = [0] * batch_size
-    canvas = torch.randint(0, vocab_size, shape, device=device, generator=generator)
+    pin: tuple[torch.Tensor, torch.Tensor] | None = None  # (held positions, their tokens), both (B, C)
+    if start is None:
+        canvas = torch.randint(0, vocab_size, shape, device=device, generator=generator)
+        first_step = settings.max_steps
+    else:
+        canvas = renoise_start(start, vocab_size, generator)
+        first_step = start_step(start.strength, settings.max_steps)
+        if start.fixed is not None and bool(start.fixed.any()):
+            pin = (start.fixed, start.tokens)
     mask_mapping = model.model.decoder.create_diffusion_decoder_attention_mask(
         config=model.config,
         inputs_embeds=canvas.unsqueeze(-1),
@@ -136,7 +214,7 @@ def denoise_canvas(
     finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
     history = torch.full((settings.stability_threshold, *shape), -1, dtype=torch.long, device=device)
     steps = 0
-    for remaining in range(settings.max_steps, 0, -1):
+    for remaining in range(first_step, 0, -1):
         if should_stop is not None and (reason := should_stop()) is not None:
             return Denoised(best, steps, reason, finished, row_steps, [reason] * batch_size)
         for row, check in enumerate(row_checks or ()):
@@ -152,6 +230,8 @@ def denoise_canvas(
         temperature = settings.t_min + (settings.t_max - settings.t_min) * (step_tensor / settings.max_steps)
         if settings.exact:
             logits = step.forward(canvas, self_conditioning, mask_mapping, cache, position_ids) / temperature
+            if pin is not None:
+                logits = pin_logits(logits, *pin)
             new_best = torch.argmax(logits, dim=-1)
             probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
             sample = torch.multinomial(probs.view(-1, vocab_size), 1, generator=generator).view(shape)
@@ -159,6 +239,8 @@ def denoise_canvas(
             accepted = accept_mask(entropy, settings.entropy_bound)
         else:
             scores = step(canvas, self_conditioning, mask_mapping, cache, position_ids, temperature)
+            if pin is not None:
+                scores = _pin_scores(scores, *pin)
             if not finished.any():
                 self_conditioning = None  # consumed: not held while this step samples (rows that are done need it)
             logits, new_best, entropy = scores.logits, scores.best, scores.entropy
@@ -167,6 +249,9 @@ def denoise_canvas(
         kept = torch.where(accepted, sample, canvas)
         noise = torch.randint(0, vocab_size, shape, device=device, generator=generator)
         new_canvas = torch.where(accepted, kept, noise)
+        if pin is not None:  # held, accepted or not
+            new_canvas = torch.where(pin[0], pin[1], new_canvas)
+            new_best = torch.where(pin[0], pin[1], new_best)
         if finished.any():  # rows that are done keep their canvas and logits
             new_best = torch.where(finished[:, None], best, new_best)
             new_canvas = torch.where(finished[:, None], canvas, new_canvas)
@@ -199,13 +284,15 @@ def run_canvas(
     prefix_cache: PrefixCache | None = None,
     cache_key: Hashable | None = None,
     step: DecoderStep | None = None,
+    start: StartCanvas | None = None,
 ) -> CanvasOutput:
-    """Encode ``prompt_ids`` (B, P), then denoise one canvas of ``canvas_length``.
+    """Encode ``prompt_ids`` (B, P), then denoise one canvas of ``canvas_length`` (from noise, or from ``start``:
+    see ``denoise_canvas``).
 
     With a ``prefix_cache`` and a ``cache_key`` (batch size 1), the tokens shared with that key's previous
     prompt are not encoded again.
     """
-    start = _now_ms()
+    began = _now_ms()
     cached = 0
     if prefix_cache is not None and cache_key is not None and prompt_ids.shape[0] == 1:
         cache, cached = prefix_cache.prepare(cache_key, prompt_ids[0].tolist())
@@ -215,13 +302,22 @@ def run_canvas(
             encode_prompt(model, prompt_ids, cache)
     encoded = _now_ms()
     denoised = denoise_canvas(
-        model, cache, prompt_ids.shape[0], canvas_length, settings, generator, should_stop, on_step, step=step
+        model,
+        cache,
+        prompt_ids.shape[0],
+        canvas_length,
+        settings,
+        generator,
+        should_stop,
+        on_step,
+        step=step,
+        start=start,
     )
     return CanvasOutput(
         tokens=denoised.tokens,
         steps=denoised.steps,
         stopped_by=denoised.stopped_by,
-        encode_ms=encoded - start,
+        encode_ms=encoded - began,
         denoise_ms=_now_ms() - encoded,
         finished=denoised.finished,
         cached_tokens=cached,

@@ -90,6 +90,10 @@ async def test_a_60000_character_prefix_gets_a_prompt_with_bos_and_the_instructi
 async def test_cancel_stops_a_release_format_canvas(engine: EngineProcess) -> None:
     client = await RawClient.connect(engine.socket_path)
     try:
+        # the same prompt once, one step: encoded now, so the slow one below spends its time denoising and the
+        # cancel lands between steps however long an encoding takes on a loaded machine
+        await client.send(protocol.Infill(id="warm", uri="file:///a.py", prefix="def f():\n", max_steps=1))
+        assert isinstance(await client.receive(), protocol.Result)
         await client.send(protocol.Infill(id="slow", uri="file:///a.py", prefix="def f():\n", max_steps=200))
         await asyncio.sleep(0.5)
         await client.send(protocol.Cancel(id="slow"))

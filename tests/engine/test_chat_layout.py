@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 from transformers import AutoTokenizer
 
+from diffgemma_engine import protocol
 from diffgemma_engine.model import DEFAULT_MODEL_DIR
 from diffgemma_engine.prompt import (
     CHAT_INSTRUCTION_SUFFIX_FIRST,
     CURSOR_MARK,
     IN_PLACE,
+    REWRITE_INSTRUCTION,
+    SELECTION_CLOSE,
+    SELECTION_OPEN,
     ChatLayout,
     ChatTemplateError,
     FimLayout,
     PromptParts,
     chat_user_text,
     layout_for,
+    parts_of,
 )
 from tests.support.release_format import CONTROL_IDS
 
@@ -126,3 +132,56 @@ def test_a_tokenizer_without_fim_tokens_or_chat_template_is_refused(tmp_path: Pa
     tokenizer.get_vocab = lambda: vocab  # the shipped tokenizer minus its FIM sentinels; it has no template
     with pytest.raises(ChatTemplateError, match="chat template"):
         layout_for(tokenizer)
+
+
+SELECTED = "    return a - b"
+
+
+def test_a_rewrite_turn_carries_the_instruction_and_the_marked_selection(release_tokenizer) -> None:
+    layout = layout_for(release_tokenizer)
+    parts = attrs.evolve(PARTS, prefix="def add(a, b):\n", selection=SELECTED, instruction="Fix the operator.")
+    ids = layout.prompt(parts, 1024).ids
+    user = chat_user_text(parts)
+    expected = release_tokenizer.apply_chat_template(
+        [{"role": "user", "content": user}], add_generation_prompt=True, return_dict=False
+    )
+    assert ids == list(expected)  # the release's template, token for token
+    text = release_tokenizer.decode(ids, skip_special_tokens=False)
+    assert text.startswith(f"{RENDERED_HEAD}File helpers.py:") and text.endswith(RENDERED_TAIL)
+    marked = f"def add(a, b):\n{SELECTION_OPEN}{SELECTED}{SELECTION_CLOSE}\n```"
+    assert text.index("Fix the operator.") < text.index("print(add(1, 2))") < text.index(marked)
+    assert CURSOR_MARK not in text and "Fill in the code" not in text
+    assert REWRITE_INSTRUCTION not in text  # the user's instruction replaces the default
+    in_place = chat_user_text(parts, IN_PLACE)
+    assert f"def add(a, b):\n{SELECTION_OPEN}{SELECTED}{SELECTION_CLOSE}\n\nprint(add(1, 2))\n" in in_place
+
+
+def test_a_rewrite_without_an_instruction_asks_to_rewrite_the_selection(release_tokenizer) -> None:
+    request = protocol.Infill(
+        id="r",
+        uri="u",
+        prefix="def add(a, b):\n",
+        suffix="\n",
+        start=[protocol.StartSegment(text="    return "), protocol.StartSegment(text="a - b", keep=True)],
+        instruction="  ",
+    )
+    parts = parts_of(request)
+    assert (parts.selection, parts.instruction) == (SELECTED, "  ")
+    text = release_tokenizer.decode(layout_for(release_tokenizer).prompt(parts, 1024).ids, skip_special_tokens=False)
+    assert REWRITE_INSTRUCTION in text and f"{SELECTION_OPEN}{SELECTED}{SELECTION_CLOSE}" in text
+    assert parts_of(attrs.evolve(request, start=[])).selection is None  # an insertion: the cursor's turn
+
+
+def test_a_long_document_keeps_the_selection_and_the_instruction_whole(release_tokenizer) -> None:
+    parts = PromptParts(
+        prefix=long_document() + "def add(a, b):\n",
+        suffix=long_document(300),
+        language="python",
+        selection=SELECTED,
+        instruction="Fix the operator.",
+    )
+    prompt = layout_for(release_tokenizer).prompt(parts, 1024)
+    assert prompt.truncated and len(prompt.ids) <= 1024
+    text = release_tokenizer.decode(prompt.ids, skip_special_tokens=False)
+    assert "Fix the operator." in text
+    assert text.endswith(f"def add(a, b):\n{SELECTION_OPEN}{SELECTED}{SELECTION_CLOSE}\n```{RENDERED_TAIL}")

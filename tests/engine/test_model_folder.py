@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
+import transformers
 
 from diffgemma_engine.checkpoint_files import MAX_SETTINGS_FILE_BYTES
 from diffgemma_engine.errors import ModelLoadError
 from diffgemma_engine.model import load_model
+from diffgemma_engine.training.data import ExampleMaker
 
 
 @pytest.mark.parametrize("name", ["config.json", "generation_config.json", "diffgemma.json"])
@@ -44,3 +48,34 @@ def test_a_folder_without_a_tokenizer_says_so(tmp_path: Path, release_random_dir
         (folder / name).unlink()
     with pytest.raises(ModelLoadError, match="no tokenizer in .*tokenizer.json or tokenizer.model"):
         load_model(folder)
+
+
+def test_a_config_without_a_canvas_length_says_so(tmp_path: Path, release_random_dir: Path) -> None:
+    folder = tmp_path / "model"
+    shutil.copytree(release_random_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["canvas_length"] = None
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="sets no canvas_length"):
+        load_model(folder)
+
+
+def test_running_out_of_memory_while_loading_gives_the_memory_plan(
+    release_random_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load's own error, then what the plan advises for this checkpoint on this machine (a TypeError in the
+    advice once hid both)."""
+
+    def out_of_memory(*args: object, **kwargs: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+
+    monkeypatch.setattr(transformers.DiffusionGemmaForBlockDiffusion, "from_pretrained", out_of_memory)
+    with pytest.raises(ModelLoadError, match="out of memory loading .*injected.*; ") as raised:
+        load_model(release_random_dir)
+    assert "no memory plan" not in str(raised.value), raised.value
+
+
+def test_a_training_tokenizer_without_fim_tokens_is_refused(release_tokenizer: object) -> None:
+    """The release's tokenizer has no FIM sentinels: training examples in the FIM layout cannot be made with it."""
+    with pytest.raises(ValueError, match="lacks"):
+        ExampleMaker(release_tokenizer, canvas=32)  # type: ignore[arg-type]
