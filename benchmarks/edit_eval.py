@@ -1,34 +1,39 @@
 """Repairs on HumanEval: one line of a correct program corrupted, the engine asked to rewrite that line.
 
-    python -m benchmarks.edit_eval [--model DIR] [--data FILE] [--n 45] [--strengths S [S ...]] [--steps N]
+    python -m benchmarks.edit_eval [--model DIR] [--data FILE] [--n 82] [--strengths S [S ...]] [--steps N]
                                    [--seed 0] [--timeout 5] [--device cpu] [--instruction TEXT] [--json PATH]
                                    [--plot PATH] [--corrupt-only]
 
 The programs are HumanEval's canonical solutions as the single-line infilling tasks hold them
 (``benchmarks.humaneval``): each task is a whole program split around one line of its solution. For each of ``--n``
-problems spread evenly over the file, one line is corrupted in one of three ways, the kind taking turns from problem
-to problem and the seed picking the line and the place: ``operator`` swaps an operator (``<`` for ``>``, ``+`` for
-``-``, ``and`` for ``or``, ...), ``name`` puts another name of the program in place of one, ``drop`` removes one
-token. Only a corruption that makes the task's tests fail counts (failing, not running past the timeout: a hang
-would cost the timeout at every strength); a kind with none among its first ``--tries`` candidates gives way to the
-next kind, and a problem with none at all is left out (counted in the JSON).
+problems spread evenly over the file (82: every other one), one line is corrupted in one of three ways, the kind
+taking turns from problem to problem and the seed picking the line and the place: ``operator`` swaps an operator
+(``<`` for ``>``, ``+`` for ``-``, ``and`` for ``or``, ...), ``name`` puts another name of the program in place of
+one, ``drop`` removes one token. Only a corruption that makes the task's tests fail counts (failing, not running past
+the timeout: a hang would cost the timeout at every strength), and only lines the engine takes as a selection (the
+line and its corruption fit the model's canvas with an end-of-sequence token: the engine refuses a longer one, as it
+would the language server's request). A kind with no such corruption among its first ``--tries`` candidates gives
+way to the next kind, and a problem with none at all is left out (counted in the JSON).
 
 The repair is the request the language server sends for "Rewrite selection" on that line: ``protocol.Infill`` with
 ``prefix`` the program before the line, ``start`` the corrupted line (its indentation included, its line break not),
-``suffix`` the line break and everything after, and ``strength`` S, served in-process by the engine's own
-``run_infill`` on the loaded model (seeded per edit, the same seed at every strength). The answer replaces the line
-as the engine wrote it (``POSTPROCESSING`` says so in the JSON: no post-processing for a replacement was on main
-when this was written), and the program runs with the task's tests.
+``suffix`` the line break and everything after, and ``strength`` S, on the model's canvas and steps, served
+in-process by the engine's own ``run_infill`` on the loaded model (seeded per edit, the same seed at every strength).
+The answer replaces the line as the engine wrote it (``POSTPROCESSING``, also in the JSON: no post-processing for a
+replacement was on main when this was written), and the program runs with the task's tests.
 
-Reported for each strength: pass@1 of the repaired programs, steps per edit (``Timings.steps``), ms per edit (the
-wall time of ``run_infill``; the engine's own ``total_ms`` beside it), the share of answers that hand back the
-corrupted line unchanged (``unchanged``; ``starts_with_corrupted``: the engine's text starts with the line, maybe
-more after it) and the share that restore the original line (``restored``, blank space at the ends aside). Strength 1
-is a from-noise infill of the same span, the baseline every lighter strength is measured against. Beside them: the
-do-nothing floor (the corrupted program as is, which fails by construction: 0) and the "keep the line" check (the
-corrupted line sent with ``keep=True`` at strength 1: the engine must hand it back as it is, so the share it does
-should be 1 and the pass@1 0). ``--corrupt-only`` chooses the corruptions and stops (no model): what the edits are,
-and that each breaks its task. Data: ``benchmarks.humaneval``. Never train on it."""
+Reported for each strength: pass@1 of the repaired programs (also by kind), steps per edit (``Timings.steps``), ms
+per edit (the wall time of ``run_infill``; the engine's own ``total_ms`` beside it), the share of answers that are
+the corrupted line (``unchanged``) or the original one (``restored``), blank space at both ends aside, and the share
+of the engine's texts that start with the corrupted line (``starts_with_corrupted``). Strength 1 is a from-noise
+infill of the same span: the baseline every lighter strength is measured against. Beside them: the do-nothing floor
+(the corrupted program as is, which fails by construction: 0) and the "keep the line" check, the corrupted line
+sent with ``keep=True`` at strength 1: its tokens are held, so every answer must start with it
+(``starts_with_corrupted`` 1); what follows them is the model's (the end-of-sequence after a selection is not held),
+so ``unchanged`` and pass@1 say what it wrote there. ``--corrupt-only`` chooses the corruptions and stops, without a
+model (and without the canvas check): what the edits are, and that each breaks its task. ``--instruction`` goes into
+a chat-layout checkpoint's prompt (FIM ones ignore it). Data: ``benchmarks.humaneval``. Never train on it.
+"""
 
 from __future__ import annotations
 
@@ -182,11 +187,20 @@ class Tally:
     """Problems whose turn's kind had no breaking corruption, so another kind's was taken."""
     left_out: int = 0
     """Problems without any breaking corruption (or whose correct program fails)."""
+    too_long: int = 0
+    """Candidates passed over because the line or its corruption does not fit the model's canvas."""
 
 
-def corrupt(lines: list[dict], index: int, seed: int, tries: int, timeout: float, tally: Tally) -> Edit | None:
+Fits = Callable[[str], bool]
+"""Whether the engine takes a text as a rewrite's selection (it fits the canvas)."""
+
+
+def corrupt(
+    lines: list[dict], index: int, seed: int, tries: int, timeout: float, tally: Tally, fits: Fits | None = None
+) -> Edit | None:
     """One breaking corruption of one of the problem's lines: the kind ``KINDS[index % 3]`` first, the seed picking
-    among its candidates (at most ``tries`` tested), then the other kinds; None if none breaks the tests."""
+    among its candidates (at most ``tries`` tested), then the other kinds; None if none breaks the tests. With
+    ``fits``, a candidate whose line or corruption the engine would refuse is passed over untested."""
     rng = random.Random(f"{seed}:{problem_of(lines[0])}")
     correct: dict[str, bool] = {}
     turn = index % len(KINDS)
@@ -198,8 +212,15 @@ def corrupt(lines: list[dict], index: int, seed: int, tries: int, timeout: float
             names = program_names(prefix, line, suffix) if kind == "name" else []
             pool.extend((task, bad) for bad in candidates(kind, line, tokens, names))
         rng.shuffle(pool)
-        for task, bad in pool[:tries]:
+        tested = 0
+        for task, bad in pool:
+            if tested == tries:
+                break
             prefix, line, suffix = split_task(task)
+            if fits is not None and not (fits(line) and fits(bad)):
+                tally.too_long += 1
+                continue
+            tested += 1
             edit = Edit(
                 task["task_id"],
                 kind,
@@ -227,11 +248,13 @@ def corrupt(lines: list[dict], index: int, seed: int, tries: int, timeout: float
     return None
 
 
-def choose_edits(tasks: list[dict], n: int | None, seed: int, tries: int, timeout: float) -> tuple[list[Edit], Tally]:
+def choose_edits(
+    tasks: list[dict], n: int | None, seed: int, tries: int, timeout: float, fits: Fits | None = None
+) -> tuple[list[Edit], Tally]:
     """The corrupted lines of ``n`` problems spread evenly over ``tasks`` (all with None), and what it took."""
     tally = Tally()
     chosen = pick(problems(tasks), n, None)
-    edits = [corrupt(lines, i, seed, tries, timeout, tally) for i, lines in enumerate(chosen)]
+    edits = [corrupt(lines, i, seed, tries, timeout, tally, fits) for i, lines in enumerate(chosen)]
     return [edit for edit in edits if edit is not None], tally
 
 
@@ -239,23 +262,33 @@ Rewrite = Callable[[Edit, float, int, bool], tuple[str, int, float, float]]
 """(edit, strength, seed, keep) -> (the engine's text, steps run, wall ms, the engine's own ms)."""
 
 
-def engine_rewriter(
-    model_dir: Path, device: str, steps: int, threads: int, instruction: str
-) -> tuple[Rewrite, dict[str, object]]:
+@dataclass(frozen=True)
+class Engine:
+    """The loaded engine, as the benchmark uses it."""
+
+    rewrite: Rewrite
+    fits: Fits
+    about: dict[str, object]
+    """What the JSON says about the model."""
+
+
+def load_engine(model_dir: Path, device: str, steps: int, threads: int, instruction: str) -> Engine:
     """The engine's ``run_infill`` on the model loaded on ``device`` (float32 on a CPU, else the engine's dtype),
-    with the rewrite request the language server would send; and what to say about the model in the JSON."""
+    with the rewrite request the language server would send (the model's canvas, ``steps`` 0: its own), and the
+    engine's own check that a selection fits that canvas."""
     import torch
 
     from diffgemma_engine import protocol
-    from diffgemma_engine.infill import run_infill
+    from diffgemma_engine.errors import BadRequestError
+    from diffgemma_engine.infill import check_request, run_infill, start_row
     from diffgemma_engine.model import load_model
 
     torch.set_num_threads(threads)
     loaded = load_model(model_dir, device, "float32" if device == "cpu" else None)
     run_infill(loaded, protocol.Infill(id="warm-up", uri="", prefix="def f():\n", max_steps=2))
 
-    def rewrite(edit: Edit, strength: float, seed: int, keep: bool) -> tuple[str, int, float, float]:
-        request = protocol.Infill(
+    def request(edit: Edit, strength: float, seed: int, keep: bool) -> protocol.Infill:
+        return protocol.Infill(
             id=f"{edit.task_id}@{strength}",
             uri="file:///task.py",
             prefix=edit.prefix,
@@ -267,8 +300,19 @@ def engine_rewriter(
             strength=strength,
             instruction=instruction,
         )
+
+    def fits(text: str) -> bool:
+        ask = protocol.Infill(id="fits", uri="", prefix="", start=[protocol.StartSegment(text=text)])
+        try:
+            start_row(loaded, ask, check_request(loaded, ask)[0])
+        except BadRequestError:
+            return False
+        return True
+
+    def rewrite(edit: Edit, strength: float, seed: int, keep: bool) -> tuple[str, int, float, float]:
+        ask = request(edit, strength, seed, keep)
         started = time.perf_counter()
-        text, _, timings = run_infill(loaded, request)
+        text, _, timings = run_infill(loaded, ask)
         return text, timings.steps, (time.perf_counter() - started) * 1000, timings.total_ms
 
     about = {
@@ -279,7 +323,7 @@ def engine_rewriter(
         "canvas_length": loaded.canvas_length,
         "params": sum(p.numel() for p in loaded.model.parameters()),
     }
-    return rewrite, about
+    return Engine(rewrite, fits, about)
 
 
 def finish(edit: Edit, text: str) -> str:
@@ -299,7 +343,7 @@ def measure(edits: list[Edit], rewrite: Rewrite, strength: float, seed: int, tim
         ok = run_outcome(program, timeout) == PASS
         passed += ok
         by_kind[edit.kind] += ok
-        unchanged += answer == edit.corrupted
+        unchanged += answer.strip() == edit.corrupted.strip()
         kept += text.startswith(edit.corrupted)  # the engine's own text: what keep must hand back
         restored += answer.strip() == edit.line.strip()
         parses += compiles(program)
@@ -341,7 +385,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA / SPLITS["single-line"], help="single-line tasks")
-    parser.add_argument("--n", type=int, default=45, help="problems, spread evenly over the file (0: all)")
+    parser.add_argument("--n", type=int, default=82, help="problems, spread evenly over the file (0: all)")
     parser.add_argument("--strengths", type=float, nargs="+", default=list(DEFAULT_STRENGTHS))
     parser.add_argument("--steps", type=int, default=0, help="max denoising steps (default: the model's)")
     parser.add_argument("--seed", type=int, default=0, help="picks the corruptions; edit i is rewritten with seed+i")
@@ -360,7 +404,11 @@ def main() -> None:
 
     machine = machine_report()  # before the benchmark loads the machine
     started = time.perf_counter()
-    edits, tally = choose_edits(load_tasks(args.data), args.n or None, args.seed, args.tries, args.timeout)
+    engine = (
+        None if args.corrupt_only else load_engine(args.model, args.device, args.steps, args.threads, args.instruction)
+    )
+    fits = engine.fits if engine is not None else None
+    edits, tally = choose_edits(load_tasks(args.data), args.n or None, args.seed, args.tries, args.timeout, fits)
     if not edits:
         raise SystemExit(f"no corruption of {args.data} breaks its tests")
     figures: dict[str, object] = {
@@ -369,20 +417,27 @@ def main() -> None:
         "timeout_s": args.timeout,
         "n_edits": len(edits),
         "corruption": {"kinds": dict(Counter(e.kind for e in edits)), **asdict(tally)},
+        "canvas_checked": fits is not None,
         "floor_pass_at_1": 0.0,  # the corrupted program as is: each failed its tests when it was chosen
         "edits": [
             {k: v for k, v in asdict(e).items() if k in ("task_id", "kind", "line_number", "line", "corrupted")}
             for e in edits
         ],
     }
-    if args.corrupt_only:
+    if engine is None:
         if args.json:
             write_report(args.json, figures, machine)
         else:
             print(json.dumps(figures, indent=2))
         return
-    rewrite, about = engine_rewriter(args.model, args.device, args.steps, args.threads, args.instruction)
-    figures = {**about, "threads": args.threads, "steps_asked": args.steps, "postprocessing": POSTPROCESSING, **figures}
+    rewrite = engine.rewrite
+    figures = {
+        **engine.about,
+        "threads": args.threads,
+        "steps_asked": args.steps,
+        "postprocessing": POSTPROCESSING,
+        **figures,
+    }
     runs = []
     for strength in strengths:
         run = measure(edits, rewrite, strength, args.seed, args.timeout)

@@ -86,7 +86,10 @@ def test_edit_eval_reports_repairs_for_each_strength_against_the_baseline(tmp_pa
         for key in ("pass_at_1", "unchanged", "restored", "parses"):
             assert 0 <= run[key] <= 1, key
         assert 1 <= run["steps_per_edit"] <= 4 and run["ms_per_edit"] > 0 and run["engine_ms_per_edit"] > 0
-    assert report["keep_the_line"]["keep"] is True
+    light, noise = report["runs"]
+    assert light["steps_per_edit"] <= 2 and noise["steps_per_edit"] <= 4  # 0.5 runs half of the 4-step schedule
+    keep = report["keep_the_line"]
+    assert keep["keep"] is True and keep["starts_with_corrupted"] == 1.0  # the held line comes back
     for edit, task in zip(report["edits"], TASKS, strict=True):  # what the JSON says was repaired does break
         program = (
             f"{task['prompt']}{edit['corrupted']}\n{task['suffix']}\n\n{task['test']}\n\ncheck({task['entry_point']})\n"
