@@ -316,7 +316,7 @@ def load_engine(model_dir: Path, device: str, steps: int, threads: int, instruct
         return text, timings.steps, (time.perf_counter() - started) * 1000, timings.total_ms
 
     about = {
-        "model": str(model_dir),
+        "model": str(model_dir.resolve()),
         "layout": loaded.layout.name,
         "device": str(loaded.device),
         "instruction": instruction,

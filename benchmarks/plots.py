@@ -125,7 +125,7 @@ def repair_by_strength(path: Path, report: dict) -> None:
         fontsize=7,
     )
     axes.set_ylim(0, max(10.0, 1.2 * max(100 * run["pass_at_1"] for run in runs)))
-    axes.set_xlabel("strength (share of the line renoised; 1 = from noise)")
+    axes.set_xlabel("strength (share of the canvas renoised at the start; 1 = from noise)")
     axes.set_ylabel("repair pass@1 (%)", color="#4c72b0")
     axes.set_xticks(strengths)
     steps = axes.twinx()
