@@ -90,6 +90,10 @@ class Completer:
         """A closed document: forget its shown completion and its chunk of extra context, and stop its work."""
         self.shown.forget(uri)
         self.extra.remove(uri)
+        self.stop(uri)
+
+    def stop(self, uri: str) -> None:
+        """Stop the completion in flight for ``uri``, if any (it answers empty)."""
         if (call := self.latest.pop(uri, None)) is not None:
             call.cancel()
 

@@ -23,6 +23,9 @@ LOAD_WAIT_S = 60.0
 
 
 PLAN_TIMEOUT_S = 120.0
+OLD_FEATURES = (
+    "none: this engine predates rewrites; stop it, and the language server starts a current one when it next needs one"
+)
 
 
 def memory_plan(model: str | None, device: str) -> dict[str, object]:
@@ -93,6 +96,7 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
             return report, 1
         assert isinstance(hello, protocol.HelloOk), hello
         report["layout"] = hello.layout
+        report["features"] = hello.features
         if not hello.ready:
             await wait_for_load(reader)
         stats = await ask(protocol.GetStats(id="stats"), "stats")
@@ -138,6 +142,10 @@ def render(report: dict[str, object]) -> str:
             f"over {report['recent_count']} completions",
             f"last error      {report['last_error'] or 'none'}",
         ]
+    if "features" in report:
+        features = report["features"]
+        assert isinstance(features, list)
+        lines.append(f"features        {', '.join(features) or OLD_FEATURES}")
     if "plan" in report:
         plan = report["plan"]
         assert isinstance(plan, dict)

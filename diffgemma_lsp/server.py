@@ -1,11 +1,14 @@
 """The language server's LSP edge: the protocol override, settings, outage and progress reports, and thin
-handlers for document sync, completion and inline completion (the core is ``completion.py``). Never imports torch."""
+handlers for document sync, completion and inline completion (the core is ``completion.py``), and the "Rewrite
+selection" code action and command (the core is ``rewrite.py``). Never imports torch."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -23,9 +26,25 @@ from diffgemma_lsp.backends.connect import connect
 from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.document import LineWorkspace
 from diffgemma_lsp.results import completion_item, inline_item
+from diffgemma_lsp.rewrite import (
+    CANCELLED,
+    CLOSED,
+    KIND,
+    REWRITE_COMMAND,
+    STALE,
+    TITLE,
+    Outcome,
+    Rewrite,
+    Rewriter,
+    code_action,
+    parse_arguments,
+)
 from diffgemma_lsp.settings import Settings, parse_settings, plain_http_elsewhere
 
 logger = logging.getLogger(__name__)
+
+PROGRESS_CREATE_TIMEOUT_S = 5.0
+"""How long a rewrite waits for the client to accept its progress token before going on without progress."""
 
 
 class DiffgemmaProtocol(LanguageServerProtocol):
@@ -72,6 +91,8 @@ class DiffgemmaServer(LanguageServer):
         """The local engine, or the remote OpenAI-compatible server (settings ``backend``)."""
         self.completer = Completer(self.start_backend, self.open_document, self.backend_answered)
         """The completion core: latest request per document, shown completions, extra context."""
+        self.rewriter = Rewriter(self.completer)
+        """The rewrites in flight, one per document."""
         self._progress_token: str | None = None
         self._outage_reported = False
 
@@ -167,6 +188,54 @@ class DiffgemmaServer(LanguageServer):
         if token is not None:
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
 
+    @contextlib.asynccontextmanager
+    async def cancellable_progress(self, title: str, on_cancel: Callable[[], None]) -> AsyncIterator[None]:
+        """Progress shown while the body runs, with a cancel button that calls ``on_cancel``; none where the client
+        takes no server-initiated progress or refuses the token."""
+        token: str | None = f"diffgemma-{uuid.uuid4().hex[:8]}" if self._supports_progress() else None
+        if token is not None:
+            try:
+                await asyncio.wait_for(self.work_done_progress.create_async(token), PROGRESS_CREATE_TIMEOUT_S)
+            except Exception:
+                logger.debug("client refused work done progress", exc_info=True)
+                token = None
+        if token is not None:
+            self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, cancellable=True))
+            loop = asyncio.get_running_loop()
+            cancelled = self.work_done_progress.tokens[token]  # pygls cancels it on window/workDoneProgress/cancel
+            cancelled.add_done_callback(lambda future: future.cancelled() and loop.call_soon_threadsafe(on_cancel))
+        try:
+            yield
+        finally:
+            if token is not None:
+                self.work_done_progress.tokens.pop(token, None)
+                self.work_done_progress.end(token, types.WorkDoneProgressEnd())
+
+    def edit_support(self) -> tuple[bool, bool]:
+        """(whether the client applies edits the server sends, whether it takes versioned ones)."""
+        workspace = self.client_capabilities.workspace if self.client_capabilities else None
+        edits = workspace.workspace_edit if workspace else None
+        return bool(workspace and workspace.apply_edit), bool(edits and edits.document_changes)
+
+    async def apply_rewrite(self, rewrite: Rewrite | None, outcome: Outcome) -> dict[str, object]:
+        """Apply the rewrite's edit unless the document changed meanwhile (checked right before it is sent: the
+        edit's version lets the client refuse it too); tell the user what needs telling; the command's result."""
+        edit = outcome.edit if rewrite is not None else None
+        if edit is not None and rewrite is not None and not self.rewriter.still_current(rewrite):
+            edit, outcome = None, Outcome(reason=STALE, show=types.MessageType.Warning)
+        applied = False
+        if edit is not None:
+            try:
+                result = await self.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=TITLE))
+                applied, why = result.applied, result.failure_reason or "no reason given"
+            except JsonRpcException as exc:
+                why = str(exc)
+            if not applied:
+                outcome = Outcome(reason=f"the editor did not apply the edit: {why}", show=types.MessageType.Warning)
+        if outcome.show is not None:
+            self.window_show_message(types.ShowMessageParams(type=outcome.show, message=f"diffgemma: {outcome.reason}"))
+        return outcome.answer(applied)
+
     def open_document(self, uri: str) -> TextDocument | None:
         """The open document ``uri`` names, or None. pygls keeps documents under their unquoted URIs (it looks
         them up so too): ``file:///my%20project/a.py`` is the document opened under that URI."""
@@ -212,6 +281,8 @@ async def completion(ls: DiffgemmaServer, params: types.CompletionParams) -> typ
     Editors also ask for the menu as the user types, some of them as "invoked" (Helix), so the menu always
     costs one canvas; candidates to cycle through come from an invoked inline completion.
     """
+    if ls.rewriter.busy(params.text_document.uri):
+        return types.CompletionList(is_incomplete=True, items=[])  # it would supersede the rewrite in the engine
     invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
     found = await ls.completer.complete(ls.settings, params.text_document.uri, params.position, automatic=not invoked)
     snippets = _snippet_support(ls)
@@ -224,6 +295,8 @@ async def inline_completion(
     ls: DiffgemmaServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList | None:
     """Ghost text at the cursor; when invoked explicitly, up to ``candidates`` of them to cycle through."""
+    if ls.rewriter.busy(params.text_document.uri):
+        return types.InlineCompletionList(items=[])  # it would supersede the rewrite in the engine
     automatic = params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
     candidates = 1 if automatic else ls.settings.candidates
     found = await ls.completer.complete(ls.settings, params.text_document.uri, params.position, automatic, candidates)
@@ -254,6 +327,39 @@ def did_save(ls: DiffgemmaServer, params: types.DidSaveTextDocumentParams) -> No
 def did_close(ls: DiffgemmaServer, params: types.DidCloseTextDocumentParams) -> None:
     """Forget the document's shown completion and its chunk of extra context, and stop its work."""
     ls.completer.forget(params.text_document.uri)
+    ls.rewriter.stop(params.text_document.uri, CLOSED)
+
+
+@server.feature(
+    types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[KIND], resolve_provider=False)
+)
+def code_actions(ls: DiffgemmaServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
+    """ "Rewrite selection" on a non-empty selection (its command does the work)."""
+    action = code_action(ls.settings, ls.open_document(params.text_document.uri), params)
+    return [action] if action is not None else None
+
+
+@server.command(REWRITE_COMMAND)
+async def rewrite_selection(ls: DiffgemmaServer, *args: object) -> dict[str, object]:
+    """Rewrite the selection the argument names and apply the result as one edit: ``{"applied", "reason"}``.
+
+    The progress it shows can be cancelled; a newer rewrite of the document supersedes it; an edit computed for a
+    version the document has left is never applied. Bad arguments are an InvalidParams error.
+    """
+    arguments = parse_arguments(args)
+    can_apply, versioned = ls.edit_support()
+    if not can_apply:
+        reason = "the editor takes no edits from the server (workspace/applyEdit)"
+        return await ls.apply_rewrite(None, Outcome(reason=reason, show=types.MessageType.Warning))
+    started = ls.rewriter.start(ls.settings, arguments, versioned)
+    if isinstance(started, Outcome):
+        return await ls.apply_rewrite(None, started)
+    try:
+        async with ls.cancellable_progress("Rewriting the selection", lambda: started.stop(CANCELLED)):
+            outcome = await started.outcome()
+    finally:
+        started.stop(CANCELLED)  # no-op once answered; stops the work if this request was cancelled
+    return await ls.apply_rewrite(started, outcome)
 
 
 STATUS_COMMAND = "diffgemma.status"

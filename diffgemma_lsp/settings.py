@@ -41,6 +41,12 @@ def _at_most(limit: int) -> Callable[[object, attrs.Attribute[int], int], None]:
     return check
 
 
+def _share(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    """Above 0 and at most 1 (NaN is neither)."""
+    if not 0 < value <= 1:
+        raise ValueError(f"{attribute.name} must be above 0 and at most 1, got {value}")
+
+
 QUANTIZATIONS = ("", "none", "int8", "fp8")
 """The engine's --quantization choices ("": not given, the checkpoint's own)."""
 MAX_CONTEXT_TOKENS = 262_144
@@ -89,6 +95,13 @@ class Settings:
     key."""
     openai_prompt_format: str = attrs.field(default="suffix", validator=attrs.validators.in_(PROMPT_FORMATS))
     """With backend openai: suffix (prompt plus suffix field), or a FIM format: star_coder, qwen, code_llama, ..."""
+    rewrite_enabled: bool = True
+    """Offer the "Rewrite selection" code action on a non-empty selection, and run its command."""
+    rewrite_strength: float = attrs.field(default=0.6, validator=_share)
+    """Share of the selection's canvas renoised at the start of a rewrite, above 0 and at most 1 (1: written anew
+    from noise, as an insertion of the same span would be)."""
+    rewrite_steps: int = attrs.field(default=0, validator=_at_most(protocol.MAX_STEPS))
+    """Most denoising steps per rewrite (of which about ``rewrite_strength`` run); 0: the model's own."""
 
     def backend_key(self) -> tuple[str, ...]:
         """What identifies the backend: when it changes, the server connects anew (to another engine, when the
@@ -131,6 +144,10 @@ def _check_type(value: Any, kind: type) -> Any:
         raise TypeError(f"expected true or false, got {value!r}")
     if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise TypeError(f"expected an integer, got {value!r}")
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"expected a number, got {value!r}")
+        return float(value)
     if kind is str and not isinstance(value, str):
         raise TypeError(f"expected a string, got {value!r}")
     return value

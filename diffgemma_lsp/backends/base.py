@@ -45,6 +45,14 @@ class EngineRequestError(Exception):
         self.error = error
 
 
+class RewriteUnsupported(Exception):
+    """The backend cannot rewrite a selection; the message says what to do about it."""
+
+
+OLD_ENGINE = "the running engine predates rewrites: restart it (diffgemma-lsp doctor)"
+"""Why an engine that does not list ``protocol.REWRITE_FEATURE`` in its handshake is not asked for a rewrite."""
+
+
 StateListener = Callable[[BackendState, str], None]
 """Told of each change of state, with a detail (why it failed, for example) or ``""``."""
 
@@ -97,6 +105,12 @@ class Backend(Protocol):
 
     def pending_count(self) -> int:
         """Requests sent and not yet answered."""
+        ...
+
+    def as_rewrite(self, request: protocol.Infill) -> protocol.Infill:
+        """``request``, a rewrite (its ``start`` set), as this backend serves it: unchanged where the canvas can start
+        from the text, else the infill of the same span from noise (``start`` empty). ``RewriteUnsupported`` where
+        it cannot serve it at all."""
         ...
 
     async def infill(self, request: protocol.Infill) -> protocol.Result:

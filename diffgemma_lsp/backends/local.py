@@ -20,9 +20,11 @@ import attrs
 
 from diffgemma_engine import protocol
 from diffgemma_lsp.backends.base import (
+    OLD_ENGINE,
     BackendState,
     EngineRequestError,
     EngineUnavailable,
+    RewriteUnsupported,
     StateListener,
     StateReporter,
 )
@@ -259,6 +261,14 @@ class EngineClient(StateReporter):
     def new_id(self) -> str:
         """A request id unique on this connection."""
         return str(next(self._ids))
+
+    def as_rewrite(self, request: protocol.Infill) -> protocol.Infill:
+        """``request`` as it is, once the handshake said the engine starts canvases from text; an engine that
+        predates rewrites would ignore ``start`` and answer an insertion, so it is not asked (``RewriteUnsupported``).
+        Before the handshake, ``infill`` answers that the engine is not ready."""
+        if self.hello is not None and protocol.REWRITE_FEATURE not in self.hello.features:
+            raise RewriteUnsupported(OLD_ENGINE)
+        return request
 
     async def infill(self, request: protocol.Infill) -> protocol.Result:
         """Send ``request`` and wait for its result. Cancelling the caller cancels the engine's work."""

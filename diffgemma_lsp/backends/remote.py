@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import aiohttp
+import attrs
 
 from diffgemma_engine import protocol
 from diffgemma_engine.prompt import chat_user_text, parts_of
@@ -91,6 +92,15 @@ class OpenAIBackend(StateReporter):
 
     def new_id(self) -> str:
         return str(next(self._ids))
+
+    def as_rewrite(self, request: protocol.Infill) -> protocol.Infill:
+        """For the ``chat`` format, ``request`` as it is: the chat turn shows the selection, marked, with the
+        instruction (``engine/prompt.py``). A completions API cannot start a canvas from text: for the other formats
+        the selection is written anew between the same prefix and suffix, as a rewrite of strength 1 would be (the
+        instruction, which a FIM prompt has no place for, is dropped)."""
+        if self.prompt_format == CHAT:
+            return request
+        return attrs.evolve(request, start=[], strength=1.0, instruction="")
 
     def request_body(self, request: protocol.Infill) -> dict[str, Any]:
         """The request body for ``request`` in the configured prompt format: ``/v1/completions``, or

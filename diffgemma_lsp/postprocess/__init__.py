@@ -31,10 +31,15 @@ scope comes before balancing so that a line closing the block is kept up to its 
 decides from the suffix whether the closer stays. :mod:`.languages` holds what the filters know about each
 language (comments, strings, blocks, indentation style). No pygls or torch here: the server builds the LSP items.
 
-Imports run one way: pipeline -> indentation -> {scope, repeats, brackets} -> cursor -> languages (pipeline
-also uses each filter and answer directly).
+A rewrite's answer replaces a selection instead: :func:`postprocess_replacement` (:mod:`.replacement`) runs the
+same filters adapted to that (the indentation fitted to the selection, the cuts only where the selection itself
+passes them, the whitespace at both ends the selection's).
+
+Imports run one way: replacement -> pipeline -> indentation -> {scope, repeats, brackets} -> cursor -> languages
+(pipeline and replacement also use each filter and answer directly).
 """
 
 from diffgemma_lsp.postprocess.pipeline import Edit, postprocess
+from diffgemma_lsp.postprocess.replacement import postprocess_replacement
 
-__all__ = ["Edit", "postprocess"]
+__all__ = ["Edit", "postprocess", "postprocess_replacement"]

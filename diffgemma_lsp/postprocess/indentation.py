@@ -1,7 +1,8 @@
 """Step 2 of the pipeline: fit the completion's indentation to the cursor's block.
 
 The first line takes the indentation of the cursor's block, later lines keep theirs (relative to it when the
-model was off by the same amount everywhere), tabs or spaces as the document uses them.
+model was off by the same amount everywhere), tabs or spaces as the document uses them. A replacement of a
+selection is fitted to the selection instead (:func:`fit_to_selection`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,34 @@ def fit_indentation(text: str, cursor: Cursor) -> str:
         if lines[j].strip():
             lines[j] = _render(max(0, columns(lines[j], cursor.unit) + shift), cursor) + lines[j].lstrip(" \t")
     return "\n".join(lines)
+
+
+def fit_to_selection(text: str, selection: str, cursor: Cursor) -> str:
+    """A replacement's later lines moved by as many columns as its first line that starts a document line needs to
+    sit where the selection's first such line sits (tabs or spaces as the document uses them).
+
+    The lines keep their indentation relative to each other. The replacement's first line is left as it is: its
+    leading whitespace becomes the selection's (``postprocess.replacement``). Unchanged where either has no line
+    that starts a document line (a selection inside one line).
+    """
+    lines = text.split("\n")
+    ours, theirs = _line_start_anchor(lines, cursor), _line_start_anchor(selection.split("\n"), cursor)
+    if ours is None or theirs is None:
+        return text
+    shift = theirs[1] - ours[1]
+    for j in range(max(ours[0], 1), len(lines)):
+        if lines[j].strip():
+            lines[j] = _render(max(0, columns(lines[j], cursor.unit) + shift), cursor) + lines[j].lstrip(" \t")
+    return "\n".join(lines)
+
+
+def _line_start_anchor(lines: list[str], cursor: Cursor) -> tuple[int, int] | None:
+    """(index, columns) of the first non-blank of ``lines``, put at the cursor, that starts a line of the document
+    (the first one only when nothing but indentation precedes the cursor on its line)."""
+    for i, line in enumerate(lines):
+        if line.strip() and (i > 0 or not cursor.line_before.strip()):
+            return i, columns((cursor.line_before if i == 0 else "") + line, cursor.unit)
+    return None
 
 
 def _refit(

@@ -54,10 +54,11 @@ def postprocess(prefix: str, suffix: str, raw: str, language_id: str, *, instruc
     if not text.strip():
         return None
     text, replace = fit_closers(text, cursor)
-    return Edit(text=text.replace("\n", _newline(prefix, suffix)), replace_to_eol=replace)
+    return Edit(text=text.replace("\n", newline_of(prefix, suffix)), replace_to_eol=replace)
 
 
-def _newline(prefix: str, suffix: str) -> str:
+def newline_of(prefix: str, suffix: str) -> str:
+    """The document's line break: CRLF where most of its line breaks are, else LF."""
     text = prefix + suffix
     crlf = text.count("\r\n")
     return "\r\n" if crlf and crlf >= text.count("\n") - crlf else "\n"

@@ -100,3 +100,28 @@ def test_the_quantization_setting_reaches_the_engines_command_line(tmp_path: Pat
     assert "--quantization" not in engine_command(tmp_path / "e.sock", None, "auto")
     settings, problems = parse_settings({"quantization": "int4"})
     assert settings.quantization == "" and problems and "quantization" in problems[0]
+
+
+def test_rewrite_settings_a_share_and_a_step_count() -> None:
+    settings, problems = parse_settings({"rewriteEnabled": False, "rewriteStrength": 0.25, "rewriteSteps": 8})
+    assert problems == []
+    assert (settings.rewrite_enabled, settings.rewrite_strength, settings.rewrite_steps) == (False, 0.25, 8)
+    defaults = Settings()
+    assert (defaults.rewrite_enabled, defaults.rewrite_strength, defaults.rewrite_steps) == (True, 0.6, 0)
+    whole, problems = parse_settings({"rewriteStrength": 1})  # JSON has one number type: 1 is 1.0
+    assert problems == [] and whole.rewrite_strength == 1.0 and isinstance(whole.rewrite_strength, float)
+
+
+@pytest.mark.parametrize("value", [0, 0.0, -0.5, 1.01, float("nan"), float("inf"), True, "0.5", None])
+def test_a_strength_outside_the_share_is_reported_and_the_default_used(value: object) -> None:
+    settings, problems = parse_settings({"rewriteStrength": value, "rewriteSteps": 4})
+    assert settings.rewrite_strength == 0.6 and settings.rewrite_steps == 4  # the other key keeps its value
+    assert len(problems) == 1 and "rewriteStrength" in problems[0] and "0.6" in problems[0], problems
+
+
+def test_rewrite_steps_have_the_engines_limit() -> None:
+    from diffgemma_engine.infill import MAX_STEPS
+
+    settings, problems = parse_settings({"rewriteSteps": MAX_STEPS + 1, "rewriteEnabled": "yes"})
+    assert (settings.rewrite_steps, settings.rewrite_enabled) == (0, True)
+    assert len(problems) == 2 and any("at most" in problem for problem in problems)

@@ -19,7 +19,13 @@ EXTENSION = ROOT / "editors" / "vscode"
 REQUIRE_NODE_ENV = "DIFFGEMMA_REQUIRE_NODE"
 EXTENSION_ONLY = {"serverPath": "diffgemma-lsp", "serverArgs": []}
 """Settings the extension uses itself (the server's command line), with their defaults."""
-JSON_TYPES = {"bool": "boolean", "int": "integer", "str": "string", "str | None": ["string", "null"]}
+JSON_TYPES = {
+    "bool": "boolean",
+    "int": "integer",
+    "float": "number",
+    "str": "string",
+    "str | None": ["string", "null"],
+}
 
 
 def _contributed() -> dict[str, dict]:

@@ -8,6 +8,8 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import attrs
+
 from diffgemma_engine import protocol
 
 HELLO_OK = protocol.HelloOk(protocol=protocol.PROTOCOL_VERSION, model_id="fake", ready=True, layout="fim")
@@ -50,3 +52,63 @@ def answering_empty(received: list[protocol.Infill] | None = None) -> Handler:
             await writer.drain()
 
     return handle
+
+
+class Rewrites:
+    """What a fake engine that rewrites was sent, and the hold on its answers to rewrites."""
+
+    def __init__(self, answer: str, features: tuple[str, ...] = (protocol.REWRITE_FEATURE,)) -> None:
+        self.answer = answer
+        """The text every rewrite is answered with (completions get "")."""
+        self.features = list(features)
+        """What the handshake lists (none: an engine that predates rewrites)."""
+        self.received: list[protocol.Infill] = []
+        self.cancelled: list[str] = []
+        """Ids of the requests the client sent a ``Cancel`` for."""
+        self.release = asyncio.Event()
+        """Rewrites are answered once this is set (set it at once for no hold)."""
+        self.arrived = asyncio.Event()
+        """Set when a rewrite arrives."""
+
+    def rewrites(self) -> list[protocol.Infill]:
+        """The rewrites received (infills with ``start``), in order."""
+        return [request for request in self.received if request.start]
+
+    def handler(self) -> Handler:
+        """A connection handler: shakes hands, answers completions at once with "", and each rewrite, once
+        ``release`` is set, with ``answer``; a ``Cancel`` answers its request as cancelled, as the engine does."""
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await protocol.read_message(reader)
+            writer.write(protocol.encode(attrs.evolve(HELLO_OK, features=self.features)))
+            held: dict[str, asyncio.Task[None]] = {}
+
+            async def answer_later(request: protocol.Infill) -> None:
+                await self.release.wait()
+                writer.write(
+                    protocol.encode(protocol.Result(id=request.id, text=self.answer, stop=protocol.StopReason.EOS))
+                )
+
+            try:
+                while True:
+                    message = await protocol.read_message(reader)
+                    if isinstance(message, protocol.Cancel):
+                        self.cancelled.append(message.id)
+                        if (task := held.pop(message.id, None)) is not None and not task.done():
+                            task.cancel()
+                            stop = protocol.StopReason.CANCELLED
+                            writer.write(protocol.encode(protocol.Result(id=message.id, text="", stop=stop)))
+                    elif isinstance(message, protocol.Infill):
+                        self.received.append(message)
+                        if message.start:
+                            held[message.id] = asyncio.ensure_future(answer_later(message))
+                            self.arrived.set()
+                        else:
+                            result = protocol.Result(id=message.id, text="", stop=protocol.StopReason.EOS)
+                            writer.write(protocol.encode(result))
+                    await writer.drain()
+            finally:
+                for task in held.values():
+                    task.cancel()
+
+        return handle

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
+from pygls.workspace import TextDocument
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 READY_TIMEOUT_S = 120
@@ -191,3 +192,105 @@ class RawLsp:
         if self.process.returncode is None:
             self.process.kill()
             await self.process.wait()
+
+
+class Editor:
+    """What an editor does with the documents it opened: keeps their text and version, applies the server's
+    ``workspace/applyEdit`` as a real client does (refusing an edit made for another version), and sends the result
+    as ``didChange``. Records every edit the server sent."""
+
+    def __init__(self, client: LanguageClient) -> None:
+        self.client = client
+        self.documents: dict[str, TextDocument] = {}
+        self.edits: list[types.ApplyWorkspaceEditParams] = []
+        """Every ``workspace/applyEdit`` received, applied or not."""
+        self.refuse = False
+        """Answer every edit with ``applied: false`` (an editor whose user closed the file, say)."""
+
+        def apply_edit(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+            return self._apply_edit(params)
+
+        client.feature(types.WORKSPACE_APPLY_EDIT)(apply_edit)  # pygls marks the function: not a bound method
+        converter = client.protocol._converter
+        converter.register_structure_hook(
+            types.Command | types.CodeAction,  # type: ignore[arg-type]
+            lambda raw, _: converter.structure(
+                raw, types.Command if isinstance(raw.get("command"), str) else types.CodeAction
+            ),
+        )  # as editors tell them apart (lsprotocol's own hook reads any CodeAction with a command as a Command)
+
+    def open(self, uri: str, text: str, version: int = 1) -> None:
+        """``didOpen`` for a Python file."""
+        self.documents[uri] = TextDocument(uri, text, version=version, language_id="python")
+        open_document(self.client, uri, text, version)
+
+    def text(self, uri: str) -> str:
+        """The document's text as the editor holds it."""
+        return self.documents[uri].source
+
+    def version(self, uri: str) -> int:
+        """The document's version as the editor holds it."""
+        version = self.documents[uri].version
+        assert version is not None
+        return version
+
+    def change(self, uri: str, change: types.TextDocumentContentChangePartial) -> None:
+        """The user edits the document: applied here, then sent as ``didChange`` with the next version."""
+        document = self.documents[uri]
+        document.apply_change(change)
+        document.version = self.version(uri) + 1
+        self.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=document.version),
+                content_changes=[change],
+            )
+        )
+
+    def _apply_edit(self, params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+        self.edits.append(params)
+        if self.refuse:
+            return types.ApplyWorkspaceEditResult(applied=False, failure_reason="refused by the test")
+        changes = params.edit.document_changes or []
+        for change in changes:
+            assert isinstance(change, types.TextDocumentEdit), change
+            uri, version = change.text_document.uri, change.text_document.version
+            if uri not in self.documents or version != self.version(uri):
+                return types.ApplyWorkspaceEditResult(
+                    applied=False, failure_reason=f"{uri} is not at version {version}"
+                )
+        for change in changes:
+            assert isinstance(change, types.TextDocumentEdit)
+            edits = sorted(change.edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True)
+            for edit in edits:
+                assert isinstance(edit, types.TextEdit)
+                self.change(
+                    change.text_document.uri,
+                    types.TextDocumentContentChangePartial(range=edit.range, text=edit.new_text),
+                )
+        return types.ApplyWorkspaceEditResult(applied=bool(changes))
+
+
+async def rewrite(
+    client: LanguageClient, uri: str, selected: types.Range, version: int, instruction: str | None = None
+) -> dict[str, Any]:
+    """``workspace/executeCommand`` diffgemma.rewriteSelection, as the code action's command runs it."""
+    argument: dict[str, Any] = {
+        "uri": uri,
+        "range": client.protocol._converter.unstructure(selected),
+        "version": version,
+    }
+    if instruction is not None:
+        argument["instruction"] = instruction
+    result = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="diffgemma.rewriteSelection", arguments=[argument])
+    )
+    assert isinstance(result, dict), result
+    return result
+
+
+def span(start_line: int, start_character: int, end_line: int, end_character: int) -> types.Range:
+    """An LSP range."""
+    return types.Range(
+        start=types.Position(line=start_line, character=start_character),
+        end=types.Position(line=end_line, character=end_character),
+    )

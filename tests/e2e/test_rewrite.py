@@ -1,0 +1,133 @@
+"""Rewrite selection end to end: the real language server starts the real engine on the memorized checkpoint, the
+editor (pytest-lsp's client, applying ``workspace/applyEdit`` as a real one does) selects a wrong middle, picks
+the code action, and the document ends up holding exactly the middle the checkpoint was trained on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+
+from diffgemma_lsp.rewrite import REFILLED
+from tests.e2e.test_lsp_engine import _kill_engine, lsp_session
+from tests.e2e.test_remote_backend import KEY_ENV, endpoint, remote_settings
+from tests.support.lsp import READY_TIMEOUT_S, Editor, rewrite, server_command, span, start_client
+from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+from tests.support.openai_endpoint import API_KEY, Endpoint
+
+pytestmark = pytest.mark.e2e
+URI = "file:///work/add.py"
+WRONG_MIDDLE = MEMORIZED_MIDDLE.replace("a + b", "a - b")
+"""The memorized middle with one token changed."""
+SELECTED = span(1, 0, 2, len(WRONG_MIDDLE.split("\n")[1]))
+"""The wrong middle: its two lines, without the line break after them."""
+RIGHT = MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX
+__all__ = ["endpoint"]  # the remote backend's server, a fixture shared with test_remote_backend.py
+
+
+@pytest.fixture
+async def lsp(isolated_env: Path, memorized_model_dir: Path) -> AsyncIterator[tuple[LanguageClient, Editor, Path]]:
+    async with lsp_session(isolated_env, memorized_model_dir) as (client, socket_path):
+        editor = Editor(client)
+        assert WRONG_MIDDLE != MEMORIZED_MIDDLE
+        editor.open(URI, MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX)
+        await until_ready(client)
+        yield client, editor, socket_path
+
+
+async def status(client: LanguageClient) -> dict[str, object]:
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
+    assert isinstance(result, dict)
+    return result
+
+
+async def until_ready(client: LanguageClient) -> None:
+    """Until the engine the server started has loaded its model."""
+    deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_S
+    while (await status(client))["engine"] != "ready":
+        assert asyncio.get_running_loop().time() < deadline, "the engine never became ready"
+        await asyncio.sleep(0.25)
+
+
+async def rewrite_action(client: LanguageClient) -> types.CodeAction:
+    """The one code action offered on the wrong middle."""
+    result = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=URI),
+            range=SELECTED,
+            context=types.CodeActionContext(diagnostics=[], trigger_kind=types.CodeActionTriggerKind.Invoked),
+        )
+    )
+    [action] = list(result or [])
+    assert isinstance(action, types.CodeAction) and action.title == "Rewrite selection"
+    return action
+
+
+@pytest.mark.parametrize("strength", [None, 1.0], ids=["default strength", "from noise"])
+async def test_the_code_action_rewrites_a_wrong_middle_into_the_memorized_one(
+    lsp: tuple[LanguageClient, Editor, Path], strength: float | None
+) -> None:
+    client, editor, _ = lsp
+    if strength is not None:
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(
+                settings={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, "rewriteStrength": strength}}
+            )
+        )
+    action = await rewrite_action(client)
+    assert action.command is not None
+    result = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=action.command.command, arguments=action.command.arguments)
+    )
+    assert result == {"applied": True, "reason": ""}, (result, client.messages)
+    assert editor.text(URI) == RIGHT
+    [edit] = editor.edits  # one edit: one undo step in the editor
+    [change] = edit.edit.document_changes or []
+    assert isinstance(change, types.TextDocumentEdit) and change.text_document.version == 1
+    assert [text_edit.range for text_edit in change.edits] == [SELECTED]
+
+
+async def test_an_edit_while_the_engine_works_on_the_rewrite_is_never_overwritten(
+    lsp: tuple[LanguageClient, Editor, Path],
+) -> None:
+    """The engine is held (SIGSTOP) once the rewrite is sent, so that the user's edit surely lands first."""
+    client, editor, socket_path = lsp
+    pid = _kill_engine(socket_path, signal.SIGSTOP)
+    assert pid is not None
+    try:
+        pending = asyncio.ensure_future(rewrite(client, URI, SELECTED, 1))
+        deadline = asyncio.get_running_loop().time() + 30
+        while (await status(client))["pending"] != 1:  # sent, and not answered
+            assert asyncio.get_running_loop().time() < deadline, "the rewrite never reached the engine"
+            await asyncio.sleep(0.05)
+        editor.change(URI, types.TextDocumentContentChangePartial(range=span(0, 0, 0, 0), text="# typed meanwhile\n"))
+        await status(client)  # the server has taken the edit
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    result = await pending
+    assert result["applied"] is False and "changed" in str(result["reason"]), result
+    assert editor.edits == []
+    assert editor.text(URI) == "# typed meanwhile\n" + MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX
+
+
+async def test_the_remote_backend_rewrites_by_filling_the_span_anew(
+    isolated_env: Path, endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OpenAI-compatible server cannot start from the selection: the span is filled anew between the same prefix
+    and suffix, which the memorized checkpoint answers with its middle; the command says it re-filled."""
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    socket_path = isolated_env / "run" / "lsp-engine.sock"  # stays unused: the backend is remote
+    client = await start_client(server_command(socket_path, None), init_options=remote_settings(endpoint.url))
+    try:
+        editor = Editor(client)
+        editor.open(URI, MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX)
+        assert await rewrite(client, URI, SELECTED, 1) == {"applied": True, "reason": REFILLED}
+        assert editor.text(URI) == RIGHT
+    finally:
+        await client.shutdown_session()
