@@ -1,8 +1,8 @@
 """Repairs on HumanEval: one line of a correct program corrupted, the engine asked to rewrite that line.
 
     python -m benchmarks.edit_eval [--model DIR] [--data FILE] [--n 82] [--strengths S [S ...]] [--steps N]
-                                   [--seed 0] [--timeout 5] [--device cpu] [--instruction TEXT] [--json PATH]
-                                   [--plot PATH] [--corrupt-only]
+                                   [--seed 0] [--timeout 5] [--device cpu] [--instruction TEXT] [--raw | --also-raw]
+                                   [--json PATH] [--plot PATH] [--corrupt-only]
 
 The programs are HumanEval's canonical solutions as the single-line infilling tasks hold them
 (``benchmarks.humaneval``): each task is a whole program split around one line of its solution. For each of ``--n``
@@ -12,23 +12,27 @@ taking turns from problem to problem and the seed picking the line and the place
 one, ``drop`` removes one token. Only a corruption that makes the task's tests fail counts (failing, not running past
 the timeout: a hang would cost the timeout at every strength), and only lines the engine takes as a selection (the
 line and its corruption fit the model's canvas with an end-of-sequence token: the engine refuses a longer one, as it
-would the language server's request). A kind with no such corruption among its first ``--tries`` candidates gives
-way to the next kind, and a problem with none at all is left out (counted in the JSON).
+would the language server's request). A kind with no such corruption among its first ``--tries`` candidates gives way
+to the next kind, and a problem with none at all is left out (counted in the JSON).
 
 The repair is the request the language server sends for "Rewrite selection" on that line: ``protocol.Infill`` with
 ``prefix`` the program before the line, ``start`` the corrupted line (its indentation included, its line break not),
 ``suffix`` the line break and everything after, and ``strength`` S, on the model's canvas and steps, served
 in-process by the engine's own ``run_infill`` on the loaded model (seeded per edit, the same seed at every strength).
-The answer replaces the line as the engine wrote it (``POSTPROCESSING``, also in the JSON: no post-processing for a
-replacement was on main when this was written), and the program runs with the task's tests.
+The engine's text then goes through the language server's post-processing for a replacement
+(``diffgemma_lsp.postprocess.postprocess_replacement``, as ``diffgemma.rewriteSelection`` applies it: the indentation
+fitted to the selection, the cuts, the selection's blank space at both ends); an answer it leaves nothing of makes no
+edit (``suppressed``), so the line stays corrupted. ``--raw`` scores the engine's text as it is, ``--also-raw`` both
+on the same answers (``raw_pass_at_1``, and the edits only one of them repairs). The program then runs with the
+task's tests.
 
 Reported for each strength: pass@1 of the repaired programs (also by kind), steps per edit (``Timings.steps``), ms
-per edit (the wall time of ``run_infill``; the engine's own ``total_ms`` beside it), the share of answers that are
-the corrupted line (``unchanged``) or the original one (``restored``), blank space at both ends aside, and the share
-of the engine's texts that start with the corrupted line (``starts_with_corrupted``). Strength 1 is a from-noise
-infill of the same span: the baseline every lighter strength is measured against. Beside them: the do-nothing floor
-(the corrupted program as is, which fails by construction: 0) and the "keep the line" check, the corrupted line
-sent with ``keep=True`` at strength 1: its tokens are held, so every answer must start with it
+per edit (the wall time of ``run_infill``; the engine's own ``total_ms`` beside it), the share of edits that leave
+the corrupted line (``unchanged``) or put back the original one (``restored``), blank space at both ends aside, and
+the share of the engine's texts that start with the corrupted line (``starts_with_corrupted``). Strength 1 is a
+from-noise infill of the same span: the baseline every lighter strength is measured against. Beside them: the
+do-nothing floor (the corrupted program as is, which fails by construction: 0) and the "keep the line" check, the
+corrupted line sent with ``keep=True`` at strength 1: its tokens are held, so every answer must start with it
 (``starts_with_corrupted`` 1); what follows them is the model's (the end-of-sequence after a selection is not held),
 so ``unchanged`` and pass@1 say what it wrote there. ``--corrupt-only`` chooses the corruptions and stops, without a
 model (and without the canvas check): what the edits are, and that each breaks its task. ``--instruction`` goes into
@@ -52,6 +56,7 @@ from pathlib import Path
 
 from benchmarks.humaneval import DEFAULT_DATA, FAIL, PASS, SPLITS, TIMEOUT, compiles, load_tasks, pick, run_outcome
 from benchmarks.report import RESULTS, write_report
+from diffgemma_lsp.postprocess import postprocess_replacement
 
 KINDS = ("operator", "name", "drop")
 """The corruptions, in the order the problems take them in turn."""
@@ -80,8 +85,9 @@ LAYOUT_TOKENS = (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT
 DEFAULT_STRENGTHS = (0.2, 0.4, 0.6, 0.8)
 BASELINE_STRENGTH = 1.0
 """From noise: the same span infilled as if nothing were there."""
-POSTPROCESSING = "none: the engine's text replaces the line as is (no post-processing for a replacement on main)"
-"""How an answer becomes the edit the editor would apply (written to the JSON)."""
+POSTPROCESSED = "diffgemma_lsp.postprocess.postprocess_replacement, as diffgemma.rewriteSelection applies it"
+RAW = "none (--raw): the engine's text replaces the line as it is"
+UNPRINTED = ("samples", "passed_task_ids", "passed_only_processed", "passed_only_raw")
 SAMPLES_KEPT = 6
 """Answers kept in the JSON per strength, to read what the model wrote."""
 
@@ -268,6 +274,8 @@ class Engine:
 
     rewrite: Rewrite
     fits: Fits
+    instruct: bool
+    """A chat-layout model: its answers are unwrapped before post-processing."""
     about: dict[str, object]
     """What the JSON says about the model."""
 
@@ -323,27 +331,53 @@ def load_engine(model_dir: Path, device: str, steps: int, threads: int, instruct
         "canvas_length": loaded.canvas_length,
         "params": sum(p.numel() for p in loaded.model.parameters()),
     }
-    return Engine(rewrite, fits, about)
+    return Engine(rewrite, fits, loaded.layout.name == protocol.CHAT_LAYOUT, about)
 
 
-def finish(edit: Edit, text: str) -> str:
-    """The text that replaces the line in the program (``POSTPROCESSING``)."""
-    return text
+@dataclass(frozen=True)
+class Scoring:
+    """How answers are scored: the test runs' timeout, and whether the engine's text is post-processed first."""
+
+    timeout: float
+    raw: bool = False
+    """Score the engine's text as it is, no post-processing."""
+    also_raw: bool = False
+    """Also test the engine's text as it is, beside the post-processed edit (the paired measure)."""
+    instruct: bool = False
+    """The model answers in the chat layout: its answer is unwrapped first, as the language server does."""
 
 
-def measure(edits: list[Edit], rewrite: Rewrite, strength: float, seed: int, timeout: float, keep: bool = False):
+def finish(edit: Edit, text: str, scoring: Scoring) -> str | None:
+    """The text that replaces the line, as the language server's ``diffgemma.rewriteSelection`` computes it
+    (``postprocess_replacement``), or the engine's text with ``raw``; None when nothing is left (the editor then
+    gets no edit and the line stays as it was)."""
+    if scoring.raw:
+        return text
+    return postprocess_replacement(edit.prefix, edit.corrupted, edit.suffix, text, "python", instruct=scoring.instruct)
+
+
+def measure(edits: list[Edit], rewrite: Rewrite, strength: float, seed: int, scoring: Scoring, keep: bool = False):
     """One strength's figures over every edit (edit i seeded ``seed + i``)."""
-    passed, unchanged, kept, restored, parses = 0, 0, 0, 0, 0
+    passed, raw_passed, unchanged, kept, restored, parses, suppressed = 0, 0, 0, 0, 0, 0, 0
     steps, wall, engine, samples, passed_ids = [], [], [], [], []
+    only_processed: list[str] = []  # with also_raw: passes post-processed only, or raw only
+    only_raw: list[str] = []
     by_kind: Counter[str] = Counter()
     for i, edit in enumerate(edits):
         text, ran, ms, engine_ms = rewrite(edit, strength, seed + i, keep)
-        answer = finish(edit, text)
+        finished = finish(edit, text, scoring)
+        suppressed += finished is None
+        answer = edit.corrupted if finished is None else finished  # no edit: the line stays as it was
         program = edit.program(answer)
-        ok = run_outcome(program, timeout) == PASS
+        ok = run_outcome(program, scoring.timeout) == PASS
         passed += ok
         by_kind[edit.kind] += ok
-        unchanged += answer.strip() == edit.corrupted.strip()
+        if scoring.also_raw and not scoring.raw:
+            raw_ok = run_outcome(edit.program(text), scoring.timeout) == PASS
+            raw_passed += raw_ok
+            if ok != raw_ok:
+                (only_processed if ok else only_raw).append(edit.task_id)
+        unchanged += finished is not None and answer.strip() == edit.corrupted.strip()
         kept += text.startswith(edit.corrupted)  # the engine's own text: what keep must hand back
         restored += answer.strip() == edit.line.strip()
         parses += compiles(program)
@@ -353,7 +387,9 @@ def measure(edits: list[Edit], rewrite: Rewrite, strength: float, seed: int, tim
         if ok:
             passed_ids.append(edit.task_id)
         if len(samples) < SAMPLES_KEPT:
-            samples.append({"task_id": edit.task_id, "corrupted": edit.corrupted, "answer": text, "passed": ok})
+            samples.append(
+                {"task_id": edit.task_id, "corrupted": edit.corrupted, "text": text, "edit": finished, "passed": ok}
+            )
     n = len(edits)
     kinds = Counter(edit.kind for edit in edits)
     return {
@@ -370,9 +406,15 @@ def measure(edits: list[Edit], rewrite: Rewrite, strength: float, seed: int, tim
         "unchanged": unchanged / n,
         "starts_with_corrupted": kept / n,
         "restored": restored / n,
+        "suppressed": suppressed / n,
         "parses": parses / n,
         "passed_task_ids": passed_ids,
         "samples": samples,
+        **(
+            {"raw_pass_at_1": raw_passed / n, "passed_only_processed": only_processed, "passed_only_raw": only_raw}
+            if scoring.also_raw and not scoring.raw
+            else {}
+        ),
     }
 
 
@@ -394,6 +436,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (float32 on a CPU, else the engine's dtype)")
     parser.add_argument("--instruction", default="", help="for a chat-layout checkpoint (FIM ones ignore it)")
+    parser.add_argument("--raw", action="store_true", help="score the engine's text as is, no post-processing")
+    parser.add_argument(
+        "--also-raw", action="store_true", help="also test the engine's text as is: both pass@1 from the same answers"
+    )
     parser.add_argument("--corrupt-only", action="store_true", help="choose and test the corruptions, no model")
     parser.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/edit_eval.json")
     parser.add_argument("--plot", type=Path, default=None, help="default: the --json path with .png")
@@ -431,21 +477,22 @@ def main() -> None:
             print(json.dumps(figures, indent=2))
         return
     rewrite = engine.rewrite
+    scoring = Scoring(args.timeout, raw=args.raw, also_raw=args.also_raw, instruct=engine.instruct)
     figures = {
         **engine.about,
         "threads": args.threads,
         "steps_asked": args.steps,
-        "postprocessing": POSTPROCESSING,
+        "postprocessing": RAW if args.raw else POSTPROCESSED,
         **figures,
     }
     runs = []
     for strength in strengths:
-        run = measure(edits, rewrite, strength, args.seed, args.timeout)
+        run = measure(edits, rewrite, strength, args.seed, scoring)
         runs.append(run)
-        print(json.dumps({k: v for k, v in run.items() if k not in ("samples", "passed_task_ids")}), flush=True)
+        print(json.dumps({k: v for k, v in run.items() if k not in UNPRINTED}), flush=True)
     figures["runs"] = runs
     figures["baseline"] = runs[-1]["pass_at_1"]
-    figures["keep_the_line"] = measure(edits, rewrite, BASELINE_STRENGTH, args.seed, args.timeout, keep=True)
+    figures["keep_the_line"] = measure(edits, rewrite, BASELINE_STRENGTH, args.seed, scoring, keep=True)
     figures["wall_s"] = round(time.perf_counter() - started, 1)
     path = args.json or RESULTS / "edit_eval.json"
     plot_path = args.plot

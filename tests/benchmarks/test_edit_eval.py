@@ -69,7 +69,7 @@ def test_edit_eval_reports_repairs_for_each_strength_against_the_baseline(tmp_pa
     out, plot = tmp_path / "figures.json", tmp_path / "plot.png"
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.edit_eval", "--data", str(data), "--n", "0", "--strengths", "0.5"]
-        + ["--steps", "4", "--json", str(out), "--plot", str(plot)],
+        + ["--steps", "4", "--also-raw", "--json", str(out), "--plot", str(plot)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -78,12 +78,12 @@ def test_edit_eval_reports_repairs_for_each_strength_against_the_baseline(tmp_pa
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
     assert report["n_edits"] == 2 and report["floor_pass_at_1"] == 0.0
-    assert report["postprocessing"] and report["machine"]["reference_ms"] > 0
+    assert "postprocess_replacement" in report["postprocessing"] and report["machine"]["reference_ms"] > 0
     assert [run["strength"] for run in report["runs"]] == [0.5, 1.0]  # the from-noise baseline last
     assert report["baseline"] == report["runs"][-1]["pass_at_1"]
     for run in [*report["runs"], report["keep_the_line"]]:
         assert run["n_edits"] == 2 and len(run["samples"]) == 2
-        for key in ("pass_at_1", "unchanged", "restored", "parses"):
+        for key in ("pass_at_1", "raw_pass_at_1", "unchanged", "restored", "suppressed", "parses"):
             assert 0 <= run[key] <= 1, key
         assert 1 <= run["steps_per_edit"] <= 4 and run["ms_per_edit"] > 0 and run["engine_ms_per_edit"] > 0
     light, noise = report["runs"]
