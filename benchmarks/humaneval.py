@@ -37,16 +37,26 @@ def pick(tasks: list[dict], n: int | None, limit: int | None) -> list[dict]:
     return [tasks[i * len(tasks) // n] for i in range(n)]
 
 
-def run_tests(program: str, timeout: float) -> bool:
-    """Whether ``program`` exits 0 in a fresh interpreter within ``timeout`` seconds (in a scratch folder)."""
+PASS, FAIL, TIMEOUT = "pass", "fail", "timeout"
+"""``run_outcome``'s answers."""
+
+
+def run_outcome(program: str, timeout: float) -> str:
+    """``PASS`` if ``program`` exits 0 in a fresh interpreter within ``timeout`` seconds (in a scratch folder),
+    ``TIMEOUT`` if it is still running then, else ``FAIL``."""
     with tempfile.TemporaryDirectory() as tmp:
         file = Path(tmp) / "task.py"
         file.write_text(program)
         try:
             done = subprocess.run([sys.executable, str(file)], cwd=tmp, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return False
-        return done.returncode == 0
+            return TIMEOUT
+        return PASS if done.returncode == 0 else FAIL
+
+
+def run_tests(program: str, timeout: float) -> bool:
+    """Whether ``program`` exits 0 in a fresh interpreter within ``timeout`` seconds (in a scratch folder)."""
+    return run_outcome(program, timeout) == PASS
 
 
 def compiles(program: str) -> bool:

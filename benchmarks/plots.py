@@ -105,6 +105,40 @@ def pass_at_1_by_steps(path: Path, report: dict) -> None:
     save(figure, path)
 
 
+def repair_by_strength(path: Path, report: dict) -> None:
+    """``benchmarks.edit_eval``: repair pass@1 (left axis) and denoising steps per edit (right axis) against the
+    rewrite's strength; strength 1 is the from-noise infill of the same span, the do-nothing floor dashed."""
+    plt = pyplot()
+    if plt is None:
+        return
+    runs = sorted(report["runs"], key=lambda run: run["strength"])
+    strengths = [run["strength"] for run in runs]
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.plot(strengths, [100 * run["pass_at_1"] for run in runs], marker="o", color="#4c72b0", label="pass@1")
+    axes.axhline(100 * report["floor_pass_at_1"], linestyle="--", linewidth=1, color="grey")
+    axes.annotate(
+        "do-nothing floor (the corrupted program)",
+        (0.01, 100 * report["floor_pass_at_1"]),
+        xycoords=("axes fraction", "data"),
+        xytext=(0, 3),
+        textcoords="offset points",
+        fontsize=7,
+    )
+    axes.set_ylim(0, max(10.0, 1.2 * max(100 * run["pass_at_1"] for run in runs)))
+    axes.set_xlabel("strength (share of the canvas renoised at the start; 1 = from noise)")
+    axes.set_ylabel("repair pass@1 (%)", color="#4c72b0")
+    axes.set_xticks(strengths)
+    steps = axes.twinx()
+    steps.plot(strengths, [run["steps_per_edit"] for run in runs], marker="s", color="#dd8452", label="steps")
+    steps.set_ylim(0, 1.2 * max(max(run["steps_per_edit"] for run in runs), 1))
+    steps.set_ylabel("denoising steps per edit", color="#dd8452")
+    lines = axes.get_legend_handles_labels()
+    more = steps.get_legend_handles_labels()
+    axes.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper left")
+    axes.set_title(f"HumanEval one-line repairs ({report['n_edits']}), {Path(report['model']).name}", fontsize=10)
+    save(figure, path)
+
+
 def save(figure, path: Path) -> None:
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
