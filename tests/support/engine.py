@@ -13,6 +13,7 @@ from pathlib import Path
 from diffgemma_engine import protocol
 
 ENGINE_START_TIMEOUT_S = 120
+LISTEN_GRACE_S = 5.0
 
 
 class EngineProcess:
@@ -75,8 +76,19 @@ class RawClient:
 
     @classmethod
     async def connect(cls, socket_path: Path, hello: bool = True, wait_ready: bool = True) -> RawClient:
-        """Open a connection, shake hands and (by default) wait until the model is loaded."""
-        reader, writer = await asyncio.open_unix_connection(str(socket_path), limit=protocol.MAX_FRAME_BYTES)
+        """Open a connection, shake hands and (by default) wait until the model is loaded.
+
+        The socket file appears when the engine binds, a moment before it listens: a refused connection is tried
+        again for ``LISTEN_GRACE_S``."""
+        deadline = time.monotonic() + LISTEN_GRACE_S
+        while True:
+            try:
+                reader, writer = await asyncio.open_unix_connection(str(socket_path), limit=protocol.MAX_FRAME_BYTES)
+                break
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
         client = cls(reader, writer)
         if hello:
             await client.send(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="test", pid=os.getpid()))

@@ -69,13 +69,34 @@ def train_to_answer(
     noise), two-pass self-conditioning half the time, cross-entropy over the whole canvas (with ``balanced``, the
     answer's positions and the padding's weigh alike: on a 256-token canvas the padding would drown the answer)."""
     canvas = model.config.canvas_length
-    vocab_size = model.config.get_text_config(decoder=True).vocab_size
     target = torch.tensor([answer + [pad_id] * (canvas - len(answer))])
     prompt_ids = torch.tensor([prompt])
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=5e-3, total_steps=steps, pct_start=0.1)
     model.train()
     text_config = model.config.get_text_config(decoder=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same weights wherever it is built: one thread sums its floats in one order
+    try:
+        _train_steps(model, prompt_ids, target, len(answer), optimizer, scheduler, text_config, steps, balanced)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_steps(
+    model: DiffusionGemmaForBlockDiffusion,
+    prompt_ids: torch.Tensor,
+    target: torch.Tensor,
+    answer_length: int,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    text_config: object,
+    steps: int,
+    balanced: bool,
+) -> None:
+    """``train_to_answer``'s loop."""
+    canvas = target.shape[1]
+    vocab_size = model.config.get_text_config(decoder=True).vocab_size
     for _ in range(steps):
         t = 1 - torch.rand(1) ** 2
         noisy = torch.where(torch.rand(target.shape) < t, torch.randint(0, vocab_size, target.shape), target)
@@ -93,7 +114,7 @@ def train_to_answer(
         ).logits
         losses = torch.nn.functional.cross_entropy(logits.view(-1, vocab_size), target.view(-1), reduction="none")
         if balanced:  # the answer and the padding after it weigh the same, however long the canvas
-            loss = losses[: len(answer)].mean() + (losses[len(answer) :].mean() if canvas > len(answer) else 0.0)
+            loss = losses[:answer_length].mean() + (losses[answer_length:].mean() if canvas > answer_length else 0.0)
         else:
             loss = losses.mean()
         optimizer.zero_grad()

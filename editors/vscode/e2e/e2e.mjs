@@ -103,18 +103,9 @@ async function ghostDom() {
   );
 }
 
-/** Runs a command from the command palette: the row whose label is exactly `label`. */
+/** Runs a command from the command palette: the row whose label is exactly `label`, then the palette closes. */
 async function runCommand(label) {
-  await page.keyboard.press('F1');
-  const input = page.locator('.quick-input-widget input');
-  await input.waitFor({ state: 'visible', timeout: 10000 });
-  await input.fill(`>${label}`);
-  const row = page
-    .locator('.quick-input-list .monaco-list-row')
-    .filter({ has: page.locator('.label-name').getByText(label, { exact: true }) })
-    .first();
-  await row.waitFor({ state: 'visible', timeout: 10000 });
-  await row.click();
+  await pickCommand(label);
   await page.locator('.quick-input-widget').waitFor({ state: 'hidden', timeout: 10000 });
   log(`ran "${label}"`);
 }
