@@ -1,14 +1,19 @@
 """A checkpoint folder's small JSON files (``config.json``, ``generation_config.json``, ``diffgemma.json``, the
 safetensors index), each read with a size limit and checked to hold an object; the dtype the weights are stored
-in. Pure: no torch, no transformers, so the memory plan and the loader share it without importing each other."""
+in; and two fields of a built config that transformers types loosely, narrowed once. Pure: no torch, and
+transformers only for the type checker, so the memory plan, the loader and the canvas maths share it without
+importing each other."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 MAX_SETTINGS_FILE_BYTES = 1 << 20
@@ -51,3 +56,19 @@ def stored_dtype(config: dict[str, Any]) -> str | None:
     if dtype is None and isinstance(text, dict):
         dtype = text.get("dtype") or text.get("torch_dtype")
     return str(dtype) if dtype is not None else None
+
+
+def text_config_of(config: DiffusionGemmaConfig) -> DiffusionGemmaTextConfig:
+    """``config.text_config``, which transformers types as a config, a dict or None: a built ``DiffusionGemmaConfig``
+    always holds a ``DiffusionGemmaTextConfig`` there (``TypeError`` otherwise)."""
+    text = config.text_config
+    if text is None or isinstance(text, dict):
+        raise TypeError(f"the model's config.text_config is {type(text).__name__}, not a DiffusionGemmaTextConfig")
+    return text
+
+
+def canvas_length_of(config: DiffusionGemmaConfig) -> int:
+    """The checkpoint's ``canvas_length`` (``ModelLoadError`` when its config sets none)."""
+    if config.canvas_length is None:
+        raise ModelLoadError("the checkpoint's config.json sets no canvas_length")
+    return int(config.canvas_length)

@@ -21,9 +21,11 @@ from .checkpoint_files import (
     DEFAULT_MODEL_DIR,
     HINTS_FILE,
     SETTINGS_FILES,
+    canvas_length_of,
     check_size,
     read_json_object,
     stored_dtype,
+    text_config_of,
 )
 from .clock import StepClock
 from .errors import ModelLoadError
@@ -244,7 +246,7 @@ def load_model(
         layout=layout,
         eos_ids=eos_ids,
         pad_id=generation.pad_token_id if generation.pad_token_id is not None else tokenizer.pad_token_id,
-        canvas_length=plan.canvas_length_of(model.config),
+        canvas_length=canvas_length_of(model.config),
         sampler=sampler,
         max_prompt_tokens=max_prompt_tokens,
         load_ms=(time.perf_counter() - start) * 1000.0,
@@ -274,8 +276,8 @@ def serving_limits(
     config = model.config
     request = plan.request_memory(
         plan.attention_layers(config),
-        canvas_length=plan.canvas_length_of(config),
-        vocab_size=plan.text_config_of(config).vocab_size,
+        canvas_length=canvas_length_of(config),
+        vocab_size=text_config_of(config).vocab_size,
         prompt_tokens=prompt_tokens,
         dtype="float32" if dtype == torch.float32 else "bfloat16",
     )

@@ -33,13 +33,20 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .checkpoint_files import DEFAULT_MODEL_DIR, MAX_INDEX_FILE_BYTES, read_json_object, stored_dtype
+from .checkpoint_files import (
+    DEFAULT_MODEL_DIR,
+    MAX_INDEX_FILE_BYTES,
+    canvas_length_of,
+    read_json_object,
+    stored_dtype,
+    text_config_of,
+)
 from .errors import ModelLoadError
 from .quantize_policy import EXPERT_WEIGHTS, MULTIMODAL_MODULES, stays_unquantized
 
 if TYPE_CHECKING:
     import torch
-    from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig
+    from transformers import DiffusionGemmaConfig
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -746,22 +753,6 @@ def describe_model(model: torch.nn.Module) -> tuple[list[Weight], int, list[tupl
         for name, shape, kind, is_buffer, linear, unit in first.values()
     ]
     return weights, before_tie, [(key, root(unit)) for key, unit in holders.items()]
-
-
-def text_config_of(config: DiffusionGemmaConfig) -> DiffusionGemmaTextConfig:
-    """``config.text_config``, which transformers types as a config, a dict or None: a built ``DiffusionGemmaConfig``
-    always holds a ``DiffusionGemmaTextConfig`` there (``TypeError`` otherwise)."""
-    text = config.text_config
-    if text is None or isinstance(text, dict):
-        raise TypeError(f"the model's config.text_config is {type(text).__name__}, not a DiffusionGemmaTextConfig")
-    return text
-
-
-def canvas_length_of(config: DiffusionGemmaConfig) -> int:
-    """The checkpoint's ``canvas_length`` (``ModelLoadError`` when its config sets none)."""
-    if config.canvas_length is None:
-        raise ModelLoadError("the checkpoint's config.json sets no canvas_length")
-    return int(config.canvas_length)
 
 
 def attention_layers(config: DiffusionGemmaConfig) -> tuple[AttentionLayer, ...]:

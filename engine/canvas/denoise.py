@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import DynamicCache
 
+from ..checkpoint_files import text_config_of
 from ..placement import execution_device
-from ..plan import text_config_of
 from ..quantize import grad_mode, under_grad_mode
 from .caches import PrefixCache, encode_prompt
 from .sampler import SamplerSettings, Scores, accept_mask, sample_accepted
@@ -249,9 +249,8 @@ def denoise_canvas(
         kept = torch.where(accepted, sample, canvas)
         noise = torch.randint(0, vocab_size, shape, device=device, generator=generator)
         new_canvas = torch.where(accepted, kept, noise)
-        if pin is not None:  # held, accepted or not
+        if pin is not None:  # held, accepted or not (``best`` already is: the pinned logits' argmax is the token)
             new_canvas = torch.where(pin[0], pin[1], new_canvas)
-            new_best = torch.where(pin[0], pin[1], new_best)
         if finished.any():  # rows that are done keep their canvas and logits
             new_best = torch.where(finished[:, None], best, new_best)
             new_canvas = torch.where(finished[:, None], canvas, new_canvas)

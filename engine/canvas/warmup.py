@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from ..checkpoint_files import text_config_of
 from ..placement import execution_device
-from ..plan import text_config_of
 from ..quantize import grad_mode
 from .caches import PrefixCache, stack_rows
 from .denoise import denoise_canvas

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from ..plan import text_config_of
+from ..checkpoint_files import text_config_of
 from .data import PAD, Example
 
 if TYPE_CHECKING:
