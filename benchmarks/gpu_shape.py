@@ -2,11 +2,20 @@
 
     python -m benchmarks.gpu_shape                 # on a CUDA machine (one H200)
     python -m benchmarks.gpu_shape --shape small   # the same script on a CPU, with a scaled-down shape
+    python -m benchmarks.gpu_shape --loops eager static captured --canvases 32,64,256 --steps 8,16,48
 
-For canvases of 32, 64 and 256 and 8, 16 and 48 denoising steps (every step run), it times the engine's loop
-with and without prefix reuse (a 1,024-token prompt, then one more token as after a keystroke) and reports
-milliseconds per completion, per step, and tokens per second. The weights are random, so no canvas settles
-early: these are worst-case step counts. Writes ``benchmarks/results/gpu_shape.json``.
+For canvases of 32, 64 and 256 and 8, 16 and 48 denoising steps (every step run), it times each loop on a 1,024-token
+prompt and reports milliseconds per completion, per step, and tokens per second, with the step's bandwidth floor
+beside (``floor_ms``: the weights a step reads over the memory bandwidth measured here by a device copy). The loops:
+
+* ``eager``: the engine's loop (``engine.canvas.denoise.run_canvas``), with and without prefix reuse (then one
+  more token, as after a keystroke);
+* ``static``: the capturable step (``engine.canvas.static_step``) run op by op: fixed shapes, no host sync inside;
+* ``captured``: the same step compiled as one graph with ``mode="reduce-overhead"``: on a GPU, a CUDA graph replayed
+  once a step (the compile and its warm-up are timed apart, as ``compile_s``).
+
+The weights are random, so no canvas settles early: these are worst-case step counts. Writes
+``benchmarks/results/gpu_shape.json`` (rows appended as they are measured) and a plot beside it.
 """
 
 from __future__ import annotations
@@ -15,19 +24,22 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import (
     DiffusionGemmaForBlockDiffusion,
     DiffusionGemmaTextConfig,
+    DynamicCache,
 )
 
 from benchmarks.machine import synchronize
 from benchmarks.plots import pyplot, save
 from benchmarks.report import RESULTS, write_json
-from diffgemma_engine.canvas.caches import PrefixCache
+from diffgemma_engine.canvas.caches import PrefixCache, encode_prompt
 from diffgemma_engine.canvas.denoise import run_canvas
 from diffgemma_engine.canvas.sampler import SamplerSettings
+from diffgemma_engine.canvas.static_step import StaticPrompt, compile_step, denoise_static, prompt_bucket
 from diffgemma_engine.training.configs import text_only_config
 
 RELEASE = dict(  # google/diffusiongemma-26B-A4B-it config.json (text part)
@@ -60,6 +72,21 @@ SMALL = dict(
     top_k_experts=2,
     moe_intermediate_size=128,
 )
+STRUCTURE = dict(
+    RELEASE,
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=64,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    global_head_dim=32,
+    sliding_window=64,
+    moe_intermediate_size=16,
+)
+"""The release's layer structure (30 layers, five sliding then one full, 128 experts with 8 active beside the
+dense MLP, full layers with their own head size and key/value heads) at toy widths: what the operator count and the
+host synchronisations of a step come to, measured on a CPU in seconds (``tests/engine/test_static_step.py``)."""
 
 
 def build(shape: dict[str, int], device: torch.device, dtype: torch.dtype) -> DiffusionGemmaForBlockDiffusion:
@@ -84,80 +111,162 @@ def build(shape: dict[str, int], device: torch.device, dtype: torch.dtype) -> Di
     return model.eval()
 
 
+def bandwidth_gb_s(device: torch.device, megabytes: int = 2048) -> float | None:
+    """The memory bandwidth a device-to-device copy reaches here (read plus write), GB/s; None on a CPU."""
+    if device.type != "cuda":
+        return None
+    source = torch.empty(megabytes << 20, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    for _ in range(3):
+        target.copy_(source)
+    synchronize(device)
+    start = time.perf_counter()
+    repeats = 10
+    for _ in range(repeats):
+        target.copy_(source)
+    synchronize(device)
+    return 2 * repeats * source.numel() / (time.perf_counter() - start) / 1e9
+
+
+def bytes_per_step(model: DiffusionGemmaForBlockDiffusion, canvas: int) -> float:
+    """The weights one decoder step reads: every dense weight, and each expert with the chance that at least one of
+    the canvas's tokens routes to it (``1 - (1 - k/E)^C``, uniform routing: random weights route about so). The
+    vision tower and the encoder-only weights are not read (the encoder and decoder are tied)."""
+    text = model.config.get_text_config()
+    experts, active = text.num_experts, text.top_k_experts
+    touched = 1 - (1 - active / experts) ** canvas
+    total = 0.0
+    seen: set[int] = set()
+    for name, parameter in model.named_parameters():
+        if "vision" in name or id(parameter) in seen:
+            continue
+        seen.add(id(parameter))
+        share = touched if ".experts." in name else 1.0
+        total += parameter.numel() * parameter.element_size() * share
+    return total
+
+
 def plot(figures: dict, path: Path) -> None:
-    """Milliseconds per completion against denoising steps, one line per canvas (dashed: no prefix reuse)."""
+    """Milliseconds per step against the canvas, one line per loop, with the bandwidth floor."""
     plt = pyplot()
     if plt is None:
         return
     figure, axes = plt.subplots(figsize=(6, 3.6))
-    for canvas in sorted({row["canvas"] for row in figures["rows"]}):
-        for reuse, style in ((True, "-"), (False, "--")):
-            rows = [r for r in figures["rows"] if r["canvas"] == canvas and r["prefix_reuse"] == reuse]
-            label = f"canvas {canvas}" + ("" if reuse else ", no reuse")
-            steps, ms = [r["steps"] for r in rows], [r["ms_per_completion"] for r in rows]
-            axes.plot(steps, ms, style, marker="o", label=label)
-    axes.set_xlabel("denoising steps (all run)")
-    axes.set_ylabel("ms per completion")
+    rows = [r for r in figures["rows"] if not r.get("prefix_reuse")]
+    for loop in sorted({r["loop"] for r in rows}):
+        for steps in sorted({r["steps"] for r in rows}):
+            mine = sorted((r["canvas"], r["ms_per_step"]) for r in rows if r["loop"] == loop and r["steps"] == steps)
+            if mine:
+                axes.plot(*zip(*mine, strict=True), marker="o", label=f"{loop}, {steps} steps")
+    floors = sorted({(r["canvas"], r["floor_ms"]) for r in rows if r.get("floor_ms")})
+    if floors:
+        axes.plot(*zip(*floors, strict=True), "k--", label="bandwidth floor")
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("canvas tokens")
+    axes.set_ylabel("ms per denoising step")
     axes.set_title(f"{figures['shape']} shape, {figures['dtype']}, {figures['device']}", fontsize=10)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7)
     save(figure, path)
 
 
+def timed(device: torch.device, run, *args, **kwargs) -> tuple[float, Any]:
+    """(milliseconds, result) of ``run(*args, **kwargs)``, the device's queue drained before and after."""
+    synchronize(device)
+    start = time.perf_counter()
+    out = run(*args, **kwargs)
+    synchronize(device)
+    return (time.perf_counter() - start) * 1000, out
+
+
 def main() -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", choices=["release", "small"], default="release")
+    parser.add_argument("--shape", choices=["release", "small", "structure"], default="release")
     parser.add_argument("--canvases", default="32,64,256")
     parser.add_argument("--steps", default="8,16,48")
     parser.add_argument("--prompt", type=int, default=1024)
+    parser.add_argument("--loops", nargs="+", choices=["eager", "static", "captured"], default=["eager"])
     parser.add_argument("--out", type=Path, default=RESULTS / "gpu_shape.json")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     started = time.perf_counter()
-    model = build(RELEASE if args.shape == "release" else SMALL, device, dtype)
+    model = build({"release": RELEASE, "small": SMALL, "structure": STRUCTURE}[args.shape], device, dtype)
     load_s = time.perf_counter() - started
+    bandwidth = bandwidth_gb_s(device)
     vocab = model.config.text_config.vocab_size
     prompt = torch.randint(10, vocab - 10, (1, args.prompt), device=device)
-    rows = []
-    with torch.inference_mode():
-        for canvas in map(int, args.canvases.split(",")):
-            for steps in map(int, args.steps.split(",")):
-                settings = SamplerSettings(max_steps=steps, confidence_threshold=-1.0)
-                run_canvas(model, prompt, canvas, settings)  # warm-up for this shape
-                for reuse in (False, True):
-                    cache = PrefixCache(model) if reuse else None
-                    if cache is not None:
-                        cache.prepare("doc", prompt[0].tolist())  # the keystroke before
-                    typed = torch.cat([prompt, prompt[:, -1:]], dim=1)
-                    synchronize(device)
-                    start = time.perf_counter()
-                    out = run_canvas(model, typed, canvas, settings, prefix_cache=cache, cache_key="doc")
-                    synchronize(device)
-                    total_ms = (time.perf_counter() - start) * 1000
-                    rows.append(
-                        {
-                            "canvas": canvas,
-                            "steps": steps,
-                            "prefix_reuse": reuse,
-                            "ms_per_completion": round(total_ms, 1),
-                            "encode_ms": round(out.encode_ms, 1),
-                            "ms_per_step": round(out.denoise_ms / out.steps, 2),
-                            "tokens_per_s": round(canvas / total_ms * 1000, 1),
-                        }
-                    )
-                    print(json.dumps(rows[-1]), flush=True)
     figures = {
         "shape": args.shape,
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "dtype": str(dtype),
         "prompt_tokens": args.prompt,
         "build_s": round(load_s, 1),
-        "max_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 1) if device.type == "cuda" else None,
-        "rows": rows,
+        "bandwidth_gb_s": round(bandwidth, 1) if bandwidth else None,
+        "rows": [],
     }
-    write_json(args.out, figures)
+    rows: list[dict] = figures["rows"]
+
+    def record(row: dict, canvas: int, steps: int, total_ms: float, step_ms: float) -> None:
+        floor = bytes_per_step(model, canvas) / (bandwidth * 1e9) * 1000 if bandwidth else None
+        row.update(
+            canvas=canvas,
+            steps=steps,
+            ms_per_completion=round(total_ms, 1),
+            ms_per_step=round(step_ms, 2),
+            tokens_per_s=round(canvas / total_ms * 1000, 1),
+            floor_ms=round(floor, 2) if floor else None,
+            gb_read_per_step=round(bytes_per_step(model, canvas) / 1e9, 2),
+        )
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if device.type == "cuda":
+            figures["max_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+        write_json(args.out, figures)  # after every row: a run cut short keeps what it measured
+
+    def eager_rows(canvas: int, steps: int) -> None:
+        settings = SamplerSettings(max_steps=steps, confidence_threshold=-1.0)
+        run_canvas(model, prompt, canvas, settings)  # warm-up for this shape
+        for reuse in (False, True):
+            cache = PrefixCache(model) if reuse else None
+            if cache is not None:
+                cache.prepare("doc", prompt[0].tolist())  # the keystroke before
+            typed = torch.cat([prompt, prompt[:, -1:]], dim=1)
+            total_ms, out = timed(
+                device, run_canvas, model, typed, canvas, settings, prefix_cache=cache, cache_key="doc"
+            )
+            row = {"loop": "eager", "prefix_reuse": reuse, "encode_ms": round(out.encode_ms, 1)}
+            record(row, canvas, steps, total_ms, out.denoise_ms / out.steps)
+
+    def static_rows(loop: str, canvas: int, step_counts: list[int]) -> None:
+        view = DynamicCache(config=model.config.get_text_config(decoder=True))
+        encode_prompt(model, prompt, view)
+        static_prompt = StaticPrompt.allocate(model, view, 1, prompt_bucket(args.prompt), canvas)
+        static_prompt.load([view])
+        step, compile_s = None, None
+        for steps in step_counts:
+            settings = SamplerSettings(max_steps=steps, confidence_threshold=-1.0, exact=True)
+            if loop == "captured" and step is None:  # one graph per canvas, whatever the step count
+                step = compile_step(model, settings, mode="reduce-overhead")
+                warm_ms = 0.0
+                for _ in range(3):  # compile, record the graph, replay it: three warm-up canvases
+                    warm_ms += timed(device, denoise_static, model, static_prompt, settings, step=step)[0]
+                compile_s = round(warm_ms / 1000, 1)
+            elif loop == "static":
+                denoise_static(model, static_prompt, settings)  # warm-up
+            total_ms, out = timed(device, denoise_static, model, static_prompt, settings, step=step)
+            record({"loop": loop, "compile_s": compile_s}, canvas, steps, total_ms, total_ms / out.steps)
+
+    step_counts = [int(steps) for steps in args.steps.split(",")]
+    with torch.inference_mode():
+        for canvas in map(int, args.canvases.split(",")):
+            if "eager" in args.loops:
+                for steps in step_counts:
+                    eager_rows(canvas, steps)
+            for loop in args.loops:
+                if loop != "eager":
+                    static_rows(loop, canvas, step_counts)
     plot(figures, args.out.with_suffix(".png"))
 
 
