@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,8 @@ from pathlib import Path
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "humaneval-infilling"
 """The two splits' files, beside the repository."""
 SPLITS = {"single-line": "SingleLineInfilling.jsonl.gz", "multi-line": "MultiLineInfilling.jsonl.gz"}
+MID_LINE = "mid-line"
+"""The split derived from the single-line tasks with the cursor inside the removed line (``mid_line_task``)."""
 
 
 def load_tasks(path: Path) -> list[dict]:
@@ -76,7 +79,33 @@ def program_for(task: dict, middle: str, suffix: str | None = None) -> str:
     return f"{task['prompt']}{middle}{suffix}\n\n{task['test']}\n\ncheck({task['entry_point']})\n"
 
 
+def mid_line_task(task: dict) -> dict | None:
+    """A single-line task with the cursor at a random character inside the removed line, after its first
+    character of code and before its last (inside a word as often as typing puts it there): the prompt gains the
+    line up to the cursor, the gap is the rest of the line. The character is drawn from the task's id, so the
+    split is the same on every machine and for every subset. None for a line with under two characters of code.
+
+    Its do-nothing fill (``floor_middle``) is the empty one: the line left as typed up to the cursor.
+    """
+    line = task["canonical_solution"]
+    code = line.rstrip("\n")
+    indent = len(code) - len(code.lstrip())
+    if len(code) - indent < 2:
+        return None
+    cursor = random.Random(task["task_id"]).randint(indent + 1, len(code) - 1)
+    return {
+        **task,
+        "task_id": f"{task['task_id']}/mid",
+        "prompt": task["prompt"] + line[:cursor],
+        "canonical_solution": line[cursor:],
+        "floor": "",
+    }
+
+
 def floor_middle(task: dict) -> str:
-    """The do-nothing fill: ``pass`` at the indentation of the canonical solution's first line."""
+    """The do-nothing fill: the task's own ``floor`` if it has one (a mid-line task's: nothing), else ``pass`` at
+    the indentation of the canonical solution's first line."""
+    if "floor" in task:
+        return task["floor"]
     first = task["canonical_solution"].split("\n", 1)[0]
     return " " * (len(first) - len(first.lstrip())) + "pass\n"

@@ -1,8 +1,14 @@
 """HumanEval-infilling pass@1 of a DiffusionGemma checkpoint, one canvas per task.
 
-    python -m benchmarks.infill_eval [--model DIR] [--split single-line|multi-line|both] [--n 60]
+    python -m benchmarks.infill_eval [--model DIR] [--split single-line|mid-line|multi-line|default|all] [--n 60]
                                      [--steps S [S ...]] [--canvas C [C ...]] [--json PATH] [--raw] [--random-init]
                                      [--backend engine|generate]
+
+The default splits are single-line (the cursor at the start of the removed line) and mid-line (derived from the
+same tasks: the cursor at a random character inside the removed line, inside a word too, and the rest of the line
+to fill; ``benchmarks.humaneval.mid_line_task``), each with its own do-nothing floor (``pass`` at the line's
+indentation; the empty fill for mid-line). ``--split all`` adds multi-line. ``--n``/``--limit`` pick the
+single-line tasks a mid-line split is derived from, so both splits come from the same tasks.
 
 Each task's prompt (text before the gap) and suffix (text after it) become the ``Infill`` request the language server
 would send with the cursor in the gap, and the engine serves it in-process (``diffgemma_engine.infill.run_infill``:
@@ -45,7 +51,18 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, LogitsProcessorList
 
-from benchmarks.humaneval import DEFAULT_DATA, SPLITS, compiles, floor_middle, load_tasks, pick, program_for, run_tests
+from benchmarks.humaneval import (
+    DEFAULT_DATA,
+    MID_LINE,
+    SPLITS,
+    compiles,
+    floor_middle,
+    load_tasks,
+    mid_line_task,
+    pick,
+    program_for,
+    run_tests,
+)
 from benchmarks.plots import pass_at_1_by_steps
 from benchmarks.report import RESULTS, write_json
 from diffgemma_engine import protocol, vocab
@@ -55,7 +72,6 @@ from diffgemma_engine.infill import check_request, cut_at_eos, run_infill
 from diffgemma_engine.model import DEFAULT_MAX_PROMPT_TOKENS, read_hints
 from diffgemma_engine.model import load_model as engine_load_model
 from diffgemma_engine.prompt import PromptParts, build_fim_prompt, special_ids_from
-from diffgemma_lsp.context import cursor_scope
 from diffgemma_lsp.postprocess import postprocess
 from diffgemma_lsp.postprocess.answer import strip_fence, unwrap_answer
 
@@ -154,7 +170,7 @@ def engine_completer(loaded, canvas: int, steps: int) -> Complete:
             language_id="python",
             canvas_length=canvas,
             max_steps=steps,
-            scope=cursor_scope(task["prompt"]),
+            scope=protocol.cursor_scope(task["prompt"]),
             seed=seed,
         )
         text, _, timings = run_infill(loaded, request)
@@ -272,11 +288,31 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
     }
 
 
+SPLIT_SETS = {"default": ("single-line", MID_LINE), "all": ("single-line", MID_LINE, "multi-line")}
+
+
+def chosen_splits(args) -> dict[str, list[dict]]:
+    """The tasks of each split ``--split`` names, picked by ``--n``/``--limit`` (mid-line: from the single-line
+    tasks picked, those whose line is long enough to hold a cursor inside it)."""
+    names = SPLIT_SETS.get(args.split, (args.split,))
+    out = {}
+    for name in names:
+        source = "single-line" if name == MID_LINE else name
+        tasks = pick(load_tasks(DEFAULT_DATA / SPLITS[source]), args.n, args.limit)
+        out[name] = [task for task in map(mid_line_task, tasks) if task] if name == MID_LINE else tasks
+    return out
+
+
 def main() -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR)
-    parser.add_argument("--split", choices=[*SPLITS, "both"], default="both")
+    parser.add_argument(
+        "--split",
+        choices=[*SPLITS, MID_LINE, "default", "all"],
+        default="default",
+        help="default: single-line and mid-line; all: multi-line too",
+    )
     parser.add_argument("--data", type=Path, help="a .jsonl[.gz] of HumanEval-infilling tasks (overrides --split)")
     parser.add_argument("--n", type=int, default=60, help="tasks per split, spread evenly over the file")
     parser.add_argument("--limit", type=int, help="take the first N tasks instead")
@@ -353,11 +389,7 @@ def main() -> None:
         def shown(canvas: int, steps: int) -> tuple[int, int]:
             return canvas, steps
 
-    splits = (
-        {args.data.name: args.data}
-        if args.data
-        else {name: DEFAULT_DATA / file for name, file in SPLITS.items() if args.split in (name, "both")}
-    )
+    splits = {args.data.name: pick(load_tasks(args.data), args.n, args.limit)} if args.data else chosen_splits(args)
     report: dict = {
         "model": str(args.model),
         "backend": args.backend,
@@ -375,8 +407,7 @@ def main() -> None:
             complete = completer(asked_canvas, asked_steps)
             canvas, steps = shown(asked_canvas, asked_steps)
             run = {"canvas": canvas, "steps": steps, "splits": {}}
-            for name, path in splits.items():
-                tasks = pick(load_tasks(path), args.n, args.limit)
+            for name, tasks in splits.items():
                 with_floor = not args.no_floor and name not in floors
                 result = evaluate(tasks, complete, args, with_floor)
                 if with_floor:

@@ -27,7 +27,6 @@ from diffgemma_lsp.context import (
     InfillContext,
     PositionError,
     build_context,
-    cursor_scope,
     position_after,
 )
 from diffgemma_lsp.extra_context import ExtraContext
@@ -129,7 +128,7 @@ class Completer:
             doc_version=context.version or 0,
             canvas_length=settings.canvas_length,
             max_steps=settings.steps,
-            scope=cursor_scope(context.prefix),
+            scope=protocol.cursor_scope(context.prefix),
             candidates=candidates,
         )
         current = self.open_document(uri)

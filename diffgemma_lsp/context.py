@@ -128,13 +128,3 @@ def position_after(context: InfillContext, text: str) -> types.Position:
     """Where ``text`` ends when it starts at the cursor and holds no line break (the part of the suffix an edit
     replaces, ``Edit.replaced``), in the client's units."""
     return types.Position(line=context.position.line, character=context.position.character + _utf16_length(text))
-
-
-BLOCK_OPENERS = (":", "{", "(", "[")
-"""A line that ends with one of these before the cursor is most likely followed by a block, not more line."""
-
-
-def cursor_scope(prefix: str) -> str:
-    """``line`` when code precedes the cursor on its line (the answer is the rest of it), else ``block``."""
-    before = prefix.rsplit("\n", 1)[-1].rstrip()
-    return "line" if before.strip() and not before.endswith(BLOCK_OPENERS) else "block"

@@ -59,7 +59,7 @@ def timed_prompt_ids(loaded: LoadedModel, request: protocol.Infill) -> tuple[lis
     return ids, (time.perf_counter() - started) * 1000
 
 
-SCOPES = ("", "line", "block")
+SCOPES = ("", protocol.SCOPE_LINE, protocol.SCOPE_BLOCK)
 MAX_CANDIDATES = 4
 
 
@@ -75,7 +75,7 @@ def check_request(loaded: LoadedModel, request: protocol.Infill) -> tuple[int, i
         raise BadRequestError(f"scope must be one of {', '.join(map(repr, SCOPES))}, got {request.scope!r}")
     canvas = request.canvas_length
     if not canvas:
-        short = loaded.line_canvas_length if request.scope == "line" else None
+        short = loaded.line_canvas_length if request.scope == protocol.SCOPE_LINE else None
         canvas = min(short, loaded.canvas_length) if short else loaded.canvas_length
     steps = request.max_steps
     if not steps:

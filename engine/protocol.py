@@ -185,6 +185,21 @@ MAX_INSTRUCTION_CHARS = 2_000
 """The longest ``Infill.instruction`` the engine accepts (a longer one is refused with ``bad_request``)."""
 
 
+SCOPE_LINE = "line"
+"""``Infill.scope`` when code precedes the cursor on its line: the answer is most likely the rest of that line."""
+SCOPE_BLOCK = "block"
+"""``Infill.scope`` at the start of a line, or after a block opener: the answer may be lines."""
+BLOCK_OPENERS = (":", "{", "(", "[")
+"""A line that ends with one of these before the cursor is most likely followed by a block, not more line."""
+
+
+def cursor_scope(prefix: str) -> str:
+    """``SCOPE_LINE`` when code precedes the cursor on its line (the answer is the rest of it), else
+    ``SCOPE_BLOCK``. The language server sends it; training draws its canvases by the same rule."""
+    before = prefix[prefix.rfind("\n") + 1 :].rstrip()
+    return SCOPE_LINE if before.strip() and not before.endswith(BLOCK_OPENERS) else SCOPE_BLOCK
+
+
 @attrs.frozen(kw_only=True)
 class Infill:
     """Fill the middle between ``prefix`` and ``suffix``."""

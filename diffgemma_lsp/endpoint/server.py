@@ -30,7 +30,6 @@ from diffgemma_lsp.backends.base import BackendState, EngineRequestError, Engine
 from diffgemma_lsp.backends.connect import local_backend
 from diffgemma_lsp.backends.local import EngineClient
 from diffgemma_lsp.completion import infill_edits
-from diffgemma_lsp.context import cursor_scope
 from diffgemma_lsp.endpoint.http_guard import ConnectionGuard, GuardedSite, HttpLimits, RepeatLimitedErrors
 from diffgemma_lsp.endpoint.wire import (
     ApiError,
@@ -152,7 +151,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         canvas_length=canvas_for(wanted.max_tokens, engine.hello.canvas_length),
         deadline_ms=request.app[DEADLINE_MS],
         max_steps=request.app[MAX_STEPS],
-        scope=cursor_scope(prefix),
+        scope=protocol.cursor_scope(prefix),
         candidates=wanted.n,
     )
     try:

@@ -28,33 +28,33 @@ GROUP_BATCHES = 4
 """Batches per length-sorted group."""
 
 
-def batch_group(stream: Iterator[Example], batch: int, canvas: int, seed: int) -> list[dict[str, torch.Tensor]]:
+def batch_group(stream: Iterator[Example], batch: int, seed: int) -> list[dict[str, torch.Tensor]]:
     """Four batches from ``stream``: its next 4 x ``batch`` examples sorted by length, so that the rows of a batch
     have similar lengths (little row padding), in an order shuffled by ``seed``."""
     examples = sorted((next(stream) for _ in range(GROUP_BATCHES * batch)), key=lambda example: len(example.ids))
     chunks = [examples[i : i + batch] for i in range(0, len(examples), batch)]
     random.Random(seed).shuffle(chunks)
-    return [pad_batch(chunk, canvas) for chunk in chunks]
+    return [pad_batch(chunk) for chunk in chunks]
 
 
-def stream_batches(stream: ExampleStream, batch: int, canvas: int, start: int) -> Iterator[dict[str, torch.Tensor]]:
+def stream_batches(stream: ExampleStream, batch: int, start: int) -> Iterator[dict[str, torch.Tensor]]:
     """Batches made in this process, group after group from group ``start``; the stream's RNG is the position."""
     for group in itertools.count(start):
-        yield from batch_group(stream, batch, canvas, group)
+        yield from batch_group(stream, batch, group)
 
 
 _worker_stream: ExampleStream | None = None
 
 
-def _worker_group(job: tuple[int, int, int, int]) -> list[dict[str, np.ndarray]]:
+def _worker_group(job: tuple[int, int, int]) -> list[dict[str, np.ndarray]]:
     """A worker's ``batch_group``, its examples drawn from an RNG seeded by the group number alone."""
     assert _worker_stream is not None
-    seed, group, batch, canvas = job
+    seed, group, batch = job
     _worker_stream.rng.seed(seed * 1_000_003 + group)
     # numpy arrays travel by value; tensors would go through file descriptors shared between processes
     return [
         {name: tensor.numpy() for name, tensor in tensors.items()}
-        for tensors in batch_group(_worker_stream, batch, canvas, group)
+        for tensors in batch_group(_worker_stream, batch, group)
     ]
 
 
@@ -65,14 +65,17 @@ def worker_batches(
     process would be the bottleneck). Group n is the same whatever the number of workers; a resumed run
     continues at group ``start``, so its examples differ from the in-process stream's.
 
-    ``args`` needs ``workers``, ``seed``, ``batch`` and ``canvas`` (the training command's arguments)."""
+    ``args`` needs ``workers``, ``seed``, ``batch``, ``canvas`` and ``line_canvas`` (the training command's
+    arguments)."""
     global _worker_stream
-    _worker_stream = ExampleStream(entries, ExampleMaker(tokenizer, args.canvas), held_out=False, seed=args.seed)
+    _worker_stream = ExampleStream(
+        entries, ExampleMaker(tokenizer, args.canvas, line_canvas=args.line_canvas), held_out=False, seed=args.seed
+    )
     pool = multiprocessing.get_context("fork").Pool(args.workers)  # the workers inherit the corpus
     groups = itertools.count(start)
 
     def submit() -> multiprocessing.pool.AsyncResult[list[dict[str, np.ndarray]]]:
-        return pool.apply_async(_worker_group, ((args.seed, next(groups), args.batch, args.canvas),))
+        return pool.apply_async(_worker_group, ((args.seed, next(groups), args.batch),))
 
     # A bounded read-ahead (Pool.imap would queue groups without limit while the GPU is slower than the workers)
     pending = collections.deque(submit() for _ in range(2 * args.workers))

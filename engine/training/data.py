@@ -10,9 +10,11 @@ with a block layout for the full-sequence block-diffusion step: the canvas is on
 counted backwards from there (the first block may be shorter). Every block is denoised against the clean tokens
 before it, so the prompt teaches code and the canvas teaches the infill task, EOS and the padding after it.
 
-Middles are what a completion fills: one whole line (as in HumanEval single-line infilling), a few whole lines,
-the rest of a line from a cursor inside it, or plain continuation (empty suffix). A fifth of the examples use the
-PSM order (prefix first) instead of the engine's SPM order.
+Middles are what a completion fills (``MIDDLE_KINDS``): one whole line (as in HumanEval single-line infilling), a
+few whole lines, plain continuation (empty suffix), the rest of a line from a cursor at any character inside it
+(inside a word too), or a span from such a cursor to any character of the next lines. Each example's canvas is the
+one the engine would take for its cursor (the line canvas for the rest of a line). A fifth of the examples use
+the PSM order (prefix first) instead of the engine's SPM order.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import vocab
-from ..prompt import PromptParts, build_fim_prompt, special_ids_from
+from .. import protocol, vocab
+from ..prompt import PromptParts, build_fim_prompt, special_ids_from, text_encoder
 from .corpus import EXTENSIONS, default_roots, is_held_out, iter_sources
 
 if TYPE_CHECKING:
@@ -100,22 +102,59 @@ class Example:
     prompt_len: int  # the canvas block starts here
     middle_text: str
     kind: str
+    prefix: str = ""
+    """The text before the cursor that the prompt holds (before the budget's cut)."""
+    suffix: str = ""
+    """The text after the middle that the prompt holds (before the budget's cut)."""
+
+    @property
+    def canvas(self) -> int:
+        """The canvas length: every id after the prompt is the canvas (middle, <eos>, <pad>...)."""
+        return len(self.ids) - self.prompt_len
+
+
+MIDDLE_KINDS = {"line": 0.30, "lines": 0.15, "continuation": 0.10, "rest_of_line": 0.30, "span": 0.15}
+"""Share of examples per kind of middle (``ExampleMaker``). The cursor is at a line start for the first three
+(block-level middles); at any character after the line's indentation, inside a word too, for the last two."""
+SPAN_LINES = 2
+"""A ``span`` middle ends at a character of its own line or of the next two."""
 
 
 class ExampleMaker:
-    """Turns source files into FIM examples; all randomness comes from the ``random.Random`` passed in."""
+    """Turns source files into FIM examples; all randomness comes from the ``random.Random`` passed in.
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, canvas: int, min_ctx: int = 96, max_ctx: int = 320) -> None:
+    The cursor goes where typing puts it. Block-level middles start at a line start: one whole line, a few whole
+    lines, or plain continuation (no suffix). The others start at any character inside a line, in the middle of a
+    word too (character-level FIM, as StarCoder and SantaCoder train): ``rest_of_line`` fills up to the end of the
+    line, ``span`` ends at any character of that line or the next two. Text is cut and encoded as the engine cuts
+    and encodes a request's (``engine.prompt``: the same encoder, line boundaries at the far ends), so the
+    prompt's last token is the partial word the engine would see.
+
+    Each example's canvas is the one the engine would denoise for it: ``line_canvas`` when the cursor's scope is
+    the rest of a line (``protocol.cursor_scope``, the model's ``line_canvas_length``), else ``canvas``. A middle
+    longer than its canvas is cut back: whole lines for block-level middles, characters for the others.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        canvas: int,
+        min_ctx: int = 96,
+        max_ctx: int = 320,
+        line_canvas: int | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.canvas = canvas
+        self.line_canvas = min(line_canvas or canvas, canvas)
         self.min_ctx, self.max_ctx = min_ctx, max_ctx
         special = special_ids_from(tokenizer.get_vocab().get)  # as the engine reads them (engine.prompt.layout_for)
         if special is None:
             raise ValueError(f"the tokenizer lacks {vocab.FIM_PREFIX}, {vocab.FIM_SUFFIX} or {vocab.FIM_MIDDLE}")
         self.special = special
+        self._encode = text_encoder(tokenizer)  # the engine's: special tokens written in code stay text
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False) if text else []
+        return self._encode(text) if text else []
 
     def _choose_middle(self, text: str, rng: random.Random) -> tuple[int, int, str] | None:
         """(start, end, kind) character offsets of the middle."""
@@ -137,46 +176,72 @@ class ExampleMaker:
                 end = line_end(end)
             return end
 
-        r = rng.random()
-        # avoid blank lines as single-line middles most of the time
+        kind = rng.choices(list(MIDDLE_KINDS), weights=list(MIDDLE_KINDS.values()))[0]
+        # avoid blank lines as middles most of the time
         for _ in range(8):
             i = rng.randrange(1, len(starts))
             s = starts[i]
             if text[s : line_end(s)].strip():
                 break
-        if r < 0.50:
-            return s, line_end(s), "line"
-        if r < 0.75:
-            return s, after_lines(s, rng.randint(2, 6)), "lines"
-        if r < 0.88:
-            e = line_end(s)
-            line = text[s:e]
-            indent = len(line) - len(line.lstrip())
-            if e - s - indent < 4:
-                return s, e, "line"
-            return rng.randint(s + indent + 1, e - 2), e, "partial"
-        return s, after_lines(s, rng.randint(1, 3)), "continuation"
+        if kind == "line":
+            return s, line_end(s), kind
+        if kind == "lines":
+            return s, after_lines(s, rng.randint(2, 6)), kind
+        if kind == "continuation":
+            return s, after_lines(s, rng.randint(1, 3)), kind
+        e = line_end(s)
+        content = text[s:e].rstrip("\n")
+        indent = len(content) - len(content.lstrip())
+        if len(content) - indent < 2:
+            return s, e, "line"
+        cursor = rng.randint(s + indent + 1, s + len(content) - 1)  # after the line's first character of code
+        if kind == "rest_of_line":
+            return cursor, e, kind
+        return cursor, rng.randint(cursor + 1, after_lines(s, 1 + rng.randint(0, SPAN_LINES))), kind
+
+    def _fit(self, text: str, start: int, end: int, kind: str, room: int) -> tuple[str, list[int]]:
+        """The middle ``text[start:end]`` and its ids, cut back to at most ``room`` tokens: whole lines from the
+        end for block-level middles of several lines, characters for the others; ("", []) if it cannot fit."""
+        middle = text[start:end]
+        ids = self.encode(middle)
+        while len(ids) > room and kind in ("lines", "continuation") and middle.count("\n") > 1:
+            middle = middle[: middle.rstrip("\n").rfind("\n") + 1]
+            ids = self.encode(middle)
+        if len(ids) > room and kind in ("rest_of_line", "span"):
+            low, high = 1, len(middle)  # the longest prefix of the middle that fits (binary search)
+            while low < high:
+                mid = (low + high + 1) // 2
+                if len(self.encode(middle[:mid])) <= room:
+                    low = mid
+                else:
+                    high = mid - 1
+            middle = middle[:low]
+            ids = self.encode(middle)
+        return (middle, ids) if 0 < len(ids) <= room else ("", [])
 
     def make(self, text: str, rng: random.Random) -> Example | None:
         choice = self._choose_middle(text, rng)
         if choice is None:
             return None
         start, end, kind = choice
-        middle = text[start:end]
-        middle_ids = self.encode(middle)
-        # multi-line middles: drop whole lines from the end until MIDDLE + <eos> fits the canvas
-        while len(middle_ids) > self.canvas - 1 and kind in ("lines", "continuation") and middle.count("\n") > 1:
-            middle = middle[: middle.rstrip("\n").rfind("\n") + 1]
-            middle_ids = self.encode(middle)
-        if len(middle_ids) > self.canvas - 1 or not middle_ids:
+        line_start = text.rfind("\n", 0, start) + 1
+        scope = protocol.cursor_scope(text[line_start:start])
+        canvas = self.line_canvas if scope == protocol.SCOPE_LINE else self.canvas
+        middle, middle_ids = self._fit(text, start, end, kind, canvas - 1)
+        if not middle_ids:
             return None
         end = start + len(middle)
         ctx = rng.randint(self.min_ctx, self.max_ctx)
-        prefix = text[max(0, start - 6 * ctx) : start]
-        suffix = "" if kind == "continuation" else text[end : end + 3 * ctx]
-        # the suffix gets a quarter of the budget in build_fim_prompt; vary how much of it there is
-        if suffix and rng.random() < 0.3:
-            suffix = suffix[: rng.randint(0, len(suffix))]
+        # far ends on line boundaries, as the engine cuts a long document (engine.budget)
+        far = max(0, start - 6 * ctx)
+        cut = text.find("\n", far - 1, start) if far else -1
+        prefix = text[cut + 1 if cut >= 0 else (line_start if far else 0) : start]
+        suffix = ""
+        if kind != "continuation":
+            # the suffix gets a quarter of the budget in build_fim_prompt; vary how much of it there is
+            size = 3 * ctx if rng.random() >= 0.3 else rng.randint(0, 3 * ctx)
+            stop = text.find("\n", end + size)
+            suffix = text[end : stop + 1] if stop >= 0 else text[end:]
         prompt = build_fim_prompt(PromptParts(prefix=prefix, suffix=suffix), self.encode, self.special, ctx)
         ids = prompt.ids
         if rng.random() < 0.2:  # PSM order: <bos> <fim_prefix> PREFIX <fim_suffix> SUFFIX <fim_middle>
@@ -185,8 +250,10 @@ class ExampleMaker:
             pfx = ids[head + 2 + prompt.suffix_tokens : -1]
             ids = ids[:head] + [self.special.fim_prefix, *pfx, self.special.fim_suffix, *sfx, self.special.fim_middle]
             kind += "/psm"
-        canvas = middle_ids + [EOS] + [PAD] * (self.canvas - 1 - len(middle_ids))
-        return Example(ids=ids + canvas, prompt_len=len(ids), middle_text=middle, kind=kind)
+        canvas_ids = middle_ids + [EOS] + [PAD] * (canvas - 1 - len(middle_ids))
+        return Example(
+            ids=ids + canvas_ids, prompt_len=len(ids), middle_text=middle, kind=kind, prefix=prefix, suffix=suffix
+        )
 
 
 class ExampleStream:

@@ -28,8 +28,10 @@ ROW_PADDING_BLOCKS = 10_000
 """Block numbers from here on mark row padding: each such position is a block of its own."""
 
 
-def pad_batch(examples: list[Example], canvas: int) -> dict[str, torch.Tensor]:
+def pad_batch(examples: list[Example]) -> dict[str, torch.Tensor]:
     """Right-pad to a common length and describe the blocks of each row, every tensor ``(batch, seq)``.
+
+    Each row's blocks are its own canvas long (``Example.canvas``: the line canvas for the rest of a line).
 
     ``start[row, i]`` is the first position of the block of position i (the clean context it sees ends there),
     ``block[row, i]`` its block number, ``scored[row, i]`` whether it is a real (not row padding) position,
@@ -43,7 +45,7 @@ def pad_batch(examples: list[Example], canvas: int) -> dict[str, torch.Tensor]:
     scored = torch.zeros(batch_size, seq_len, dtype=torch.bool)
     middle = torch.zeros(batch_size, seq_len, dtype=torch.bool)
     for row, example in enumerate(examples):
-        length, prompt_len = len(example.ids), example.prompt_len
+        length, prompt_len, canvas = len(example.ids), example.prompt_len, example.canvas
         ids[row, :length] = torch.tensor(example.ids)
         # blocks counted backwards from the canvas start P = prompt_len, C = canvas: [.., P-2C, P-C), [P-C, P), [P, P+C)
         positions = torch.arange(seq_len)

@@ -53,7 +53,8 @@ class Progress:
     tokens: int = 0
     """Scored tokens trained on."""
     best: list[float] | None = None
-    """The best held-out score so far: (first-line exact match, full-noise accuracy on middle tokens)."""
+    """The best held-out score so far: (first-line plus rest-of-line exact match, full-noise accuracy on middle
+    tokens)."""
 
 
 def parse_args() -> argparse.Namespace:
@@ -72,6 +73,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     parser.add_argument("--canvas", type=int, default=32)
+    parser.add_argument(
+        "--line-canvas",
+        type=int,
+        default=16,
+        help="the canvas of examples whose cursor is inside a line (the model's line_canvas_length hint)",
+    )
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--warmup", type=int, default=150)
@@ -79,7 +86,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eval-minutes", type=float, default=10.0)
     parser.add_argument("--save-minutes", type=float, default=5.0)
     parser.add_argument("--n-eval", type=int, default=64, help="held-out examples for loss and accuracy")
-    parser.add_argument("--n-em", type=int, default=40, help="held-out single-line infills for exact match")
+    parser.add_argument(
+        "--n-em", type=int, default=40, help="held-out single-line and rest-of-line infills for exact match"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--corpus", type=Path, default=None, help="a packed corpus (engine.training.pack)")
     parser.add_argument(
@@ -189,8 +198,8 @@ def evaluate_and_export(
     log: Callable[[dict[str, Any]], None],
 ) -> None:
     """Log the held-out figures; export ``last/``, and ``best/`` when the score is the best so far."""
-    metrics = evaluate(model, tokenizer, held_out.batches, held_out.em_examples, args.middle_weight)
-    score = (metrics["first_line_em"], metrics["full_noise_acc_middle_tokens"])
+    metrics = evaluate(model, tokenizer, held_out, args.middle_weight)
+    score = (metrics["first_line_em"] + metrics["rest_of_line_em"], metrics["full_noise_acc_middle_tokens"])
     is_best = progress.best is None or score >= tuple(progress.best)
     log(
         {
@@ -217,14 +226,15 @@ def main() -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
     entries = load_entries(args.corpus)
-    maker = ExampleMaker(tokenizer, args.canvas)
+    maker = ExampleMaker(tokenizer, args.canvas, line_canvas=args.line_canvas)
     stream = ExampleStream(entries, maker, held_out=False, seed=args.seed)
-    held_out = held_out_sets(entries, maker, args.n_eval, args.n_em, args.canvas, device)
+    held_out = held_out_sets(entries, maker, args.n_eval, args.n_em, device)
 
     torch.manual_seed(args.seed)
     state_file = args.out / "state.pt"
     resume = args.resume and state_file.exists()
     model = DiffusionGemmaForBlockDiffusion(configs.build_config(args.size, len(tokenizer), canvas_length=args.canvas))
+    configs.set_generation_defaults(model, steps=EVAL_STEPS)  # the held-out infills sample as the engine does
     if args.init is not None and not resume:
         # the shipped model's weights, with a fresh optimizer: how a later session continues training it
         model.load_state_dict(DiffusionGemmaForBlockDiffusion.from_pretrained(args.init).state_dict())
@@ -256,7 +266,7 @@ def main() -> None:
     if args.workers:
         batches = worker_batches(entries, tokenizer, args, start=progress.step)
     else:
-        batches = stream_batches(stream, args.batch, args.canvas, start=progress.step)
+        batches = stream_batches(stream, args.batch, start=progress.step)
     while time.perf_counter() - run_start < budget:
         step_start = time.perf_counter()
         batch = to_device(next(batches), device)

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.humaneval import floor_middle, pick, program_for, run_tests
+from benchmarks.humaneval import (
+    DEFAULT_DATA,
+    SPLITS,
+    floor_middle,
+    load_tasks,
+    mid_line_task,
+    pick,
+    program_for,
+    run_tests,
+)
 from benchmarks.report import add_compile_argument, write_report
 from diffgemma_engine.__main__ import COMPILE_CHOICES
 
@@ -47,3 +56,21 @@ def test_the_harness_fills_the_gap_and_runs_the_tests() -> None:
     assert run_tests(program_for(task, task["canonical_solution"]), timeout=30)
     assert not run_tests(program_for(task, floor_middle(task)), timeout=30)
     assert pick(list(range(10)), 3, None) == [0, 3, 6] and pick(list(range(10)), 3, 2) == [0, 1]
+
+
+def test_the_mid_line_split_puts_the_cursor_inside_the_removed_line() -> None:
+    tasks = pick(load_tasks(DEFAULT_DATA / SPLITS["single-line"]), None, 300)
+    derived = [mid_line_task(task) for task in tasks]
+    kept = [(task, mid) for task, mid in zip(tasks, derived, strict=True) if mid is not None]
+    assert len(kept) > 290
+    inside_words = 0
+    for task, mid in kept:
+        line = task["canonical_solution"]
+        typed = mid["prompt"][len(task["prompt"]) :]
+        assert mid["prompt"].startswith(task["prompt"]) and typed + mid["canonical_solution"] == line
+        assert typed.strip() and mid["canonical_solution"].strip()  # code on both sides of the cursor
+        assert mid["suffix"] == task["suffix"] and floor_middle(mid) == ""
+        inside_words += typed[-1].isalnum() and mid["canonical_solution"][0].isalnum()
+    assert inside_words > len(kept) // 4  # a random character: inside a word often
+    again = [mid_line_task(task) for task in reversed(tasks)][::-1]
+    assert again == derived  # drawn from the task alone: the same split for any subset, in any order

@@ -53,7 +53,7 @@ def test_worker_batches_do_not_depend_on_the_number_of_workers(tmp_path: Path) -
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)
 
     def first(workers: int, start: int) -> list[dict[str, torch.Tensor]]:
-        args = argparse.Namespace(workers=workers, seed=3, batch=2, canvas=32)
+        args = argparse.Namespace(workers=workers, seed=3, batch=2, canvas=32, line_canvas=16)
         batches = worker_batches(entries, tokenizer, args, start=start)
         taken = list(itertools.islice(batches, 8))  # two groups of four batches
         batches.close()  # ends the worker pool

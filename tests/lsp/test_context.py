@@ -6,7 +6,7 @@ import pytest
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
-from diffgemma_lsp.context import PositionError, build_context, cursor_scope
+from diffgemma_lsp.context import PositionError, build_context
 
 
 def _doc(text: str) -> TextDocument:
@@ -92,22 +92,6 @@ def test_end_of_line_for_replacing_closers() -> None:
     assert ctx.suffix.startswith("))")
     replaced = Edit(text="y))", replace_to_eol=True).replaced(ctx.suffix)
     assert position_after(ctx, replaced) == types.Position(line=0, character=13)
-
-
-@pytest.mark.parametrize(
-    ("prefix", "scope"),
-    [
-        ("def f():\n    return x +", "line"),
-        ("def f():\n    ", "block"),
-        ("def f():", "block"),
-        ("if (x) {", "block"),
-        ("print(", "block"),
-        ("x = compute(a, b)", "line"),
-        ("", "block"),
-    ],
-)
-def test_cursor_scope(prefix: str, scope: str) -> None:
-    assert cursor_scope(prefix) == scope
 
 
 def test_the_prefix_start_stays_put_while_the_user_types_and_moves_by_blocks() -> None:
