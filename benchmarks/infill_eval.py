@@ -150,6 +150,8 @@ class Completion:
     text: str
     tokens: int
     tokens_per_forward: float
+    canvas: int = 0
+    """The canvas length it was denoised on (the engine's: the line canvas for a cursor inside a line)."""
 
 
 Complete = Callable[[dict, int], Completion]
@@ -174,7 +176,8 @@ def engine_completer(loaded, canvas: int, steps: int) -> Complete:
             seed=seed,
         )
         text, _, timings = run_infill(loaded, request)
-        return Completion(text, timings.new_tokens, timings.new_tokens / max(timings.steps, 1))
+        used, _ = check_request(loaded, request)
+        return Completion(text, timings.new_tokens, timings.new_tokens / max(timings.steps, 1), used)
 
     return complete
 
@@ -202,7 +205,7 @@ def generate_completer(model, tokenizer, encode, special, canvas: int, steps: in
             new = new[: len(new) - args.pin_suffix]
         new, _ = cut_at_eos(new, EOS_IDS, PAD_ID)
         text = tokenizer.decode(new, skip_special_tokens=True)
-        return Completion(text, len(new), float(out.tokens_per_forward[0]))
+        return Completion(text, len(new), float(out.tokens_per_forward[0]), canvas)
 
     return complete
 
@@ -221,6 +224,7 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
     passed = exact = floor_passed = parses = raw_passed = suppressed = fenced = echoing = 0
     instruct = getattr(args, "instruct", False)
     latencies, n_tokens, tpfs, samples, passed_ids = [], 0, [], [], []
+    canvases: dict[int, int] = {}
     only_processed: list[str] = []  # with --also-raw: passed with post-processing only, or raw only
     only_raw: list[str] = []
     per_sample = [0] * args.samples
@@ -234,6 +238,7 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
         out = complete(task, seed)
         latencies.append(time.perf_counter() - t0)
         n_tokens += out.tokens
+        canvases[out.canvas] = canvases.get(out.canvas, 0) + 1
         tpfs.append(out.tokens_per_forward)
         text = out.text
         finished = finish(task, text, args.raw, instruct)
@@ -277,6 +282,7 @@ def evaluate(tasks: list[dict], complete: Complete, args, with_floor: bool) -> d
         "latency_ms_median": 1000 * statistics.median(latencies),
         "tokens_per_forward": sum(tpfs) / n,
         "tokens_per_completion": n_tokens / n,
+        "completions_by_canvas": {str(length): count for length, count in sorted(canvases.items())},
         "samples": samples,
         "passed_task_ids": passed_ids,
         **({"answers_fenced": fenced / n, "answers_echoing_code": echoing / n} if instruct else {}),

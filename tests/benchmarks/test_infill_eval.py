@@ -55,4 +55,25 @@ def test_infill_eval_reports_its_figures_and_the_floor(tmp_path: Path, backend: 
     for key in ("pass_at_1", "raw_pass_at_1", "exact_match", "parses", "suppressed"):
         assert 0 <= split[key] <= 1, key
     assert split["latency_ms_median"] > 0 and split["tokens_per_forward"] >= 0
+    assert split["completions_by_canvas"] == {"32": 4}  # cursors at a line start: the model's canvas
     assert len(split["samples"]) == 4 and {s["task_id"] for s in split["samples"]} == {"Local/0", "Local/1"}
+
+
+def test_the_default_splits_put_the_cursor_at_a_line_start_and_inside_the_line(tmp_path: Path) -> None:
+    """Single-line and mid-line by default: the same first tasks, the mid-line ones on the engine's line canvas."""
+    out = tmp_path / "figures.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.infill_eval", "--limit", "3", "--steps", "2", "--json", str(out)]
+        + ["--plot", str(tmp_path / "plot.png")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    splits = json.loads(out.read_text())["splits"]
+    assert list(splits) == ["single-line", "mid-line"]
+    assert splits["single-line"]["completions_by_canvas"] == {"32": 3}
+    assert splits["mid-line"]["n_tasks"] == 3 and splits["mid-line"]["completions_by_canvas"].get("16", 0) >= 2
+    single = [s["task_id"] for s in splits["single-line"]["samples"]]
+    assert [s["task_id"] for s in splits["mid-line"]["samples"]] == [f"{task_id}/mid" for task_id in single]
