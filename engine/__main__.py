@@ -100,6 +100,7 @@ async def serve(args: argparse.Namespace) -> int:
         compile_step=args.compile == "on",
         max_memory=args.max_memory,
         quantization=args.quantization,
+        captured_loop=args.loop == "captured",
     )
     worker.start()
     await server.serve_until_stopped()
@@ -222,6 +223,14 @@ def main(argv: list[str] | None = None) -> None:
         default=os.environ.get("DIFFGEMMA_COMPILE", "off"),
         help="torch.compile the denoising step in the background (faster once done; completions run eagerly, and "
         "slower, while it compiles); default: $DIFFGEMMA_COMPILE or off",
+    )
+    serve_parser.add_argument(
+        "--loop",
+        choices=("eager", "captured"),
+        default="eager",
+        help="captured: the whole denoising step compiled as one graph per serving shape (a CUDA graph on a GPU: "
+        "no host in the step), warmed up in the background; the eager loop serves until then, and serves batches, "
+        "candidates and rewrites with held text; default: eager",
     )
     serve_parser.add_argument(
         "--idle-exit", type=float, default=0.0, help="exit after this many seconds without clients (0: never)"

@@ -226,6 +226,7 @@ def run_infill(
         cache_key=cache_key,
         step=loaded.step,
         start=start_canvas(loaded, [request], [row]),
+        loop=loaded.loop,
     )
     loaded.clock.observe(canvas_length, out.encode_ms, out.denoise_ms, out.steps)
     return finish_row(

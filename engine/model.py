@@ -15,6 +15,7 @@ import torch
 
 from . import placement, plan, protocol, quantize
 from .canvas.caches import DEFAULT_SLOTS, PrefixCache
+from .canvas.captured import CapturedLoop
 from .canvas.sampler import SamplerSettings
 from .canvas.step import DecoderStep
 from .checkpoint_files import (
@@ -73,6 +74,8 @@ class LoadedModel:
     step: DecoderStep = field(init=False)
     """The denoising step the engine runs: eager, then compiled once ``step.start_compiling(warm_up)`` has warmed
     up."""
+    loop: CapturedLoop | None = None
+    """With ``serve --loop captured``: the step captured as a graph per serving shape, for the canvases it serves."""
 
     def __post_init__(self) -> None:
         self.step = DecoderStep(self.model)
@@ -86,7 +89,7 @@ class LoadedModel:
             canvas_length=self.canvas_length,
             max_prompt_tokens=self.max_prompt_tokens,
             layout=self.layout.name,
-            compile_state=lambda: self.step.state,
+            compile_state=lambda: self.step.state if self.loop is None else f"loop {self.loop.state}",
         )
 
     def encode(self, text: str) -> list[int]:

@@ -277,7 +277,8 @@ class Stats:
     rss_mb: float = 0.0
     compiled: str = ""
     """The denoising step: ``eager`` (not compiling), ``compiling`` (served eagerly meanwhile), ``compiled``, or
-    ``failed: <reason>`` (served eagerly)."""
+    ``failed: <reason>`` (served eagerly); with ``serve --loop captured``, ``loop warming`` (served eagerly
+    meanwhile), ``loop captured`` or ``loop failed: <reason>``."""
 
 
 @attrs.frozen(kw_only=True)

@@ -13,6 +13,7 @@ import torch
 
 from . import protocol
 from .batch import Row, compatible, run_batch
+from .canvas.captured import CapturedLoop, serving_shapes
 from .canvas.warmup import trace_serving_shapes
 from .errors import EngineError
 from .infill import check_request, prompt_ids, run_infill
@@ -55,6 +56,7 @@ class ModelWorker(threading.Thread):
         compile_step: bool = False,
         max_memory: str | None = None,
         quantization: str | None = None,
+        captured_loop: bool = False,
     ) -> None:
         super().__init__(name="diffgemma-model", daemon=True)
         self.queue = queue
@@ -68,6 +70,7 @@ class ModelWorker(threading.Thread):
         self.threads = threads
         self.max_batch = max_batch
         self.compile_step = compile_step
+        self.captured_loop = captured_loop
         self.loaded: LoadedModel | None = None
 
     def run(self) -> None:
@@ -85,6 +88,12 @@ class ModelWorker(threading.Thread):
             return
         if self.compile_step:  # in the background: requests are served eagerly until it is done
             self.loaded.step.start_compiling(warm_up=trace_serving_shapes)
+        if self.captured_loop:  # in the background too: the eager loop serves until every shape is captured
+            loaded = self.loaded
+            canvases = [loaded.canvas_length, loaded.line_canvas_length or loaded.canvas_length]
+            shapes = serving_shapes(canvases, loaded.max_prompt_tokens)
+            loaded.loop = CapturedLoop(loaded.model, loaded.sampler, shapes)
+            loaded.loop.start()
         self.on_loaded(self.loaded.info())  # after compiling starts, so that no client sees "eager" meanwhile
         while (job := self.queue.take()) is not None:
             batch = self._batch_for(self.loaded, job)

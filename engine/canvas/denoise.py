@@ -38,7 +38,7 @@ import math
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from transformers import DynamicCache
@@ -272,6 +272,28 @@ def denoise_canvas(
     return Denoised(best, steps, None, finished, row_steps, row_stops)
 
 
+class CanvasLoop(Protocol):
+    """Another loop for some canvases (``engine.canvas.captured.CapturedLoop``: a graph captured per shape)."""
+
+    def serves(self, rows: int, canvas_length: int, prompt_length: int, settings: SamplerSettings) -> bool:
+        """Whether it serves this canvas; the eager loop does otherwise."""
+        ...
+
+    def denoise(
+        self,
+        views: Sequence[DynamicCache],
+        canvas_length: int,
+        settings: SamplerSettings,
+        generator: torch.Generator | None = None,
+        should_stop: StopCheck | None = None,
+        on_step: Callable[[int], None] | None = None,
+        row_checks: Sequence[StopCheck] | None = None,
+        start: StartCanvas | None = None,
+    ) -> Denoised:
+        """One canvas per view, as ``denoise_canvas`` would denoise it."""
+        ...
+
+
 def run_canvas(
     model: DiffusionGemmaForBlockDiffusion,
     prompt_ids: torch.Tensor,
@@ -284,9 +306,10 @@ def run_canvas(
     cache_key: Hashable | None = None,
     step: DecoderStep | None = None,
     start: StartCanvas | None = None,
+    loop: CanvasLoop | None = None,
 ) -> CanvasOutput:
     """Encode ``prompt_ids`` (B, P), then denoise one canvas of ``canvas_length`` (from noise, or from ``start``:
-    see ``denoise_canvas``).
+    see ``denoise_canvas``), with ``loop`` where it serves the canvas (one row, nothing held).
 
     With a ``prefix_cache`` and a ``cache_key`` (batch size 1), the tokens shared with that key's previous
     prompt are not encoded again.
@@ -300,18 +323,13 @@ def run_canvas(
         with grad_mode(model)():
             encode_prompt(model, prompt_ids, cache)
     encoded = _now_ms()
-    denoised = denoise_canvas(
-        model,
-        cache,
-        prompt_ids.shape[0],
-        canvas_length,
-        settings,
-        generator,
-        should_stop,
-        on_step,
-        step=step,
-        start=start,
-    )
+    rows, held = prompt_ids.shape[0], start is not None and start.fixed is not None
+    if loop is not None and rows == 1 and not held and loop.serves(rows, canvas_length, prompt_ids.shape[1], settings):
+        denoised = loop.denoise([cache], canvas_length, settings, generator, should_stop, on_step, start=start)
+    else:
+        denoised = denoise_canvas(
+            model, cache, rows, canvas_length, settings, generator, should_stop, on_step, step=step, start=start
+        )
     return CanvasOutput(
         tokens=denoised.tokens,
         steps=denoised.steps,
