@@ -1,6 +1,6 @@
 """The largest model these cores serve at typing speed: the keystroke replay of random-weight models of each size.
 
-    python -m benchmarks.size_sweep [--sizes mini small tiny base] [--requests 150]
+    python -m benchmarks.size_sweep [--sizes mini small tiny medium base] [--requests 150]
 
 For each size of ``engine/training/configs.py`` it builds a model with random weights (the shipped model's
 tokenizer, canvas, generation config and ``diffgemma.json`` hints: the 16-token line canvas, the prompt budget),
@@ -71,7 +71,9 @@ def plot(figures: dict, path: Path) -> None:
 def main() -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="+", default=["mini", "small", "tiny", "base"], choices=sorted(configs.SIZES))
+    parser.add_argument(
+        "--sizes", nargs="+", default=["mini", "small", "tiny", "medium", "base"], choices=sorted(configs.SIZES)
+    )
     parser.add_argument("--requests", type=int, default=150)
     parser.add_argument("--out", type=Path, default=RESULTS / "size_sweep.json")
     args = parser.parse_args()

@@ -26,6 +26,7 @@ SIZES: dict[str, dict[str, int]] = {
     "mini": dict(hidden=128, layers=4, heads=2, kv_heads=1, head_dim=64, mlp=256, experts=4, top_k=2, moe=128),
     "small": dict(hidden=192, layers=4, heads=3, kv_heads=1, head_dim=64, mlp=384, experts=4, top_k=2, moe=192),
     "tiny": dict(hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, mlp=512, experts=4, top_k=2, moe=256),
+    "medium": dict(hidden=320, layers=6, heads=5, kv_heads=1, head_dim=64, mlp=640, experts=8, top_k=2, moe=320),
     "base": dict(hidden=384, layers=6, heads=6, kv_heads=2, head_dim=64, mlp=768, experts=8, top_k=2, moe=384),
 }
 
