@@ -304,7 +304,7 @@ def chosen_splits(args) -> dict[str, list[dict]]:
     out = {}
     for name in names:
         source = "single-line" if name == MID_LINE else name
-        tasks = pick(load_tasks(DEFAULT_DATA / SPLITS[source]), args.n, args.limit)
+        tasks = pick(load_tasks(args.data_dir / SPLITS[source]), args.n, args.limit)
         out[name] = [task for task in map(mid_line_task, tasks) if task] if name == MID_LINE else tasks
     return out
 
@@ -320,6 +320,12 @@ def main() -> None:
         help="default: single-line and mid-line; all: multi-line too",
     )
     parser.add_argument("--data", type=Path, help="a .jsonl[.gz] of HumanEval-infilling tasks (overrides --split)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="the folder of the splits' files (default: ../shared/data/...)",
+    )
     parser.add_argument("--n", type=int, default=60, help="tasks per split, spread evenly over the file")
     parser.add_argument("--limit", type=int, help="take the first N tasks instead")
     parser.add_argument("--steps", type=int, nargs="+", help="max denoising steps, one or more (default: the model's)")

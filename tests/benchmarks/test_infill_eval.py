@@ -3,12 +3,15 @@ backends."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from benchmarks.humaneval import SPLITS
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = [
@@ -62,9 +65,11 @@ def test_infill_eval_reports_its_figures_and_the_floor(tmp_path: Path, backend: 
 def test_the_default_splits_put_the_cursor_at_a_line_start_and_inside_the_line(tmp_path: Path) -> None:
     """Single-line and mid-line by default: the same first tasks, the mid-line ones on the engine's line canvas."""
     out = tmp_path / "figures.json"
+    with gzip.open(tmp_path / SPLITS["single-line"], "wt") as data:  # the split's file, in its format
+        data.write("".join(json.dumps(task) + "\n" for task in TASKS * 2))
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.infill_eval", "--limit", "3", "--steps", "2", "--json", str(out)]
-        + ["--plot", str(tmp_path / "plot.png")],
+        + ["--plot", str(tmp_path / "plot.png"), "--data-dir", str(tmp_path)],
         cwd=REPO,
         capture_output=True,
         text=True,
