@@ -209,7 +209,8 @@ def main() -> None:
     rows: list[dict] = figures["rows"]
 
     def record(row: dict, canvas: int, steps: int, total_ms: float, step_ms: float) -> None:
-        floor = bytes_per_step(model, canvas) / (bandwidth * 1e9) * 1000 if bandwidth else None
+        read = bytes_per_step(model, canvas)
+        floor = read / (bandwidth * 1e9) * 1000 if bandwidth else None
         row.update(
             canvas=canvas,
             steps=steps,
@@ -217,7 +218,7 @@ def main() -> None:
             ms_per_step=round(step_ms, 2),
             tokens_per_s=round(canvas / total_ms * 1000, 1),
             floor_ms=round(floor, 2) if floor else None,
-            gb_read_per_step=round(bytes_per_step(model, canvas) / 1e9, 2),
+            gb_read_per_step=round(read / 1e9, 2),
         )
         rows.append(row)
         print(json.dumps(row), flush=True)
