@@ -8,6 +8,7 @@ two in sync).
 from __future__ import annotations
 
 import ipaddress
+import os
 import typing
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -59,8 +60,9 @@ class Settings:
 
     enable: bool = True
     """Answer completion requests at all."""
-    model: str | None = None
-    """Checkpoint folder for an engine this server starts (default: the shipped model)."""
+    model: str | None = attrs.field(default=None, validator=lambda _, __, value: _check_model(value))
+    """Checkpoint folder, or hub id (``owner/name``, pulled into huggingface_hub's cache), for an engine this
+    server starts (default: the shipped model)."""
     device: str = "auto"
     """Device for an engine this server starts: auto, cpu, mps, cuda, cuda:N, cuda:0,1 (cpu or disk after the
     GPUs offload the rest)."""
@@ -109,6 +111,16 @@ class Settings:
         if self.backend == "engine":
             return (self.backend, self.model or "", self.device, self.quantization)
         return (self.backend, self.openai_url, self.openai_model, self.openai_api_key_env, self.openai_prompt_format)
+
+
+def _check_model(value: str | None) -> None:
+    """A folder (one that is here, or an absolute or ``~`` path: the engine says what is wrong with it) or a hub
+    id; anything else is a typo the engine could only fail on."""
+    if value is None or protocol.is_hub_id(value) or os.path.isdir(value) or value.startswith(("/", "~")):
+        return
+    raise ValueError(
+        f"expected a checkpoint folder or a hub id (owner/name, e.g. google/diffusiongemma-26B-A4B-it), got {value!r}"
+    )
 
 
 def _check_url(value: str) -> None:

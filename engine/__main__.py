@@ -1,12 +1,16 @@
 """``diffgemma-engine``: the resident model process.
 
-diffgemma-engine serve  [--model DIR] [--socket PATH] [--device auto|cpu|cuda] [--dtype auto|...]
-diffgemma-engine infill [--model DIR] [--prefix FILE] [--suffix FILE] [--language ID] [--show-prompt]
+diffgemma-engine serve  [--model DIR|ID] [--socket PATH] [--device auto|cpu|cuda] [--dtype auto|...]
+diffgemma-engine infill [--model DIR|ID] [--prefix FILE] [--suffix FILE] [--language ID] [--show-prompt]
                         [--start FILE [--strength S] [--instruction TEXT]]
                                                     (prefix from stdin by default; with --start, a rewrite of
                                                     the text in FILE between prefix and suffix)
-diffgemma-engine plan   [--model DIR] [--device D] [--quantization Q] [--max-memory SPEC] [--json]
-                                                    (memory and placement from the config; loads no weights)
+diffgemma-engine plan   [--model DIR|ID] [--device D] [--quantization Q] [--max-memory SPEC] [--json]
+                                                    (memory and placement from the config; loads no weights; for a
+                                                    hub id, fetches its config.json alone)
+diffgemma-engine pull   ID [--revision R]           (download what loading needs into huggingface_hub's cache)
+
+DIR is a checkpoint folder; ID a hub id (owner/name) in huggingface_hub's cache, loaded with no network.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from .logfile import private_file_handler
 from .plan import DEFAULT_PROMPT_TOKENS, PRECISIONS  # light: attrs and the standard library
 
 COMPILE_CHOICES = ("on", "off")
+MODEL_HELP = "checkpoint folder, or hub id (owner/name) pulled into the hub cache (default: the shipped model)"
 WORKER_EXIT_TIMEOUT_S = 10.0
 """How long a stopping engine waits for the model thread to finish the job it is running."""
 
@@ -50,7 +55,7 @@ def setup_logging(level: str, log_file: Path | None) -> None:
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``serve`` and ``infill``."""
-    parser.add_argument("--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)")
+    parser.add_argument("--model", default=None, help=MODEL_HELP)
     parser.add_argument(
         "--device",
         default="auto",
@@ -182,7 +187,8 @@ def plan(args: argparse.Namespace) -> int:
     )
 
     try:
-        spec = read_spec(args.model)
+        folder = plan_folder(args.model)
+        spec = read_spec(folder)
         devices = parse_max_memory(args.max_memory) if args.max_memory else detect_devices()
         result = make_plan(
             spec,
@@ -195,6 +201,39 @@ def plan(args: argparse.Namespace) -> int:
         print(f"diffgemma-engine: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(plan_json(result), indent=2) if args.json else format_plan(result))
+    return 0
+
+
+def plan_folder(model: str | None) -> Path | None:
+    """The folder to plan from: a hub id's snapshot (its ``config.json`` fetched alone when not cached; a note on
+    stderr when its weights are not all there), else the folder as given."""
+    from . import hub, shards
+
+    if model is None or not protocol.is_hub_id(model):
+        return Path(model) if model is not None else None
+    folder = hub.config_folder(model)
+    if missing := shards.problems(folder) if shards.weight_files(folder) else ["the weights are not downloaded"]:
+        print(
+            f"diffgemma-engine: planned from {model}'s config.json; {'; '.join(missing)}: "
+            f"`diffgemma-engine pull {model}` downloads them",
+            file=sys.stderr,
+        )
+    return folder
+
+
+def pull(args: argparse.Namespace) -> int:
+    """Download what loading a hub id needs into huggingface_hub's cache; print the snapshot folder."""
+    from .errors import EngineError
+    from .hub import pull as pull_model
+
+    try:
+        folder = pull_model(args.id, args.revision)
+    except EngineError as exc:
+        print(f"diffgemma-engine: {exc}", file=sys.stderr)
+        return 2
+    print(folder)
+    if args.revision:
+        print(f"diffgemma-engine: load this revision by its folder: --model {folder}", file=sys.stderr)
     return 0
 
 
@@ -269,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     plan_parser = commands.add_parser("plan", help="memory needed and where it would go, from the config alone")
-    plan_parser.add_argument("--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)")
+    plan_parser.add_argument("--model", default=None, help=MODEL_HELP + " (an id not cached: its config.json alone)")
     plan_parser.add_argument(
         "--device",
         default="auto",
@@ -296,6 +335,10 @@ def main(argv: list[str] | None = None) -> None:
     plan_parser.add_argument("--rows", type=int, default=1, help="requests denoised together (serve --max-batch)")
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
 
+    pull_parser = commands.add_parser("pull", help="download a hub id's checkpoint into the hub cache (resumable)")
+    pull_parser.add_argument("id", help="the hub id, e.g. google/diffusiongemma-26B-A4B-it")
+    pull_parser.add_argument("--revision", default=None, help="a branch, tag or commit (default: main)")
+
     args = parser.parse_args(argv)
     if args.command == "serve" and args.compile not in COMPILE_CHOICES:  # argparse does not check a default
         parser.error(f"--compile (or $DIFFGEMMA_COMPILE) must be on or off, not {args.compile!r}")
@@ -306,6 +349,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(asyncio.run(serve(args)))
     if args.command == "plan":
         sys.exit(plan(args))
+    if args.command == "pull":
+        sys.exit(pull(args))
     sys.exit(infill(args))
 
 

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import torch
 
-from . import placement, plan, protocol, quantize
+from . import hub, placement, plan, protocol, quantize
 from .canvas.caches import DEFAULT_SLOTS, PrefixCache
 from .canvas.captured import CapturedLoop
 from .canvas.sampler import SamplerSettings
 from .canvas.step import DecoderStep
 from .checkpoint_files import (
-    DEFAULT_MODEL_DIR,
+    DEFAULT_MODEL_DIR,  # noqa: F401 - the shipped model, which tests name from here
     HINTS_FILE,
     SETTINGS_FILES,
     canvas_length_of,
@@ -157,7 +157,7 @@ def _placed(where: dict[str, str]) -> str:
 
 
 def load_model(
-    model_dir: Path | None,
+    model_dir: str | Path | None,
     device: str | None = None,
     dtype: str | None = None,
     max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
@@ -176,9 +176,7 @@ def load_model(
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
 
-    folder = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
-    if not (folder / "config.json").is_file():
-        raise ModelLoadError(f"no DiffusionGemma checkpoint in {folder}: config.json is missing")
+    folder = hub.checkpoint_folder(model_dir)  # a hub id's cached snapshot; every weight file whole
     for name in SETTINGS_FILES:
         check_size(folder / name)
     hints = read_hints(folder)  # before the weights: a bad hint fails in milliseconds

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from . import shards
 from .checkpoint_files import (
     DEFAULT_MODEL_DIR,
     MAX_INDEX_FILE_BYTES,
@@ -144,6 +145,9 @@ class StoredCheckpoint:
     dtype: str | None
     bytes: int | None
     source: str | None
+    missing: tuple[str, ...] = ()
+    """Weight files the folder names that are missing or cut short (``engine.shards``): the engine refuses to
+    load it until they are there."""
 
 
 @attrs.frozen(kw_only=True)
@@ -669,7 +673,9 @@ def stored_checkpoint(folder: Path, config: dict[str, Any]) -> StoredCheckpoint:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         total = read_json_object(index, MAX_INDEX_FILE_BYTES).get("metadata", {}).get("total_size")
-        return StoredCheckpoint(dtype=dtype, bytes=int(total) if total else None, source=index.name)
+        return StoredCheckpoint(
+            dtype=dtype, bytes=int(total) if total else None, source=index.name, missing=tuple(shards.problems(folder))
+        )
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         return StoredCheckpoint(dtype=dtype, bytes=None, source=None)
@@ -887,7 +893,12 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "parameters": spec.parameters,
         "parameters_before_tie": spec.parameters_before_tie,
         "buffers": sum(weight.numel for weight in spec.weights if weight.buffer),
-        "stored": {"dtype": spec.stored.dtype, "bytes": spec.stored.bytes, "source": spec.stored.source},
+        "stored": {
+            "dtype": spec.stored.dtype,
+            "bytes": spec.stored.bytes,
+            "source": spec.stored.source,
+            "missing": list(spec.stored.missing),
+        },
         "weights_gib": {precision: _gib(count) for precision, count in plan.weights_bytes.items()},
         "weights_bytes": dict(plan.weights_bytes),
         "quantization": {
@@ -946,6 +957,10 @@ def format_plan(plan: Plan) -> str:
     if spec.stored.bytes is not None:
         lines.append(
             f"  stored: {spec.stored.dtype or 'unknown dtype'}, {_size(spec.stored.bytes)} ({spec.stored.source})"
+        )
+    if spec.stored.missing:
+        lines.append(
+            f"  incomplete: {'; '.join(spec.stored.missing)}: the engine will not load this folder until they are there"
         )
     lines += [
         "  weights: " + ", ".join(f"{p} {plan.weights_bytes[p] / GIB:.1f} GiB" for p in PRECISIONS),

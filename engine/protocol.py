@@ -29,6 +29,7 @@ import enum
 import hashlib
 import json
 import os
+import re
 import socket
 import stat
 import struct
@@ -498,13 +499,36 @@ def default_socket_path() -> Path:
     return runtime_dir() / "engine.sock"
 
 
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")
+"""A hub model id, ``owner/name`` (``google/diffusiongemma-26B-A4B-it``), as huggingface_hub spells one."""
+
+
+def is_hub_id(model: str) -> bool:
+    """Whether a ``model`` setting names a hub id: it has the form ``owner/name`` and no folder of that name is
+    here (a folder always wins, as in transformers' ``from_pretrained``)."""
+    return (
+        HUB_ID.fullmatch(model) is not None
+        and ".." not in model
+        and "--" not in model
+        and not model.endswith(".git")
+        and not Path(model).is_dir()
+    )
+
+
+def model_identity(model: str | None) -> str:
+    """What names the checkpoint of a ``model`` setting the same from every working directory: a hub id as
+    written, a folder as its absolute path; "" for the shipped model."""
+    if not model:
+        return ""
+    return model if is_hub_id(model) else str(Path(model).expanduser().resolve())
+
+
 def socket_path_for(model: str | None, device: str = "auto", quantization: str = "") -> Path:
     """The socket of the engine that serves ``model`` on ``device`` (``quantization``: as the engine's option, ""
     for the checkpoint's own): the per-user default for the shipped model on ``auto``, else one per (model, device,
     quantization), so that a changed setting reaches an engine that serves it."""
     if not model and device == "auto" and not quantization:
         return default_socket_path()
-    folder = str(Path(model).expanduser().resolve()) if model else ""
-    identity = f"{folder}\0{device}" + (f"\0{quantization}" if quantization else "")
+    identity = f"{model_identity(model)}\0{device}" + (f"\0{quantization}" if quantization else "")
     key = hashlib.sha1(identity.encode()).hexdigest()[:12]
     return runtime_dir() / f"engine-{key}.sock"

@@ -46,7 +46,7 @@ class ModelWorker(threading.Thread):
     def __init__(
         self,
         queue: JobQueue,
-        model_dir: Path | None,
+        model_dir: str | Path | None,
         device: str | None,
         dtype: str | None,
         on_loaded: Callable[[ModelInfo], object],

@@ -51,7 +51,7 @@ def engine_command(
         "--exist-ok",
     ]
     if model:
-        command += ["--model", str(Path(model).expanduser())]
+        command += ["--model", os.path.expanduser(model)]  # a folder, or a hub id as written
     if quantization:
         command += ["--quantization", quantization]
     return command
