@@ -79,3 +79,51 @@ def test_a_training_tokenizer_without_fim_tokens_is_refused(release_tokenizer: o
     """The release's tokenizer has no FIM sentinels: training examples in the FIM layout cannot be made with it."""
     with pytest.raises(ValueError, match="lacks"):
         ExampleMaker(release_tokenizer, canvas=32)  # type: ignore[arg-type]
+
+
+def _incomplete_copy(release_random_dir: Path, folder: Path) -> None:
+    """The release-format folder as an interrupted copy leaves it: the index, one shard gone, one cut short."""
+    shutil.copytree(release_random_dir, folder)
+    (folder / "model-00003-of-00006.safetensors").unlink()
+    short = folder / "model-00005-of-00006.safetensors"
+    short.write_bytes(short.read_bytes()[:100_000])
+
+
+def test_an_incomplete_folder_is_refused_before_loading_naming_what_is_missing(
+    tmp_path: Path, release_random_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "model"
+    _incomplete_copy(release_random_dir, folder)
+    read: list[str] = []
+
+    def reads(name: str) -> object:
+        def refuse(*args: object, **kwargs: object) -> None:
+            read.append(name)
+            raise AssertionError(f"{name} read an incomplete folder")
+
+        return refuse
+
+    monkeypatch.setattr(transformers.DiffusionGemmaForBlockDiffusion, "from_pretrained", reads("the model"))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", reads("the tokenizer"))
+    with pytest.raises(ModelLoadError, match="incomplete") as raised:
+        load_model(folder)
+    assert "model-00003-of-00006.safetensors is missing" in str(raised.value)
+    assert "model-00005-of-00006.safetensors is 100000 bytes of 300380 bytes (cut short)" in str(raised.value)
+    assert read == []
+
+
+def test_a_folder_with_a_config_and_no_weights_says_so(tmp_path: Path, release_random_dir: Path) -> None:
+    folder = tmp_path / "model"
+    shutil.copytree(release_random_dir, folder, ignore=shutil.ignore_patterns("*.safetensors*"))
+    with pytest.raises(ModelLoadError, match="no weights in .*model.safetensors.index.json and the shards"):
+        load_model(folder)
+
+
+def test_an_index_naming_a_file_outside_the_folder_is_refused(tmp_path: Path, release_random_dir: Path) -> None:
+    folder = tmp_path / "model"
+    shutil.copytree(release_random_dir, folder)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"]["model.decoder.embed_tokens.weight"] = "../elsewhere.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ModelLoadError, match="a file outside the checkpoint folder"):
+        load_model(folder)

@@ -274,6 +274,18 @@ def test_a_small_checkpoint_weighs_what_its_files_hold(fixture: str, request: py
     assert planned == pytest.approx(stored, rel=0.02)  # the difference: rotary buffers, not stored
 
 
+def test_a_folder_with_the_index_and_some_shards_plans_as_incomplete(tmp_path: Path, release_random_dir: Path) -> None:
+    """It planned as the index's full size stored, and failed deep in the load."""
+    folder = tmp_path / "model"
+    shutil.copytree(release_random_dir, folder, ignore=shutil.ignore_patterns("model-0000[3-6]-*"))
+    plan = make_plan(read_spec(folder), parse_max_memory("cpu=8GiB"))
+    missing = [f"model-0000{n}-of-00006.safetensors is missing" for n in range(3, 7)]
+    assert plan.spec.stored.missing == tuple(missing)
+    assert planning.plan_json(plan)["stored"]["missing"] == missing
+    assert f"  incomplete: {'; '.join(missing)}: the engine will not load this folder" in planning.format_plan(plan)
+    assert read_spec(release_random_dir).stored.missing == ()
+
+
 @pytest.fixture(scope="module")
 def release_model(release_random_dir: Path):
     from diffgemma_engine.model import load_model
