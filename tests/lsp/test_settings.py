@@ -125,3 +125,44 @@ def test_rewrite_steps_have_the_engines_limit() -> None:
     settings, problems = parse_settings({"rewriteSteps": MAX_STEPS + 1, "rewriteEnabled": "yes"})
     assert (settings.rewrite_steps, settings.rewrite_enabled) == (0, True)
     assert len(problems) == 2 and any("at most" in problem for problem in problems)
+
+
+HUB_ID = "google/diffusiongemma-26B-A4B-it"
+
+
+def test_a_hub_id_is_a_model_the_engine_is_started_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diffgemma_lsp.backends.connect import engine_command
+
+    monkeypatch.chdir(tmp_path)
+    settings, problems = parse_settings({"model": HUB_ID})
+    assert (settings.model, problems) == (HUB_ID, [])
+    command = engine_command(tmp_path / "engine.sock", settings.model, settings.device)
+    assert command[command.index("--model") + 1] == HUB_ID
+
+
+def test_a_hub_id_has_one_engine_whatever_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows opened in different folders share the engine of a hub id (a folder's path was resolved against
+    the working directory, so each folder got its own engine, each loading the model)."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    sockets = set()
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        sockets.add(socket_path_for(HUB_ID))
+    assert len(sockets) == 1
+    (tmp_path / "two" / "google" / "diffusiongemma-26B-A4B-it").mkdir(parents=True)  # a folder of that name wins
+    assert socket_path_for(HUB_ID) not in sockets
+
+
+@pytest.mark.parametrize("model", ["diffusiongemma", "google/", "google diffusiongemma", "a/b/c", "org/../x"])
+def test_a_model_that_is_neither_a_folder_nor_a_hub_id_is_named(
+    model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings, problems = parse_settings({"model": model})
+    assert settings.model is None
+    assert len(problems) == 1 and "a checkpoint folder or a hub id (owner/name" in problems[0], problems
+    (tmp_path / "diffusiongemma").mkdir()
+    assert parse_settings({"model": "diffusiongemma"}) == (Settings(model="diffusiongemma"), [])
