@@ -1,6 +1,6 @@
 """``diffgemma-lsp``: the language server, on stdio.
 
-diffgemma-lsp [--stdio] [--engine-socket PATH] [--model DIR] [--log-file FILE] [-v]
+diffgemma-lsp [--stdio] [--engine-socket PATH] [--model DIR|ID] [--log-file FILE] [-v]
 diffgemma-lsp doctor [--probe] [--json]      (what is running, and whether it answers)
 diffgemma-lsp openai [--host H] [--port P]   (an OpenAI-compatible /v1/completions endpoint, for Zed)
 """
@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="the engine to use; one is started there when none runs (default: per-user path)",
     )
-    parser.add_argument("--model", default=None, help="checkpoint folder for an engine this server starts")
+    parser.add_argument(
+        "--model", default=None, help="checkpoint folder or hub id (owner/name) for an engine this server starts"
+    )
     parser.add_argument("--log-file", type=Path, default=None)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")

@@ -168,7 +168,7 @@ def render(report: dict[str, object]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``diffgemma-lsp doctor [--engine-socket PATH | --model DIR [--device D]] [--probe] [--plan] [--json]``."""
+    """``diffgemma-lsp doctor [--engine-socket PATH | --model DIR|ID [--device D]] [--probe] [--plan] [--json]``."""
     parser = argparse.ArgumentParser(prog="diffgemma-lsp doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--engine-socket", type=Path, default=None, help="the engine to check")
     parser.add_argument("--model", default=None, help="check the engine that serves this model (the model setting)")

@@ -260,12 +260,12 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``diffgemma-lsp openai [--host H] [--port P] [--engine-socket PATH] [--model DIR]``."""
+    """``diffgemma-lsp openai [--host H] [--port P] [--engine-socket PATH] [--model DIR|ID]``."""
     parser = argparse.ArgumentParser(prog="diffgemma-lsp openai", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)")
     parser.add_argument("--engine-socket", type=Path, default=None, help="default: the engine for --model/--device")
-    parser.add_argument("--model", default=None, help="checkpoint folder for an engine this command starts")
+    parser.add_argument("--model", default=None, help="checkpoint folder or hub id for an engine this command starts")
     parser.add_argument("--device", default="auto", help="device for an engine this command starts")
     parser.add_argument(
         "--quantization", default="", choices=("", "none", "int8", "fp8"), help="for an engine this command starts"
