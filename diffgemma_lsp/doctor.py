@@ -156,6 +156,8 @@ def render(report: dict[str, object]) -> str:
             chosen = plan["recommendation"]
             use = f"use {chosen['setting']} ({chosen['precision']})" if chosen else "nothing fits: add cpu or disk"
             lines.append(f"memory plan     weights {sizes}; {use}")
+    if "hub_cache" in report:
+        lines.append(f"hub cache       {report['hub_cache']}")
     if "probe" in report:
         probe = report["probe"]
         assert isinstance(probe, dict)
@@ -187,6 +189,10 @@ def main(argv: list[str]) -> int:
     failed_load = "failed to load" in str(report.get("problem", ""))
     if args.plan or (failed_load and model is not None):
         report["plan"] = memory_plan(model, args.device)
+    if args.model and protocol.is_hub_id(args.model):  # how far a pull got (huggingface_hub; no torch)
+        from diffgemma_engine.hub import cache_state
+
+        report["hub_cache"] = cache_state(args.model).summary()
     print(json.dumps(report, indent=2) if args.json else render(report))
     return status
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import attrs
+
 from . import shards
 from .checkpoint_files import DEFAULT_MODEL_DIR, HINTS_FILE
 from .errors import ModelLoadError
@@ -138,3 +140,47 @@ def pull(repo_id: str, revision: str | None = None) -> Path:
     folder = snapshot(repo_id, revision, download=True)
     shards.check_complete(folder, f"run `diffgemma-engine pull {repo_id}` again")
     return folder
+
+
+@attrs.frozen(kw_only=True)
+class CacheState:
+    """How much of a hub id's checkpoint is in the hub cache (its ``main`` snapshot): what ``doctor`` shows while
+    or after ``pull`` runs."""
+
+    repo_id: str
+    folder: Path | None
+    """The snapshot folder, once its ``config.json`` is there."""
+    weight_files: int
+    """Weight files the snapshot's index names (0 before the index is downloaded)."""
+    problems: tuple[str, ...]
+
+    @property
+    def whole(self) -> bool:
+        return self.folder is not None and self.weight_files > 0 and not self.problems
+
+    def summary(self) -> str:
+        if self.folder is None:
+            return f"{self.repo_id} is not in the hub cache {_cache_dir()}: {_pull_hint(self.repo_id)}"
+        if self.whole:
+            return f"{self.repo_id}: every weight file whole in {self.folder}"
+        done = self.weight_files - len(self.problems) if self.weight_files else 0
+        return (
+            f"{self.repo_id}: {done} of {self.weight_files or '?'} weight files whole in {self.folder} "
+            f"({'; '.join(self.problems)}): `diffgemma-engine pull {self.repo_id}` fetches the rest"
+        )
+
+
+def cache_state(repo_id: str) -> CacheState:
+    """Which of ``repo_id``'s weight files the hub cache holds whole, from the cache alone (no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(repo_id, "config.json")
+    if not isinstance(config, str):
+        return CacheState(repo_id=repo_id, folder=None, weight_files=0, problems=())
+    folder = Path(config).parent
+    try:
+        names = shards.weight_files(folder)
+        problems = tuple(shards.problems(folder)) if names else ("the weights are not downloaded",)
+    except ModelLoadError as exc:
+        names, problems = (), (str(exc),)
+    return CacheState(repo_id=repo_id, folder=folder, weight_files=len(names), problems=problems)

@@ -157,6 +157,9 @@ def test_an_interrupted_pull_fetches_only_what_is_missing_when_run_again(
     assert refused.returncode == 2
     assert f"diffgemma-engine pull {RELEASE_ID}" in refused.stderr
 
+    assert "5 of 6 weight files whole" in _doctor(hub_env)["hub_cache"]  # how far the pull got
+    assert f"{SHARD} is missing" in _doctor(hub_env)["hub_cache"]
+
     hub.refuse.clear()
     hub.requests.clear()
     pulled = _pull(hub_env)
@@ -164,6 +167,28 @@ def test_an_interrupted_pull_fetches_only_what_is_missing_when_run_again(
     again = set(hub.fetched("GET"))
     assert SHARD in again
     assert not again & {name for name in first if name.endswith(".safetensors")}  # whole shards are kept
+    assert _doctor(hub_env)["hub_cache"] == f"{RELEASE_ID}: every weight file whole in {pulled.stdout.strip()}"
+
+
+def _doctor(env: dict[str, str]) -> dict[str, str]:
+    """``diffgemma-lsp doctor --model ID --json`` with no engine running."""
+    done = subprocess.run(
+        [sys.executable, "-m", "diffgemma_lsp", "doctor", "--model", RELEASE_ID, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr  # no engine: unreachable
+    report: dict[str, str] = json.loads(done.stdout)
+    return report
+
+
+def test_doctor_names_an_id_that_is_not_pulled(hub: StandInHub, hub_env: dict[str, str]) -> None:
+    assert "not in the hub cache" in _doctor(hub_env)["hub_cache"]
+    assert f"diffgemma-engine pull {RELEASE_ID}" in _doctor(hub_env)["hub_cache"]
+    assert hub.requests == []  # doctor reads the cache alone
 
 
 def test_pull_refuses_what_is_not_a_hub_id(hub_env: dict[str, str]) -> None:
