@@ -185,6 +185,15 @@ def _doctor(env: dict[str, str]) -> dict[str, str]:
     return report
 
 
+def test_the_cache_look_loads_no_torch() -> None:
+    """``doctor`` (which never imports torch) reads the hub cache through ``diffgemma_engine.hub``."""
+    code = (
+        "import sys\nfrom diffgemma_engine.hub import cache_state\ncache_state('a/b').summary()\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'diffgemma_engine.hub loads torch'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_doctor_names_an_id_that_is_not_pulled(hub: StandInHub, hub_env: dict[str, str]) -> None:
     assert "not in the hub cache" in _doctor(hub_env)["hub_cache"]
     assert f"diffgemma-engine pull {RELEASE_ID}" in _doctor(hub_env)["hub_cache"]
