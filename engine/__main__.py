@@ -207,17 +207,13 @@ def plan(args: argparse.Namespace) -> int:
 def plan_folder(model: str | None) -> Path | None:
     """The folder to plan from: a hub id's snapshot (its ``config.json`` fetched alone when not cached; a note on
     stderr when its weights are not all there), else the folder as given."""
-    from . import hub, shards
+    from . import hub
 
     if model is None or not protocol.is_hub_id(model):
         return Path(model) if model is not None else None
     folder = hub.config_folder(model)
-    if missing := shards.problems(folder) if shards.weight_files(folder) else ["the weights are not downloaded"]:
-        print(
-            f"diffgemma-engine: planned from {model}'s config.json; {'; '.join(missing)}: "
-            f"`diffgemma-engine pull {model}` downloads them",
-            file=sys.stderr,
-        )
+    if not (state := hub.snapshot_state(model, folder)).whole:
+        print(f"diffgemma-engine: planned from {model}'s config.json; {state.summary()}", file=sys.stderr)
     return folder
 
 

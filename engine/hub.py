@@ -180,7 +180,11 @@ def cache_state(repo_id: str) -> CacheState:
     config = try_to_load_from_cache(repo_id, "config.json")
     if not isinstance(config, str):
         return CacheState(repo_id=repo_id, folder=None, weight_files=0, problems=())
-    folder = Path(config).parent
+    return snapshot_state(repo_id, Path(config).parent)
+
+
+def snapshot_state(repo_id: str, folder: Path) -> CacheState:
+    """Which weight files the snapshot ``folder`` of ``repo_id`` holds whole."""
     try:
         names = shards.weight_files(folder)
         problems = tuple(shards.problems(folder)) if names else ("the weights are not downloaded",)

@@ -124,7 +124,8 @@ def test_plan_of_an_id_fetches_its_config_alone(hub: StandInHub, hub_env: dict[s
     assert result["parameters"] > 0 and result["recommendation"]
     assert set(hub.fetched("GET")) == {"config.json"}
     assert not [name for name in hub.fetched("HEAD") if name != "config.json"]
-    assert f"`diffgemma-engine pull {RELEASE_ID}` downloads them" in planned.stderr
+    assert "0 of ? weight files whole" in planned.stderr and "the weights are not downloaded" in planned.stderr
+    assert f"`diffgemma-engine pull {RELEASE_ID}` fetches the rest" in planned.stderr
 
 
 SMALL_CHUNKS = "import huggingface_hub.constants as constants\nconstants.DOWNLOAD_CHUNK_SIZE = 65536"
