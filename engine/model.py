@@ -166,9 +166,10 @@ def load_model(
     quantization: str | None = None,
 ) -> LoadedModel:
     """Load ``model_dir`` (the shipped default model when None) straight onto ``device`` (``engine.placement``:
-    one device, or several with ``max_memory`` bytes each, ``disk`` offload into ``offload_folder``); nothing is
-    fetched from a hub. ``quantization`` (``engine.quantize``): none, int8, fp8, or None for the checkpoint's own;
-    a quantized load is checked right after it (experts converted, encoder and decoder one copy, smaller)."""
+    one device, or several with ``max_memory`` bytes each, ``disk`` offload into ``offload_folder``); a hub id is
+    its cached snapshot (``engine.hub``). ``quantization`` (``engine.quantize``): none, int8, fp8, or None for the
+    checkpoint's own; a quantized load is checked right after it (experts converted, encoder and decoder one copy,
+    smaller)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
     from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
