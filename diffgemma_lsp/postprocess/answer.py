@@ -7,8 +7,9 @@ code. It often answers in other shapes, which :func:`unwrap_answer` undoes, in t
 1. :func:`strip_fence`: a Markdown code fence around the code, with a sentence before it or an explanation
    after it: only the body of the first fenced block is kept.
 2. :func:`remove_marker`: the cursor marker, echoed with the code around it, and the echo of the code after
-   the cursor that follows it. Only the marker the model echoed goes: one where its answer meets the code around
-   the cursor. Any other ``<CURSOR>`` is text (the user's code may hold the string, as this project's does).
+   the cursor that follows it. Where the user's code holds the string ``<CURSOR>`` itself (as this project's
+   does), only the marker the model echoed goes, where its answer meets the code around the cursor; the others
+   are text.
 3. :func:`strip_prefix_echo`: a repeat of the prefix's last lines, or of the cursor's line up to the cursor,
    at the start of the answer (models like to answer with the whole statement, or the whole function).
 
@@ -16,7 +17,8 @@ A repeat of the code after the cursor and indentation that does not fit are left
 :mod:`diffgemma_lsp.postprocess`, which handle them for every model. Line breaks are kept as the answer has them.
 
 A rewrite's answer (:func:`unwrap_replacement`) goes through the same steps, with :func:`remove_wrapping` in
-place of step 2: its prompt marks the selection with ``<SELECTION>`` and ``</SELECTION>`` and has no cursor marker.
+place of step 2: its prompt marks the selection with ``<SELECTION>`` and ``</SELECTION>`` and has no cursor marker,
+and a marker the user's selection holds is kept.
 """
 
 from __future__ import annotations
@@ -102,11 +104,17 @@ def remove_marker(text: str, prefix: str, suffix: str) -> str:
 
     A model that echoes the code around the cursor writes its own text before or after the marker; what comes
     after it may also be the code after the cursor, copied, which is not for inserting. The code echoed before
-    the marker is left to :func:`strip_prefix_echo`. The echoed marker is the first one that only (an echo of) the
-    end of ``prefix`` precedes, or that only (an echo of) the start of ``suffix`` follows, whitespace aside; not
-    one the code itself holds there (``prefix`` ending, or ``suffix`` starting, with the marker). Every other
-    marker is text the model wrote, and stays.
+    the marker is left to :func:`strip_prefix_echo`.
+
+    Where the code around the cursor holds no marker, every marker in the answer is the model's, and goes. Where
+    it does (this project's own prompt code), only the echoed one goes: the first that only (an echo of) the end of
+    ``prefix`` precedes, or that only (an echo of) the start of ``suffix`` follows, whitespace aside, unless the
+    code itself holds a marker there (``prefix`` ending, or ``suffix`` starting, with it). The others are text.
     """
+    if CURSOR_MARK not in prefix + suffix:  # every marker in the answer is the model's
+        head, mark, tail = text.partition(CURSOR_MARK)
+        tail = tail.replace(CURSOR_MARK, "")
+        return head if mark and _repeats_start(tail, suffix) else head + tail
     for at in _occurrences(text, CURSOR_MARK):
         head, tail = text[:at], text[at + len(CURSOR_MARK) :]
         repeats = _repeats_start(tail, suffix)
@@ -117,10 +125,18 @@ def remove_marker(text: str, prefix: str, suffix: str) -> str:
 
 
 def remove_wrapping(text: str, prefix: str, selection: str, suffix: str) -> str:
-    """``text`` without the selection's markers the model echoed around its answer, each only where the answer
-    holds more of that marker than ``selection`` does (else they are all the user's text): the first
-    ``SELECTION_OPEN`` that only (an echo of) the end of ``prefix`` precedes, and the last ``SELECTION_CLOSE`` that
-    only (an echo of) the start of ``suffix`` follows, whitespace aside."""
+    """``text`` without the markers the model added to its rewrite of ``selection``.
+
+    A marker the code it was shown (``prefix``, ``selection``, ``suffix``) never holds is the model's wherever it
+    is, and goes (``<CURSOR>`` too, which a rewrite's prompt does not hold). Where the code holds one, only the
+    selection's markers the model echoed around its answer go, each only where the answer holds more of that
+    marker than ``selection`` does (else they are all the user's text): the first ``SELECTION_OPEN`` that only (an
+    echo of) the end of ``prefix`` precedes, and the last ``SELECTION_CLOSE`` that only (an echo of) the start of
+    ``suffix`` follows, whitespace aside."""
+    code = prefix + selection + suffix
+    for mark in (SELECTION_OPEN, SELECTION_CLOSE, CURSOR_MARK):
+        if mark not in code:  # every one in the answer is the model's
+            text = text.replace(mark, "")
     if text.count(SELECTION_OPEN) > selection.count(SELECTION_OPEN):
         opening = (at for at in _occurrences(text, SELECTION_OPEN) if _echoes_end(text[:at], prefix))
         if (at := next(opening, None)) is not None:

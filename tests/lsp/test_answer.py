@@ -81,15 +81,22 @@ def test_an_echo_of_the_suffix_after_the_marker_goes() -> None:
     assert remove_marker(f"x = {CURSOR_MARK}1\nprint(x)", "x = ", "\nprint(x)") == "x = 1\nprint(x)"
 
 
-def test_a_marker_in_the_models_own_code_is_text() -> None:
-    """Only the echoed marker goes: the first one where the answer meets the code around the cursor. A marker
-    written inside the model's own code (this project's prompt code holds the string) stays."""
-    prefix, suffix = "def mark(text):\n    return ", "\n"
-    assert remove_marker(f"a{CURSOR_MARK}b{CURSOR_MARK}c", "x = ", "\n") == f"a{CURSOR_MARK}b{CURSOR_MARK}c"
-    assert remove_marker(f"a{CURSOR_MARK}b{CURSOR_MARK}", "x = ", "\n") == f"a{CURSOR_MARK}b"  # the last: at the end
+def test_a_marker_in_the_models_own_code_is_text_where_the_code_holds_one() -> None:
+    """Where the code holds the marker's string (this project's prompt code does), only the echoed marker goes: the
+    first one where the answer meets the code around the cursor. One inside the model's own code stays."""
+    prefix, suffix = f'MARK = "{CURSOR_MARK}"\n\ndef mark(text):\n    return ', "\n"
+    assert remove_marker(f"a{CURSOR_MARK}b{CURSOR_MARK}c", prefix, suffix) == f"a{CURSOR_MARK}b{CURSOR_MARK}c"
+    assert remove_marker(f"a{CURSOR_MARK}b{CURSOR_MARK}", prefix, suffix) == f"a{CURSOR_MARK}b"  # the last: at the end
     answer = f'{CURSOR_MARK}text.replace("{CURSOR_MARK}", "")'
     assert remove_marker(answer, prefix, suffix) == f'text.replace("{CURSOR_MARK}", "")'
     assert remove_marker(f'text.replace("{CURSOR_MARK}", "")', prefix, suffix) == f'text.replace("{CURSOR_MARK}", "")'
+
+
+def test_every_marker_goes_where_the_code_holds_none() -> None:
+    """The code the model was shown holds no marker: every one in its answer is the model's."""
+    prefix, suffix = "def mark(text):\n    return ", "\n"
+    assert remove_marker(f'{CURSOR_MARK}text.replace("{CURSOR_MARK}", "")', prefix, suffix) == 'text.replace("", "")'
+    assert remove_marker(f"a{CURSOR_MARK}b{CURSOR_MARK}c", prefix, suffix) == "abc"
 
 
 def test_a_marker_the_code_holds_at_the_cursor_is_the_users() -> None:
@@ -236,8 +243,17 @@ def test_a_marker_echoed_at_either_end_goes(prefix: str, suffix: str, body: str)
 
 
 @given(prefix=PREFIX_TEXT, suffix=PREFIX_TEXT, before=ANSWER_TEXT, after=ANSWER_TEXT)
-def test_a_marker_inside_the_models_own_code_stays(prefix: str, suffix: str, before: str, after: str) -> None:
-    """Code neither side of which is an echo of the code around the cursor (other letters): the marker is text."""
+def test_a_marker_inside_the_models_own_code_stays_where_the_code_holds_one(
+    prefix: str, suffix: str, before: str, after: str
+) -> None:
+    """Code neither side of which is an echo of the code around the cursor (other letters), in a file that holds
+    the marker's string: the marker is text."""
     assume(before.strip() and after.strip())
     answer = before + CURSOR_MARK + after
-    assert unwrap_answer(answer, prefix, suffix) == answer
+    assert unwrap_answer(answer, f'MARK = "{CURSOR_MARK}"\n' + prefix, suffix) == answer
+
+
+@given(prefix=st.lists(PIECES).map("".join), suffix=st.lists(PIECES).map("".join), answer=st.lists(PIECES).map("".join))
+def test_no_marker_is_left_where_the_code_holds_none(prefix: str, suffix: str, answer: str) -> None:
+    assume(CURSOR_MARK not in prefix + suffix)
+    assert CURSOR_MARK not in unwrap_answer(answer, prefix, suffix)
