@@ -28,7 +28,8 @@ class InfillContext:
     prefix: str
     suffix: str
     position: types.Position
-    """The cursor, in the client's units."""
+    """The cursor, in the client's units: where the prefix ends, so never inside a character (a position inside
+    one, such as between an emoji's two UTF-16 units, is taken to the character's end)."""
     word_start: types.Position
     """Start of the identifier the cursor is in (== position when there is none)."""
     word: str
@@ -66,6 +67,8 @@ def build_context(document: TextDocument, position: types.Position, context_toke
     position = clamp_position(document, position, lines)
     source = document.source  # a LineDocument joins it once per change; the server reads it for reuse anyway
     server = document.position_codec.position_from_client_units(lines, position)
+    if server.line < len(lines):  # inside a surrogate pair (UTF-16) or a character's bytes (UTF-8): after it
+        position = document.position_codec.position_to_client_units(lines, server)
     offset = server.character + _line_start(document, lines, server.line)
     budget = max(context_tokens, 1) * CHARS_PER_TOKEN
     suffix_budget = budget // 4

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeGuard
 
 import attrs
 from lsprotocol import types
+from lsprotocol.validators import INTEGER_MAX_VALUE, INTEGER_MIN_VALUE, UINTEGER_MAX_VALUE
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
@@ -67,6 +69,17 @@ class Selection:
     suffix: str
     """The text after the selection, cut to a quarter of the budget."""
     language_id: str
+    source: str = attrs.field(repr=False)
+    """The document's whole text the selection was read from: the edit is for this text only."""
+
+
+def computed_on(selection: Selection, document: TextDocument | None) -> bool:
+    """Whether ``document`` holds the very text ``selection`` was read from, at its version. The version alone does
+    not say so: a document opened again (closed and reopened, or a second ``didOpen``) starts its versions anew, and
+    an edit for "version 1" would land on other text."""
+    if document is None or document.version != selection.version:
+        return False
+    return document.source == selection.source  # the same string object while unchanged: no comparison then
 
 
 @attrs.frozen(kw_only=True)
@@ -84,17 +97,31 @@ class Outcome:
         return {"applied": applied, "reason": self.reason}
 
 
+MAX_MESSAGE_CHARS = 400
+"""An error message quotes at most this much of a bad argument."""
+
+
 def _fail(message: str) -> JsonRpcInvalidParams:
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 1] + "…"
     return JsonRpcInvalidParams(f"{REWRITE_COMMAND}: {message}")
+
+
+def _integer(value: object, low: int, high: int) -> TypeGuard[int]:
+    """Whether ``value`` is an integer (not a bool, not a float) from ``low`` to ``high``: LSP's ranges."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def _position(raw: object, name: str) -> types.Position:
     if not isinstance(raw, Mapping):
         raise _fail(f"range.{name} must be a position {{line, character}}, got {raw!r}")
-    values = [raw.get(key) for key in ("line", "character")]
-    if not all(isinstance(value, int) and not isinstance(value, bool) and value >= 0 for value in values):
-        raise _fail(f"range.{name} needs a line and a character, both integers of 0 or more, got {dict(raw)!r}")
-    return types.Position(line=values[0], character=values[1])  # type: ignore[arg-type]
+    line, character = (raw.get(key) for key in ("line", "character"))
+    if not (_integer(line, 0, UINTEGER_MAX_VALUE) and _integer(character, 0, UINTEGER_MAX_VALUE)):
+        raise _fail(
+            f"range.{name} needs a line and a character, both integers from 0 to {UINTEGER_MAX_VALUE}, "
+            f"got {dict(raw)!r}"
+        )
+    return types.Position(line=line, character=character)
 
 
 def parse_arguments(args: Sequence[object]) -> RewriteArguments:
@@ -108,8 +135,9 @@ def parse_arguments(args: Sequence[object]) -> RewriteArguments:
         raise _fail(f"uri must be the document's URI, got {uri!r}")
     if not isinstance(selected, Mapping):
         raise _fail(f"range must be an LSP range {{start, end}}, got {selected!r}")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise _fail(f"version must be the document's version (an integer), got {version!r}")
+    if not _integer(version, INTEGER_MIN_VALUE, INTEGER_MAX_VALUE):
+        limits = f"from {INTEGER_MIN_VALUE} to {INTEGER_MAX_VALUE}"
+        raise _fail(f"version must be the document's version (an integer {limits}), got {version!r}")
     if not isinstance(instruction, str | None):
         raise _fail(f"instruction must be a string, got {instruction!r}")
     if instruction is not None and len(instruction) > protocol.MAX_INSTRUCTION_CHARS:
@@ -170,6 +198,7 @@ def read_selection(document: TextDocument, selected: types.Range, context_tokens
         prefix=before.prefix,
         suffix=after.suffix,
         language_id=document.language_id or "",
+        source=document.source,
     )
 
 
@@ -333,6 +362,5 @@ class Rewriter:
             del self.active[uri]
 
     def still_current(self, rewrite: Rewrite) -> bool:
-        """Whether the document is still at the version the rewrite was computed for."""
-        document = self.completer.open_document(rewrite.selection.uri)
-        return document is not None and document.version == rewrite.selection.version
+        """Whether the open document still holds the text the rewrite was computed from (``computed_on``)."""
+        return computed_on(rewrite.selection, self.completer.open_document(rewrite.selection.uri))

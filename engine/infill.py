@@ -32,8 +32,6 @@ MAX_CANVAS_LENGTH = protocol.MAX_CANVAS_LENGTH
 MAX_STEPS = protocol.MAX_STEPS
 MAX_INSTRUCTION_CHARS = protocol.MAX_INSTRUCTION_CHARS
 CHARS_PER_TOKEN = 4
-MAX_CHARS_PER_TOKEN = 32
-"""More characters than this per canvas token cannot fit: such a selection is refused before it is tokenized."""
 
 
 def build_prompt(loaded: LoadedModel, request: protocol.Infill) -> Prompt:
@@ -132,7 +130,7 @@ def start_row(loaded: LoadedModel, request: protocol.Infill, canvas_length: int)
     if not request.start:
         return None
     chars = sum(len(segment.text) for segment in request.start)
-    if chars > canvas_length * MAX_CHARS_PER_TOKEN:
+    if chars > protocol.max_start_chars(canvas_length):  # cannot fit: refused before it is tokenized
         raise BadRequestError(
             f"the selection is {chars} characters, more than one canvas of {canvas_length} tokens holds: select less"
         )

@@ -51,6 +51,9 @@ MAX_FRAME_BYTES = 8 * 1024 * 1024
 MAX_CANVAS_LENGTH = 512
 MAX_STEPS = 256
 """The largest ``Infill.canvas_length`` and ``Infill.max_steps`` the engine accepts."""
+MAX_START_CHARS_PER_TOKEN = 32
+"""A rewrite's ``Infill.start`` holding more characters than this per token of its canvas cannot fit one canvas:
+the engine refuses it before tokenizing it (``max_start_chars``), and the language server before sending it."""
 DISCARD_LIMIT_BYTES = 64 * 1024 * 1024
 """An oversized frame up to this size is read and thrown away so the connection stays usable."""
 
@@ -180,6 +183,12 @@ class Ready:
     """How the model is prompted: ``fim`` (sentinels; the answer is the middle as written) or ``chat`` (an
     instruction model: its answer may come fenced or echo the code around the cursor, see
     ``diffgemma_lsp.answer``)."""
+
+
+def max_start_chars(canvas_length: int) -> int:
+    """The most characters a rewrite's ``Infill.start`` may hold for a canvas of ``canvas_length`` tokens (more are
+    refused whatever the tokenizer makes of them)."""
+    return canvas_length * MAX_START_CHARS_PER_TOKEN
 
 
 MAX_INSTRUCTION_CHARS = 2_000

@@ -265,9 +265,18 @@ class EngineClient(StateReporter):
     def as_rewrite(self, request: protocol.Infill) -> protocol.Infill:
         """``request`` as it is, once the handshake said the engine starts canvases from text; an engine that
         predates rewrites would ignore ``start`` and answer an insertion, so it is not asked (``RewriteUnsupported``).
-        Before the handshake, ``infill`` answers that the engine is not ready."""
+        Before the handshake, ``infill`` answers that the engine is not ready. A selection the engine would surely
+        refuse as too long for its canvas is not sent either (``RewriteUnsupported`` saying so)."""
         if self.hello is not None and protocol.REWRITE_FEATURE not in self.hello.features:
             raise RewriteUnsupported(OLD_ENGINE)
+        chars = sum(len(segment.text) for segment in request.start)
+        model_canvas = self.hello.canvas_length if self.hello is not None else 0
+        canvas = request.canvas_length or model_canvas or protocol.MAX_CANVAS_LENGTH  # the engine's choice, or more
+        if chars > protocol.max_start_chars(canvas):
+            raise RewriteUnsupported(
+                f"the selection is {chars} characters, more than one canvas of {canvas} tokens can hold "
+                f"(at most {protocol.max_start_chars(canvas)}): select less, and rewrite it a part at a time"
+            )
         return request
 
     async def infill(self, request: protocol.Infill) -> protocol.Result:

@@ -7,20 +7,28 @@ code. It often answers in other shapes, which :func:`unwrap_answer` undoes, in t
 1. :func:`strip_fence`: a Markdown code fence around the code, with a sentence before it or an explanation
    after it: only the body of the first fenced block is kept.
 2. :func:`remove_marker`: the cursor marker, echoed with the code around it, and the echo of the code after
-   the cursor that follows it.
+   the cursor that follows it. Where the user's code holds the string ``<CURSOR>`` itself (as this project's
+   does), only the marker the model echoed goes, where its answer meets the code around the cursor; the others
+   are text.
 3. :func:`strip_prefix_echo`: a repeat of the prefix's last lines, or of the cursor's line up to the cursor,
    at the start of the answer (models like to answer with the whole statement, or the whole function).
 
 A repeat of the code after the cursor and indentation that does not fit are left to the filters of
 :mod:`diffgemma_lsp.postprocess`, which handle them for every model. Line breaks are kept as the answer has them.
+
+A rewrite's answer (:func:`unwrap_replacement`) goes through the same steps, with :func:`remove_wrapping` in
+place of step 2: its prompt marks the selection with ``<SELECTION>`` and ``</SELECTION>`` and has no cursor marker,
+and a marker the user's selection holds is kept.
 """
 
 from __future__ import annotations
 
 import re
 
-from diffgemma_engine.prompt import (
-    CURSOR_MARK,  # the marker the chat prompt writes at the cursor (a pure module, no torch)
+from diffgemma_engine.prompt import (  # the markers the chat prompt writes (a pure module, no torch)
+    CURSOR_MARK,
+    SELECTION_CLOSE,
+    SELECTION_OPEN,
 )
 
 _BREAK = re.compile(r"(\r\n|\r|\n)")
@@ -40,7 +48,13 @@ def unwrap_answer(text: str, prefix: str, suffix: str) -> str:
     ``suffix`` is only compared with what follows an echoed cursor marker: the post-processing filters cut other
     repeats of it. "" means nothing to insert.
     """
-    return strip_prefix_echo(remove_marker(strip_fence(text), suffix), prefix)
+    return strip_prefix_echo(remove_marker(strip_fence(text), prefix, suffix), prefix)
+
+
+def unwrap_replacement(text: str, prefix: str, selection: str, suffix: str) -> str:
+    """The text to put in place of ``selection`` (between ``prefix`` and ``suffix``) for the model's answer
+    ``text``: as :func:`unwrap_answer`, with the selection's markers removed where the model echoed them."""
+    return strip_prefix_echo(remove_wrapping(strip_fence(text), prefix, selection, suffix), prefix)
 
 
 # --- 1. code fence ------------------------------------------------------------------------------------------
@@ -84,18 +98,80 @@ def _closes(line: str, fence: str) -> bool:
 # --- 2. cursor marker ---------------------------------------------------------------------------------------
 
 
-def remove_marker(text: str, suffix: str) -> str:
-    """``text`` without the cursor marker, and without what follows it when that only repeats ``suffix``.
+def remove_marker(text: str, prefix: str, suffix: str) -> str:
+    """``text`` without the cursor marker the model echoed, and without what follows it when that only repeats
+    ``suffix``.
 
     A model that echoes the code around the cursor writes its own text before or after the marker; what comes
     after it may also be the code after the cursor, copied, which is not for inserting. The code echoed before
     the marker is left to :func:`strip_prefix_echo`.
+
+    Where the code around the cursor holds no marker, every marker in the answer is the model's, and goes. Where
+    it does (this project's own prompt code), only the echoed one goes: the first that only (an echo of) the end of
+    ``prefix`` precedes, or that only (an echo of) the start of ``suffix`` follows, whitespace aside, unless the
+    code itself holds a marker there (``prefix`` ending, or ``suffix`` starting, with it). The others are text.
     """
-    head, mark, tail = text.partition(CURSOR_MARK)
-    if not mark:
-        return text
-    tail = tail.replace(CURSOR_MARK, "")
-    return head if _repeats_start(tail, suffix) else head + tail
+    if CURSOR_MARK not in prefix + suffix:  # every marker in the answer is the model's
+        head, mark, tail = text.partition(CURSOR_MARK)
+        tail = tail.replace(CURSOR_MARK, "")
+        return head if mark and _repeats_start(tail, suffix) else head + tail
+    for at in _occurrences(text, CURSOR_MARK):
+        head, tail = text[:at], text[at + len(CURSOR_MARK) :]
+        repeats = _repeats_start(tail, suffix)
+        echoed = repeats or _echoes_end(head, prefix)
+        if echoed and not (_echoes_end(head + CURSOR_MARK, prefix) or _echoes_start(CURSOR_MARK + tail, suffix)):
+            return head if repeats else head + tail
+    return text
+
+
+def remove_wrapping(text: str, prefix: str, selection: str, suffix: str) -> str:
+    """``text`` without the markers the model added to its rewrite of ``selection``.
+
+    A marker the code it was shown (``prefix``, ``selection``, ``suffix``) never holds is the model's wherever it
+    is, and goes (``<CURSOR>`` too, which a rewrite's prompt does not hold). Where the code holds one, only the
+    selection's markers the model echoed around its answer go, each only where the answer holds more of that
+    marker than ``selection`` does (else they are all the user's text): the first ``SELECTION_OPEN`` that only (an
+    echo of) the end of ``prefix`` precedes, and the last ``SELECTION_CLOSE`` that only (an echo of) the start of
+    ``suffix`` follows, whitespace aside."""
+    code = prefix + selection + suffix
+    for mark in (SELECTION_OPEN, SELECTION_CLOSE, CURSOR_MARK):
+        if mark not in code:  # every one in the answer is the model's
+            text = text.replace(mark, "")
+    if text.count(SELECTION_OPEN) > selection.count(SELECTION_OPEN):
+        opening = (at for at in _occurrences(text, SELECTION_OPEN) if _echoes_end(text[:at], prefix))
+        if (at := next(opening, None)) is not None:
+            text = text[:at] + text[at + len(SELECTION_OPEN) :]
+    if text.count(SELECTION_CLOSE) > selection.count(SELECTION_CLOSE):
+        ends = [
+            at for at in _occurrences(text, SELECTION_CLOSE) if _echoes_start(text[at + len(SELECTION_CLOSE) :], suffix)
+        ]
+        if ends:
+            text = text[: ends[-1]] + text[ends[-1] + len(SELECTION_CLOSE) :]
+    return text
+
+
+def _occurrences(text: str, mark: str) -> list[int]:
+    """Where ``mark`` starts in ``text``, in order."""
+    found, at = [], text.find(mark)
+    while at >= 0:
+        found.append(at)
+        at = text.find(mark, at + len(mark))
+    return found
+
+
+def _squash(text: str) -> str:
+    """``text`` with each run of whitespace one space, and none at the ends: how an echo compares with code."""
+    return " ".join(text.split())
+
+
+def _echoes_end(text: str, code: str) -> bool:
+    """Whether ``text`` is, whitespace aside, nothing or the end of ``code``."""
+    return _squash(code).endswith(_squash(text))
+
+
+def _echoes_start(text: str, code: str) -> bool:
+    """Whether ``text`` is, whitespace aside, nothing or the start of ``code``."""
+    return _squash(code).startswith(_squash(text))
 
 
 def _repeats_start(text: str, suffix: str) -> bool:

@@ -3,8 +3,9 @@
 :func:`postprocess_replacement` sees the document as an insertion would with the selection taken out (``prefix``
 then ``suffix``), the selection, and the model's text for it. The filters run on LF text, in this order:
 
-0. With ``instruct=True``: :func:`unwrap_answer`, as for an insertion (a fence, an echoed marker or prefix), and
-   the selection's markers of the chat turn (``<SELECTION>``, ``</SELECTION>``) dropped where the model echoed them.
+0. With ``instruct=True``: :func:`unwrap_replacement`, as for an insertion (a fence, an echoed prefix), with the
+   selection's markers of the chat turn (``<SELECTION>``, ``</SELECTION>``) dropped only where the model echoed
+   them around its answer: a marker the selection itself holds is the user's text, and stays.
 1. :func:`normalise`.
 2. :func:`fit_to_selection`: the indentation is the selection's, not the block's: the lines move together so that
    the first one that starts a document line sits where the selection's does.
@@ -18,15 +19,14 @@ then ``suffix``), the selection, and the model's text for it. The filters run on
    keeps its lines and columns whatever the model wrote there.
 
 Step 8 (closers at the end of the line) has no counterpart: a replacement never replaces past the selection.
-A blank selection is filled as an insertion at its place.
+A blank selection is filled as an insertion at its place (its answer unwrapped as in step 0).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from diffgemma_engine.prompt import SELECTION_CLOSE, SELECTION_OPEN  # the chat turn's markers (a pure module)
-from diffgemma_lsp.postprocess.answer import unwrap_answer
+from diffgemma_lsp.postprocess.answer import unwrap_replacement
 from diffgemma_lsp.postprocess.brackets import balance_brackets
 from diffgemma_lsp.postprocess.cursor import Cursor, make_cursor, normalise
 from diffgemma_lsp.postprocess.indentation import fit_to_selection
@@ -45,11 +45,11 @@ def postprocess_replacement(
 ) -> str | None:
     """The text to put in place of ``selection`` (between ``prefix`` and ``suffix``) for the model's ``raw``
     answer, in the document's line endings; None if nothing is left."""
+    if instruct:  # the rewrite's prompt has no cursor marker: any "<CURSOR>" in the answer is text
+        raw = unwrap_replacement(raw, prefix, selection, suffix)
     if not selection.strip():
-        edit = postprocess(prefix, suffix, raw, language_id, instruct=instruct)
+        edit = postprocess(prefix, suffix, raw, language_id)
         return edit.insertion(suffix) if edit is not None else None
-    if instruct:
-        raw = unwrap_answer(raw.replace(SELECTION_OPEN, "").replace(SELECTION_CLOSE, ""), prefix, suffix)
     original = normalise(selection)
     cursor = make_cursor(prefix, suffix, raw, language_id)
     text = fit_to_selection(normalise(raw), original, cursor)

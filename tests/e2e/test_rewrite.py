@@ -9,6 +9,7 @@ import os
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lsprotocol import types
@@ -114,6 +115,87 @@ async def test_an_edit_while_the_engine_works_on_the_rewrite_is_never_overwritte
     assert result["applied"] is False and "changed" in str(result["reason"]), result
     assert editor.edits == []
     assert editor.text(URI) == "# typed meanwhile\n" + MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX
+
+
+def answer_progress_late(client: LanguageClient) -> tuple[asyncio.Event, asyncio.Event]:
+    """Make the client slow to accept a progress token: (set when the server asked for one, set to answer it)."""
+    asked, answer = asyncio.Event(), asyncio.Event()
+
+    async def create(params: types.WorkDoneProgressCreateParams) -> None:
+        client.progress_reports.setdefault(params.token, [])  # what pytest-lsp's own handler does
+        asked.set()
+        await answer.wait()
+
+    del client.protocol.fm.features[types.WINDOW_WORK_DONE_PROGRESS_CREATE]  # pytest-lsp's, which answers at once
+    client.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)(create)
+    return asked, answer
+
+
+@pytest.mark.parametrize("how", ["closed and opened again", "opened a second time"])
+async def test_an_edit_never_lands_on_a_document_opened_again_at_the_same_version(
+    lsp: tuple[LanguageClient, Editor, Path], how: str
+) -> None:
+    """The client is slow to accept the rewrite's progress token; meanwhile the engine answers and the document is
+    opened again with other text, at version 1 as before (versions restart per opening): no edit is sent, for the
+    editor would take an edit for "version 1" computed on the old text."""
+    client, editor, _ = lsp
+    asked, answer = answer_progress_late(client)
+    pending = asyncio.ensure_future(rewrite(client, URI, SELECTED, 1))
+    await asyncio.wait_for(asked.wait(), 60)
+    deadline = asyncio.get_running_loop().time() + 120
+    while (await status(client))["pending"] != 0:  # the rewrite was sent before the token was asked for
+        assert asyncio.get_running_loop().time() < deadline, "the engine never answered the rewrite"
+        await asyncio.sleep(0.05)
+    other = "# another text\n" + MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX
+    if how == "closed and opened again":
+        editor.close(URI)
+    editor.open(URI, other)  # version 1 again
+    assert editor.version(URI) == 1
+    await status(client)  # the server has taken the notifications
+    answer.set()
+    result = await pending
+    assert result["applied"] is False and "changed" in str(result["reason"]), result
+    assert editor.edits == []
+    assert editor.text(URI) == other
+
+
+def apply_as_utf16(text: str, edit: types.TextEdit) -> str:
+    """``text`` (LF line breaks) after ``edit``, applied the way an editor that keeps UTF-16 does (VS Code): strict
+    decoding fails on a lone surrogate left by a range edge inside a character."""
+    lines = text.split("\n")
+
+    def offset(position: types.Position) -> int:
+        before = sum(len(line.encode("utf-16-le")) // 2 + 1 for line in lines[: position.line])
+        return 2 * (before + position.character)
+
+    units = text.encode("utf-16-le")
+    new = edit.new_text.encode("utf-16-le")
+    return (units[: offset(edit.range.start)] + new + units[offset(edit.range.end) :]).decode("utf-16-le")
+
+
+async def test_a_selection_ending_inside_an_emoji_is_replaced_whole(lsp: tuple[LanguageClient, Editor, Path]) -> None:
+    """The selection's end falls between the two UTF-16 units of an emoji: the server reads through the emoji, and
+    the edit's range is that of the text read, so the document keeps no half of it."""
+    client, editor, _ = lsp
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(
+            settings={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, "rewriteStrength": 1.0}}
+        )
+    )  # from noise: the memorized middle whatever the selection holds
+    line = "    return total  # 😀"
+    original = MEMORIZED_PREFIX + WRONG_MIDDLE.replace("    return total", line) + MEMORIZED_SUFFIX
+    uri = "file:///work/emoji.py"
+    editor.open(uri, original)
+    inside = span(1, 0, 2, len(line.encode("utf-16-le")) // 2 - 1)  # between the emoji's two units
+    result: dict[str, Any] = await rewrite(client, uri, inside, 1)
+    assert result == {"applied": True, "reason": ""}, (result, client.messages)
+    [edit] = editor.edits
+    [change] = edit.edit.document_changes or []
+    assert isinstance(change, types.TextDocumentEdit)
+    [text_edit] = change.edits
+    assert isinstance(text_edit, types.TextEdit)
+    assert text_edit.range == span(1, 0, 2, len(line.encode("utf-16-le")) // 2)  # after the emoji: the text read
+    assert apply_as_utf16(original, text_edit) == RIGHT == editor.text(uri)
 
 
 async def test_the_remote_backend_rewrites_by_filling_the_span_anew(

@@ -6,7 +6,17 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from diffgemma_lsp.postprocess.answer import CURSOR_MARK, remove_marker, strip_fence, strip_prefix_echo, unwrap_answer
+from diffgemma_lsp.postprocess.answer import (
+    CURSOR_MARK,
+    SELECTION_CLOSE,
+    SELECTION_OPEN,
+    remove_marker,
+    remove_wrapping,
+    strip_fence,
+    strip_prefix_echo,
+    unwrap_answer,
+    unwrap_replacement,
+)
 
 # --- fences -------------------------------------------------------------------------------------------------
 
@@ -56,21 +66,74 @@ def test_what_is_not_a_fence() -> None:
 
 
 def test_the_marker_goes() -> None:
-    assert remove_marker(f"    return {CURSOR_MARK}a + b", "\n") == "    return a + b"
-    assert remove_marker(f"a + b{CURSOR_MARK}", "") == "a + b"
-    assert remove_marker("no marker", "") == "no marker"
+    prefix = "def add(a, b):\n    return "
+    assert remove_marker(f"    return {CURSOR_MARK}a + b", prefix, "\n") == "    return a + b"
+    assert remove_marker(f"{CURSOR_MARK}a + b", prefix, "\n") == "a + b"
+    assert remove_marker(f"a + b{CURSOR_MARK}", prefix, "") == "a + b"
+    assert remove_marker("no marker", prefix, "") == "no marker"
 
 
 def test_an_echo_of_the_suffix_after_the_marker_goes() -> None:
-    suffix = "\n\nprint(add(1, 2))\n"
-    assert remove_marker(f"    return a + b{CURSOR_MARK}\n\nprint(add(1, 2))", suffix) == "    return a + b"
-    assert remove_marker(f"    return a + b{CURSOR_MARK}\n\n  print(add(1,", suffix) == "    return a + b"
+    prefix, suffix = "def add(a, b):\n", "\n\nprint(add(1, 2))\n"
+    assert remove_marker(f"    return a + b{CURSOR_MARK}\n\nprint(add(1, 2))", prefix, suffix) == "    return a + b"
+    assert remove_marker(f"    return a + b{CURSOR_MARK}\n\n  print(add(1,", prefix, suffix) == "    return a + b"
     # The model's own text after the marker stays, even followed by the suffix (the filters cut that).
-    assert remove_marker(f"x = {CURSOR_MARK}1\nprint(x)", "\nprint(x)") == "x = 1\nprint(x)"
+    assert remove_marker(f"x = {CURSOR_MARK}1\nprint(x)", "x = ", "\nprint(x)") == "x = 1\nprint(x)"
 
 
-def test_a_second_marker_goes_too() -> None:
-    assert remove_marker(f"a{CURSOR_MARK}b{CURSOR_MARK}c", "") == "abc"
+def test_a_marker_in_the_models_own_code_is_text_where_the_code_holds_one() -> None:
+    """Where the code holds the marker's string (this project's prompt code does), only the echoed marker goes: the
+    first one where the answer meets the code around the cursor. One inside the model's own code stays."""
+    prefix, suffix = f'MARK = "{CURSOR_MARK}"\n\ndef mark(text):\n    return ', "\n"
+    assert remove_marker(f"a{CURSOR_MARK}b{CURSOR_MARK}c", prefix, suffix) == f"a{CURSOR_MARK}b{CURSOR_MARK}c"
+    assert remove_marker(f"a{CURSOR_MARK}b{CURSOR_MARK}", prefix, suffix) == f"a{CURSOR_MARK}b"  # the last: at the end
+    answer = f'{CURSOR_MARK}text.replace("{CURSOR_MARK}", "")'
+    assert remove_marker(answer, prefix, suffix) == f'text.replace("{CURSOR_MARK}", "")'
+    assert remove_marker(f'text.replace("{CURSOR_MARK}", "")', prefix, suffix) == f'text.replace("{CURSOR_MARK}", "")'
+
+
+def test_every_marker_goes_where_the_code_holds_none() -> None:
+    """The code the model was shown holds no marker: every one in its answer is the model's."""
+    prefix, suffix = "def mark(text):\n    return ", "\n"
+    assert remove_marker(f'{CURSOR_MARK}text.replace("{CURSOR_MARK}", "")', prefix, suffix) == 'text.replace("", "")'
+    assert remove_marker(f"a{CURSOR_MARK}b{CURSOR_MARK}c", prefix, suffix) == "abc"
+
+
+def test_a_marker_the_code_holds_at_the_cursor_is_the_users() -> None:
+    """Where the prefix ends (or the suffix starts) with the marker itself, the answer's marker there echoes it."""
+    prefix = f'MARK = "{CURSOR_MARK}'
+    assert remove_marker(f'MARK = "{CURSOR_MARK}"', prefix, "\n") == f'MARK = "{CURSOR_MARK}"'
+    suffix = f'{CURSOR_MARK}"\n'
+    assert remove_marker(f'{CURSOR_MARK}"', 'MARK = "', suffix) == f'{CURSOR_MARK}"'
+
+
+# --- the selection's markers (a rewrite) ----------------------------------------------------------------------
+
+
+USERS_LINE = 'return "<SELECTION>" + text + "</SELECTION>"  # <CURSOR> marks the cursor'
+"""A line of this project's own prompt code: every marker in it is the user's text."""
+
+
+def test_a_rewrite_keeps_the_markers_of_the_users_text() -> None:
+    prefix, suffix = "def mark(text):\n    ", "\n"
+    assert unwrap_replacement(USERS_LINE, prefix, USERS_LINE, suffix) == USERS_LINE
+    changed = USERS_LINE.replace("text", "body")
+    assert unwrap_replacement(changed, prefix, USERS_LINE, suffix) == changed
+    wrapped = f"{SELECTION_OPEN}{USERS_LINE}{SELECTION_CLOSE}"
+    assert unwrap_replacement(wrapped, prefix, USERS_LINE, suffix) == USERS_LINE
+    assert unwrap_replacement(f"```python\n{wrapped}\n```", prefix, USERS_LINE, suffix) == USERS_LINE
+
+
+def test_the_wrapping_markers_go_with_an_echo_of_the_code_around() -> None:
+    prefix, selection, suffix = "def add(a, b):\n", "    return a - b", "\n\nprint(add(1, 2))\n"
+    answer = f"def add(a, b):\n{SELECTION_OPEN}    return a + b{SELECTION_CLOSE}\n\nprint(add(1, 2))"
+    assert remove_wrapping(answer, prefix, selection, suffix) == "def add(a, b):\n    return a + b\n\nprint(add(1, 2))"
+    # A selection that starts with a marker: the answer's first one is the model's, the next the user's.
+    selection = f"{SELECTION_OPEN} = 1"
+    answer = f"{SELECTION_OPEN}{SELECTION_OPEN} = 2{SELECTION_CLOSE}"
+    assert remove_wrapping(answer, prefix, selection, suffix) == f"{SELECTION_OPEN} = 2"
+    # A marker the model wrote inside its code, with no more of them than the selection: all stay.
+    assert remove_wrapping(f"a{SELECTION_CLOSE}b", prefix, f"x{SELECTION_CLOSE}y", suffix) == f"a{SELECTION_CLOSE}b"
 
 
 # --- repeat of the prefix -----------------------------------------------------------------------------------
@@ -172,6 +235,25 @@ PIECES = st.sampled_from(
 )
 
 
+@given(prefix=st.lists(PIECES).map("".join), suffix=st.lists(PIECES).map("".join), body=st.lists(PIECES).map("".join))
+def test_a_marker_echoed_at_either_end_goes(prefix: str, suffix: str, body: str) -> None:
+    assume(CURSOR_MARK not in prefix + suffix + body)
+    assert CURSOR_MARK not in unwrap_answer(CURSOR_MARK + body, prefix, suffix)
+    assert CURSOR_MARK not in unwrap_answer(body + CURSOR_MARK, prefix, suffix)
+
+
+@given(prefix=PREFIX_TEXT, suffix=PREFIX_TEXT, before=ANSWER_TEXT, after=ANSWER_TEXT)
+def test_a_marker_inside_the_models_own_code_stays_where_the_code_holds_one(
+    prefix: str, suffix: str, before: str, after: str
+) -> None:
+    """Code neither side of which is an echo of the code around the cursor (other letters), in a file that holds
+    the marker's string: the marker is text."""
+    assume(before.strip() and after.strip())
+    answer = before + CURSOR_MARK + after
+    assert unwrap_answer(answer, f'MARK = "{CURSOR_MARK}"\n' + prefix, suffix) == answer
+
+
 @given(prefix=st.lists(PIECES).map("".join), suffix=st.lists(PIECES).map("".join), answer=st.lists(PIECES).map("".join))
-def test_any_answer_unwraps_without_a_marker_left(prefix: str, suffix: str, answer: str) -> None:
+def test_no_marker_is_left_where_the_code_holds_none(prefix: str, suffix: str, answer: str) -> None:
+    assume(CURSOR_MARK not in prefix + suffix)
     assert CURSOR_MARK not in unwrap_answer(answer, prefix, suffix)

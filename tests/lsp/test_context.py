@@ -35,6 +35,14 @@ def test_surrogate_pairs_count_as_two_utf16_units() -> None:
     assert ctx.word_start == types.Position(line=0, character=7)
 
 
+def test_a_cursor_between_the_units_of_a_surrogate_pair_is_after_the_character() -> None:
+    """The prefix is read up to the end of the emoji, and the position says so (issue 31): an edit at the client's
+    position would go between the emoji's two units and leave a lone surrogate."""
+    ctx = _at("s = '😀x'\n", 0, 6)  # "s = '" is 5 units, the emoji 2 more
+    assert (ctx.prefix, ctx.suffix) == ("s = '😀", "x'\n")
+    assert ctx.position == ctx.word_start == types.Position(line=0, character=7)
+
+
 def test_a_lone_surrogate_counts_as_one_utf16_unit() -> None:
     # JSON lets a client send "\ud800" alone; it is one UTF-16 code unit, not an error.
     ctx = _at("s = '\ud800x'\n", 0, 99)

@@ -13,7 +13,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diffgemma_lsp.postprocess import Edit, postprocess
+from diffgemma_lsp.postprocess import Edit, postprocess, postprocess_replacement
 from diffgemma_lsp.postprocess.cursor import CLOSING_CHARS
 
 LANGUAGE_IDS = ["python", "javascript", "typescriptreact", "go", "rust", "c", "cpp", "lua", "yaml", ""]
@@ -156,3 +156,31 @@ def test_line_structured_documents(case: tuple[str, str, str, str]) -> None:
 def test_never_raises_on_any_unicode(prefix: str, suffix: str, raw: str, language_id: str) -> None:
     edit = postprocess(prefix, suffix, raw, language_id)
     assert edit is None or isinstance(edit, Edit)
+
+
+# --- a rewrite's markers -------------------------------------------------------------------------------------
+
+MARKERS = ["<SELECTION>", "</SELECTION>", "<CURSOR>"]
+"""The chat prompt's markers: in the user's own text they are text like any other."""
+plain = st.lists(st.sampled_from([piece for piece in PIECES if "`" not in piece]), max_size=30).map("".join)
+marked = st.lists(st.sampled_from([*PIECES, *MARKERS, *MARKERS]), max_size=30).map("".join)
+
+
+@SETTINGS
+@given(
+    prefix=plain,
+    selection=marked,
+    suffix=plain,
+    wrapped=st.booleans(),
+    language_id=st.sampled_from(LANGUAGE_IDS),
+)
+def test_a_rewrite_keeps_every_marker_of_the_selection(
+    prefix: str, selection: str, suffix: str, wrapped: bool, language_id: str
+) -> None:
+    """An instruction model that writes the selection as it was, wrapped in the selection's markers or not: the
+    replacement holds each marker as often as that of a model whose answers are never unwrapped (the wrapping goes,
+    the user's text stays)."""
+    raw = f"<SELECTION>{selection}</SELECTION>" if wrapped else selection
+    text = postprocess_replacement(prefix, selection, suffix, raw, language_id, instruct=True)
+    plain_text = postprocess_replacement(prefix, selection, suffix, selection, language_id)  # markers: plain text
+    assert [(text or "").count(marker) for marker in MARKERS] == [(plain_text or "").count(m) for m in MARKERS]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import attrs
 import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -20,10 +21,12 @@ from diffgemma_lsp.postprocess import postprocess, postprocess_replacement
 from diffgemma_lsp.postprocess.replacement import CUTS, cuts_passed_by
 from diffgemma_lsp.rewrite import (
     KIND,
+    MAX_MESSAGE_CHARS,
     REWRITE_COMMAND,
     TITLE,
     build_request,
     code_action,
+    computed_on,
     parse_arguments,
     read_selection,
     replacement_edit,
@@ -79,6 +82,22 @@ def test_the_argument_object_is_read() -> None:
             [_argument(range={"start": {"line": True, "character": 0}, "end": {"line": 2, "character": 0}})],
             "range.start",
         ),
+        (  # LSP's positions are uintegers: up to 2**31 - 1 (lsprotocol refuses more, as an internal error)
+            [_argument(range={"start": {"line": 2**31, "character": 0}, "end": {"line": 2, "character": 0}})],
+            "range.start needs a line and a character, both integers from 0 to 2147483647",
+        ),
+        (
+            [_argument(range={"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": 2**63}})],
+            "range.end",
+        ),
+        (
+            [_argument(range={"start": {"line": 1.0, "character": 0}, "end": {"line": 2, "character": 0}})],
+            "range.start",
+        ),
+        ([_argument(range={"start": {"line": 1, "character": 0}, "end": {"line": -2, "character": 0}})], "range.end"),
+        ([_argument(version=2**31)], "version must be the document's version .an integer from -2147483648"),
+        ([_argument(version=-(2**31) - 1)], "version"),
+        ([_argument(version=7.0)], "version"),
         ([_argument(version="7")], "version"),
         ([_argument(version=True)], "version"),
         ([_argument(version=None)], "version"),
@@ -91,6 +110,12 @@ def test_a_bad_argument_is_invalid_params_naming_what_is_wrong(args: list[object
         parse_arguments(args)
     assert caught.value.code == -32602
     assert REWRITE_COMMAND in str(caught.value)
+
+
+def test_an_error_quotes_a_huge_argument_only_in_part() -> None:
+    with pytest.raises(JsonRpcInvalidParams, match="uri must be") as caught:
+        parse_arguments([_argument(uri=["x" * 5_000_000])])
+    assert len(str(caught.value)) <= len(REWRITE_COMMAND) + 2 + MAX_MESSAGE_CHARS
 
 
 # --- the code action -----------------------------------------------------------------------------------------
@@ -140,6 +165,25 @@ def test_selection_positions_are_utf16_and_clamped_to_the_line() -> None:
     selection = read_selection(document, _range(0, 11, 0, 99), 1024)  # the emoji is two units: 11 is before "x"
     assert (selection.prefix, selection.text, selection.suffix) == ("s = '😀' + ", "x", "\nt = 1\n")
     assert selection.range == _range(0, 11, 0, 12)  # the end as it is in the document
+
+
+@pytest.mark.parametrize(
+    ("selected", "read", "text"),
+    [
+        (_range(0, 6, 0, 11), _range(0, 7, 0, 11), "' + "),  # the start between the emoji's units: after it
+        (_range(0, 0, 0, 6), _range(0, 0, 0, 7), "s = '😀"),  # the end between them: after it, the emoji read
+        (_range(0, 6, 1, 0), _range(0, 7, 1, 0), "' + x\n"),
+    ],
+)
+def test_a_selection_edge_inside_a_character_is_the_range_of_the_text_read(
+    selected: types.Range, read: types.Range, text: str
+) -> None:
+    """An edge between the two UTF-16 units of an emoji: the selection is the text read, from the end of the
+    emoji, and its range says so (the client's range would leave a lone surrogate in the document)."""
+    selection = read_selection(_document("s = '😀' + x\nt = 1\n"), selected, 1024)
+    assert (selection.range, selection.text) == (read, text)
+    edit = replacement_edit(selection, "y", versioned=False)
+    assert edit.changes == {URI: [types.TextEdit(range=read, new_text="y")]}
 
 
 @pytest.mark.parametrize(
@@ -242,6 +286,22 @@ def test_the_edit_replaces_exactly_the_selection_at_its_version() -> None:
     assert plain.document_changes is None and plain.changes == {URI: [types.TextEdit(range=WRONG, new_text="x")]}
 
 
+def test_the_edit_is_only_for_the_text_it_was_computed_from() -> None:
+    """The same version of the document is not enough: a document opened again starts its versions anew."""
+    document = _document()
+    selection = read_selection(document, WRONG, 1024)
+    assert computed_on(selection, document)
+    assert computed_on(selection, _document())  # opened again with the same text, at the same version
+    assert not computed_on(selection, _document(SOURCE.replace("a - b", "a * b")))  # other text, "version 7"
+    assert not computed_on(selection, _document(version=8))
+    assert not computed_on(selection, None)  # closed
+    changed = _document()
+    selection = read_selection(changed, WRONG, 1024)
+    change = types.TextDocumentContentChangePartial(range=_range(0, 0, 0, 0), text="# typed\n")
+    changed.apply_change(change)  # a change that left the version as it was
+    assert changed.version == selection.version and not computed_on(selection, changed)
+
+
 # --- the backends --------------------------------------------------------------------------------------------
 
 
@@ -263,6 +323,26 @@ def test_the_engine_is_asked_only_when_its_handshake_lists_rewrites(tmp_path: Pa
         protocol=protocol.PROTOCOL_VERSION, model_id="m", ready=True, features=[protocol.REWRITE_FEATURE]
     )
     assert client.as_rewrite(request) is request
+
+
+def test_the_engine_is_not_sent_a_selection_it_would_refuse_as_too_long(tmp_path: Path) -> None:
+    """The engine refuses a selection of more characters than its canvas could hold at 32 a token before it
+    tokenizes it (``protocol.max_start_chars``): the language server refuses it before sending it, saying so."""
+    client = EngineClient(tmp_path / "engine.sock")
+    huge = attrs.evolve(_rewrite_request(), start=[protocol.StartSegment(text="x = 1\n" * 900_000)])  # 5.4 MB
+    with pytest.raises(RewriteUnsupported, match=r"the selection is 5400000 characters, .*512 tokens .*select less"):
+        client.as_rewrite(huge)  # before the handshake: the largest canvas the engine takes
+    client.hello = protocol.HelloOk(
+        protocol=protocol.PROTOCOL_VERSION, model_id="m", ready=True, canvas_length=64, features=["rewrite"]
+    )
+    limit = protocol.max_start_chars(64)
+    assert limit == 64 * 32
+    fits = attrs.evolve(huge, start=[protocol.StartSegment(text="x" * limit)])
+    assert client.as_rewrite(fits) is fits  # may still be too many tokens: the engine says so
+    with pytest.raises(RewriteUnsupported, match=rf"{limit + 1} characters, more than one canvas of 64 tokens"):
+        client.as_rewrite(attrs.evolve(fits, start=[protocol.StartSegment(text="x" * (limit + 1))]))
+    longer = attrs.evolve(fits, canvas_length=128, start=[protocol.StartSegment(text="x" * (limit + 1))])
+    assert client.as_rewrite(longer) is longer  # the request's own canvas
 
 
 def test_the_remote_backend_refills_the_span_from_noise() -> None:

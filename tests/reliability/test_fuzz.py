@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from diffgemma_engine import protocol
+from diffgemma_lsp.rewrite import REWRITE_COMMAND
 from tests.e2e.test_lsp_engine import _kill_engine
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.lsp import RawLsp, server_command
@@ -177,3 +178,65 @@ async def test_language_server_survives_bad_positions_and_documents(
     finally:
         await lsp.stop()
         _kill_engine(socket_path, signal.SIGTERM)
+
+
+REWRITE_CASES = 300
+REWRITE_JUNK: list[object] = [-1, 2**31, 2**63, -(2**31) - 1, 1.5, 1.0, True, None, "1", [], {}]
+"""Values no position or version may take (a position's line and character: 0 to 2**31 - 1)."""
+
+
+@pytest.mark.e2e
+async def test_the_rewrite_command_refuses_bad_arguments_and_huge_selections_clearly(
+    isolated_env: Path, memorized_model_dir: Path
+) -> None:
+    """The rewrite command's argument with junk where its numbers go (huge, negative, floats, bools): always an
+    InvalidParams error naming what is wrong, never an internal one; a 5.4 MB selection is refused before the
+    engine is asked, saying what to do."""
+    socket_path = isolated_env / "run" / "engine.sock"
+    lsp = await RawLsp.start(server_command(socket_path, memorized_model_dir))
+    rng = random.Random(31)
+    edits = {"applyEdit": True, "workspaceEdit": {"documentChanges": True}}
+    try:
+        await lsp.initialize({"debounceMs": 0, "extraContextTokens": 0}, {"workspace": edits})
+        lsp.open("file:///f/ok.py", MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX, version=3)
+        lsp.open("file:///f/huge.py", "y = 2\n" * 900_000)
+        codes: dict[str, int] = {}
+        for n in range(REWRITE_CASES):
+            numbers: list[object] = [rng.choice([0, 1, 2, 2**31 - 1]) for _ in range(4)]
+            numbers[rng.randrange(4)] = rng.choice(REWRITE_JUNK)
+            version = rng.choice([1, 2, *REWRITE_JUNK])  # never the document's 3: no rewrite runs
+            line, character, end_line, end_character = numbers
+            argument = {
+                "uri": "file:///f/ok.py",
+                "range": span_argument(line, character, end_line, end_character),
+                "version": version,
+            }
+            lsp.request(20_000 + n, "workspace/executeCommand", {"command": REWRITE_COMMAND, "arguments": [argument]})
+            reply = await lsp.reply(20_000 + n)
+            key = "result" if "result" in reply else f"error {reply['error']['code']}"
+            codes[key] = codes.get(key, 0) + 1
+            if "error" in reply:
+                assert reply["error"]["code"] == -32602, reply
+                assert reply["error"]["message"].startswith(REWRITE_COMMAND), reply
+        huge = {"uri": "file:///f/huge.py", "range": span_argument(0, 0, 900_000, 0), "version": 1}
+        lsp.request(3, "workspace/executeCommand", {"command": REWRITE_COMMAND, "arguments": [huge]})
+        result = (await lsp.reply(3))["result"]
+        print(f"rewrite arguments fuzzed: {REWRITE_CASES}, outcomes {codes}; 5.4 MB selection: {result['reason']}")
+        assert codes.get("error -32602", 0) >= REWRITE_CASES // 2 and "error -32603" not in codes
+        assert result["applied"] is False
+        assert result["reason"].startswith("the selection is 5400000 characters, more than one canvas of")
+        assert (
+            "(at most " in result["reason"] and "select less" in result["reason"]
+        )  # the server's words, not the engine's
+        assert lsp.process.returncode is None
+    finally:
+        await lsp.stop()
+        _kill_engine(socket_path, signal.SIGTERM)
+
+
+def span_argument(start_line: object, start_character: object, end_line: object, end_character: object) -> object:
+    """An LSP range as JSON (whatever its numbers are)."""
+    return {
+        "start": {"line": start_line, "character": start_character},
+        "end": {"line": end_line, "character": end_character},
+    }

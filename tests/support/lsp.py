@@ -224,6 +224,13 @@ class Editor:
         self.documents[uri] = TextDocument(uri, text, version=version, language_id="python")
         open_document(self.client, uri, text, version)
 
+    def close(self, uri: str) -> None:
+        """``didClose``: the editor forgets the document (opening it again starts its versions anew)."""
+        del self.documents[uri]
+        self.client.text_document_did_close(
+            types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+        )
+
     def text(self, uri: str) -> str:
         """The document's text as the editor holds it."""
         return self.documents[uri].source
