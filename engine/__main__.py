@@ -170,6 +170,7 @@ def plan(args: argparse.Namespace) -> int:
     import json
 
     from .errors import EngineError
+    from .loadable import environment
     from .plan import (
         PlanError,
         detect_devices,
@@ -190,6 +191,7 @@ def plan(args: argparse.Namespace) -> int:
             precisions=(args.quantization,) if args.quantization else PRECISIONS,
             prompt_tokens=args.prompt_tokens,
             rows=args.rows,
+            env=environment(),  # a setting the loader would refuse here is not given
         )
     except (EngineError, PlanError) as exc:
         print(f"diffgemma-engine: {exc}", file=sys.stderr)

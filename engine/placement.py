@@ -14,13 +14,15 @@ checkpoint's own on every device (float16 on a CPU becomes float32, which CPUs c
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .errors import ModelLoadError
+from .loadable import environment
 
 if TYPE_CHECKING:
     import torch
@@ -162,6 +164,25 @@ def device_map(
     return {key: where[unit] for key, unit in spec.members}
 
 
+PLACEMENT_KEYS: tuple[str, ...] = ("device_map", "max_memory", "offload_folder", "offload_buffers")
+"""``from_pretrained``'s arguments that say where weights go: :func:`load_kwargs` alone sets them."""
+
+
+def load_kwargs(where: Mapping[str, str], offload_folder: Path | None, **others: Any) -> dict[str, Any]:
+    """``from_pretrained``'s keyword arguments for a load placed by ``where`` (:func:`device_map`), with the
+    ``offload_folder`` when anything goes to ``disk`` (a fresh temporary folder when None), merged with ``others``
+    (a quantization's, ``engine.quantize.from_pretrained_kwargs``). The one place the placement is built:
+    ``ModelLoadError`` when ``others`` sets any of :data:`PLACEMENT_KEYS` (a quantizer and a device map cannot both
+    say where the weights go)."""
+    clash = sorted(set(others) & set(PLACEMENT_KEYS))
+    if clash:
+        raise ModelLoadError(f"the placement is the device map's alone, but the load's options also set {clash}")
+    placed: dict[str, Any] = {"device_map": dict(where)}
+    if DISK in where.values():
+        placed["offload_folder"] = str(offload_folder or Path(tempfile.mkdtemp(prefix="diffgemma-offload-")))
+    return {**placed, **others}
+
+
 def execution_device(model: torch.nn.Module) -> torch.device:
     """Where the model's inputs and the engine's own tensors (prompt, canvas, caches, sampler) go: its device,
     or for a model spread by a device map the first accelerator in it (accelerate runs the modules offloaded to
@@ -211,7 +232,8 @@ def check_fits(folder: Path, device: str, dtype: torch.dtype, free: int, precisi
     if alone.placements[0].verdict == plan.FITS_GPU:
         return
     around = [plan.Device(name=device, bytes=free, source="free"), plan.cpu_memory()]
-    raise ModelLoadError(f"the model does not fit on {device}: {plan.advice(plan.make_plan(spec, around), precision)}")
+    advised = plan.make_plan(spec, around, env=environment())
+    raise ModelLoadError(f"the model does not fit on {device}: {plan.advice(advised, precision)}")
 
 
 def parse_max_memory(spec: str | None) -> dict[str, int] | None:

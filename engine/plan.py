@@ -42,6 +42,7 @@ from .checkpoint_files import (
     text_config_of,
 )
 from .errors import ModelLoadError
+from .loadable import Environment, refusal
 from .quantize_policy import EXPERT_WEIGHTS, MULTIMODAL_MODULES, stays_unquantized
 
 if TYPE_CHECKING:
@@ -231,7 +232,9 @@ class Placement:
     shares: tuple[DeviceShare, ...]
     unplaced_bytes: int
     setting: str | None
-    """The engine options for it (None when it does not fit)."""
+    """The engine options for it (None when it does not fit, or cannot load there: ``refused``)."""
+    refused: str | None = None
+    """Why the loader would refuse this precision on the devices it uses (``engine.loadable.refusal``)."""
 
     @property
     def used_devices(self) -> tuple[str, ...]:
@@ -472,7 +475,7 @@ def recommend(placements: Sequence[Placement]) -> Placement | None:
     ):
         for precision in preference + tuple(p for p in by_precision if p not in preference):
             placement = by_precision.get(precision)
-            if placement is not None and placement.verdict == verdict:
+            if placement is not None and placement.setting is not None and placement.verdict == verdict:
                 return placement
     return None
 
@@ -484,8 +487,12 @@ def make_plan(
     precisions: Sequence[str] = PRECISIONS,
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
     rows: int = 1,
+    env: Environment | None = None,
 ) -> Plan:
-    """The plan of ``spec`` on ``devices``; placements (and the recommendation) only for ``precisions``."""
+    """The plan of ``spec`` on ``devices``; placements (and the recommendation) only for ``precisions``. With
+    ``env`` (``engine.loadable.environment()`` for this machine), a placement the loader would refuse there (int8
+    on MPS, fp8 without its kernel or with offload) gets no setting, and says why: every setting the plan gives or
+    recommends is one ``load_model`` accepts. Without it, the arithmetic alone."""
     if prompt_tokens < 1 or rows < 1:
         raise PlanError(f"a plan needs at least one prompt token and one row, not {prompt_tokens} and {rows}")
     for precision in precisions:
@@ -513,6 +520,8 @@ def make_plan(
         )
         for precision in precisions
     )
+    if env is not None:
+        placements = tuple(_checked(placement, env) for placement in placements)
     parameters = [weight for weight in weights if not weight.buffer]
     total = sum(weight.numel for weight in parameters) or 1
     return Plan(
@@ -526,6 +535,14 @@ def make_plan(
         placements=placements,
         recommendation=recommend(placements),
     )
+
+
+def _checked(placement: Placement, env: Environment) -> Placement:
+    """``placement`` without its setting when the loader would refuse it on the devices it uses, with the reason."""
+    if placement.setting is None and placement.verdict == DOES_NOT_FIT:
+        return placement
+    reason = refusal(placement.precision, placement.used_devices, env)
+    return placement if reason is None else attrs.evolve(placement, setting=None, refused=reason)
 
 
 def advice(plan: Plan, precision: str) -> str:
@@ -547,6 +564,8 @@ def advice(plan: Plan, precision: str) -> str:
 
 # -- devices ---------------------------------------------------------------------------------------------------
 
+MEMINFO = Path("/proc/meminfo")
+"""Where the CPU's available memory is read (Linux; elsewhere ``sysconf``)."""
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]i?b|b)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20}
 _UNITS |= {"gib": 1 << 30, "tib": 1 << 40}
@@ -625,9 +644,9 @@ def select_devices(devices: Sequence[Device], spec: str | None) -> list[Device]:
 def cpu_memory() -> Device:
     """The CPU and the memory available to a new process (``MemAvailable``, else free pages)."""
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in MEMINFO.read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return Device(name="cpu", bytes=int(line.split()[1]) * 1024, source="/proc/meminfo MemAvailable")
+                return Device(name="cpu", bytes=int(line.split()[1]) * 1024, source=f"{MEMINFO} MemAvailable")
     except (OSError, ValueError, IndexError):
         pass
     page = os.sysconf("SC_PAGE_SIZE")
@@ -642,7 +661,8 @@ def cpu_memory() -> Device:
 def detect_devices() -> list[Device]:
     """The devices of this machine: each CUDA device's free memory, MPS's recommended limit, the CPU's RAM.
 
-    On Apple silicon MPS and the CPU share one memory, so their figures overlap.
+    On Apple silicon MPS and the CPU share one memory: the CPU is given what is left of it beside MPS's limit, so a
+    placement over ``mps,cpu`` never counts a byte twice.
     """
     import torch
 
@@ -651,11 +671,13 @@ def detect_devices() -> list[Device]:
         for index in range(torch.cuda.device_count()):
             free, _total = torch.cuda.mem_get_info(index)
             found.append(Device(name=f"cuda:{index}", bytes=int(free), source="torch.cuda.mem_get_info (free)"))
+    cpu = cpu_memory()
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available():
         limit = int(torch.mps.recommended_max_memory())
         found.append(Device(name="mps", bytes=limit, source="torch.mps.recommended_max_memory"))
-    found.append(cpu_memory())
+        cpu = Device(name="cpu", bytes=max(0, cpu.bytes - limit), source=f"{cpu.source} less MPS's limit (one memory)")
+    found.append(cpu)
     return sort_devices(found)
 
 
@@ -864,6 +886,7 @@ def _placement_json(placement: Placement) -> dict[str, Any]:
         "verdict": placement.verdict,
         "fits": placement.verdict != DOES_NOT_FIT,
         "setting": placement.setting,
+        "refused": placement.refused,
         "unplaced_gib": _gib(placement.unplaced_bytes),
         "devices": {
             share.device: {
@@ -972,7 +995,9 @@ def format_plan(plan: Plan) -> str:
         if placement.unplaced_bytes:
             where += f"{', ' if where else ''}{_size(placement.unplaced_bytes)} left over"
         setting = f"   {placement.setting}" if placement.setting else ""
-        if placement.precision in UNAVAILABLE:
+        if placement.refused is not None:
+            setting = f"   (not here: {placement.refused})"
+        elif placement.precision in UNAVAILABLE:
             setting = f"   ({UNAVAILABLE[placement.precision]})"
         lines.append(f"  {placement.precision:9s} {VERDICT_TEXT[placement.verdict]:22s} {where}{setting}")
         for share in placement.shares:
