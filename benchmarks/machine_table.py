@@ -7,11 +7,12 @@ For each machine it asks the memory plan (``diffgemma_engine.plan``: the model o
 weights go at each precision and which setting it recommends, then computes the floor of one denoising step:
 every step reads the weights of every layer that runs (a 256-token canvas with 8 of 128 experts per token
 touches nearly every expert of every layer: 1 - (120/128)^256 > 0.99999), so the step can be no faster than
-those bytes over the memory bandwidth. The vision tower is not run for code and not counted. Bandwidths are the
-vendors' figures; with offload, the part on the CPU is read over the host's memory (and PCIe; on a Mac, the one
-memory MPS shares). A setting the loader would refuse on the machine (int8 on MPS; fp8 without the ``kernels``
-package, which this project does not install) is not given (``diffgemma_engine.loadable``). Everything here
-is computed, not measured. Writes ``benchmarks/results/machine_table.json`` and prints the Markdown table.
+those bytes over the memory bandwidth. The vision tower is not loaded for code (``diffgemma_engine.text_only``)
+and not counted. Bandwidths are the vendors' figures; with offload, the part on the CPU is read over the host's
+memory (and PCIe; on a Mac, the one memory MPS shares). A setting the loader would refuse on the machine (int8 on
+MPS; fp8 without the ``kernels`` package, which this project does not install) is not given
+(``diffgemma_engine.loadable``). Everything here is computed, not measured. Writes
+``benchmarks/results/machine_table.json`` and prints the Markdown table.
 """
 
 from __future__ import annotations
@@ -112,9 +113,7 @@ def machine_row(spec: plan.ModelSpec, machine: dict) -> dict:
     result = plan.make_plan(spec, devices, precisions=machine["precisions"], env=environment(machine))
     rows = []
     for placement in result.placements:
-        vision = {weight.unit for weight in spec.weights if weight.kind == "vision"}
-        sizes = {unit: size for unit, size in plan.placement_units(spec.weights, placement.precision)}
-        sizes.update(dict.fromkeys(vision, 0))  # never run for code
+        sizes = dict(plan.placement_units(plan.text_weights(spec.weights), placement.precision))  # not loaded
         floor = step_floor_ms(placement, sizes, machine["bandwidth"]) if placement.setting else None
         rows.append(
             {
@@ -122,7 +121,7 @@ def machine_row(spec: plan.ModelSpec, machine: dict) -> dict:
                 "verdict": placement.verdict,
                 "setting": placement.setting,
                 "refused": placement.refused,
-                "weights_gib": round(result.weights_bytes[placement.precision] / GIB, 1),
+                "weights_gib": round(result.loaded_bytes[placement.precision] / GIB, 1),
                 "step_floor_ms": None if floor is None else round(floor, 1),
                 "tokens_per_s_ceiling": {
                     str(steps): None if floor is None else round(256 / (steps * floor / 1000)) for steps in CANVAS_STEPS

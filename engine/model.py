@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import torch
 
-from . import loadable, placement, plan, protocol, quantize
+from . import loadable, placement, plan, protocol, quantize, text_only
 from .canvas.caches import DEFAULT_SLOTS, PrefixCache
 from .canvas.captured import CapturedLoop
 from .canvas.sampler import SamplerSettings
@@ -170,7 +170,7 @@ def load_model(
     fetched from a hub. ``quantization`` (``engine.quantize``): none, int8, fp8, or None for the checkpoint's own;
     a quantized load is checked right after it (experts converted, encoder and decoder one copy, smaller)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+    from transformers import AutoTokenizer
     from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
     from transformers.utils import logging as hf_logging
 
@@ -199,9 +199,7 @@ def load_model(
     kwargs = placement.load_kwargs(where, offload_folder, **settings.kwargs)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = DiffusionGemmaForBlockDiffusion.from_pretrained(
-            folder, dtype=torch_dtype, local_files_only=True, **kwargs
-        )
+        model = text_only.from_pretrained(folder, dtype=torch_dtype, local_files_only=True, **kwargs)
     except torch.OutOfMemoryError as exc:
         raise ModelLoadError(
             f"out of memory loading {folder} onto {devices}: {exc}; {_advice(folder, devices, torch_dtype)}"

@@ -4,9 +4,10 @@ staging, no ``.to()`` after loading).
 
 * One device (``cpu``, ``mps``, ``cuda:0``): ``device_map={"": device}``.
 * Several (``cuda:0,1``; ``cuda:0,cpu`` to offload to RAM; ``cpu,disk`` to offload to disk): the memory plan's
-  placement (``engine.plan``) as an explicit map, tied encoder/decoder layers together, the vision tower offloaded
-  first; accelerate's hooks move the activations from device to device. Not ``device_map="auto"``: accelerate's
-  ``infer_auto_device_map`` fails on this model as soon as it must split it (see ``engine.plan``).
+  placement (``engine.plan``) as an explicit map, tied encoder/decoder layers together (the vision tower is not
+  loaded at all: ``engine.text_only``); accelerate's hooks move the activations from device to device. Not
+  ``device_map="auto"``: accelerate's ``infer_auto_device_map`` fails on this model as soon as it must split it
+  (see ``engine.plan``).
 
 ``auto`` picks CUDA (every visible GPU, filled in order), then MPS, then the CPU. The ``auto`` dtype is the
 checkpoint's own on every device (float16 on a CPU becomes float32, which CPUs compute far faster).
@@ -143,7 +144,7 @@ def device_map(
         prompt_tokens=plan.DEFAULT_PROMPT_TOKENS,
         dtype=plan.activation_dtype(precision),
     )
-    units = plan.placement_units(spec.weights, precision)
+    units = plan.placement_units(plan.text_weights(spec.weights), precision)  # the vision tower is not loaded
     placement = plan.place(units, chosen, precision, request.reserve_bytes)
     where = {unit: share.device for share in placement.shares for unit in share.units}
     left = [unit for unit, _ in units if unit not in where]
@@ -161,7 +162,7 @@ def device_map(
     pinned = {unit for unit in where if unit not in holds_parameters}
     pinned |= {weight.unit for weight in spec.weights if weight.kind == "embedding"}
     where.update(dict.fromkeys(pinned, devices.first))
-    return {key: where[unit] for key, unit in spec.members}
+    return {key: where[unit] for key, unit in spec.members if unit in where}  # no key for the vision tower
 
 
 PLACEMENT_KEYS: tuple[str, ...] = ("device_map", "max_memory", "offload_folder", "offload_buffers")

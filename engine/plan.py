@@ -247,6 +247,10 @@ class Plan:
 
     spec: ModelSpec
     weights_bytes: dict[str, int]
+    """Every weight the checkpoint holds, per precision."""
+    loaded_bytes: dict[str, int]
+    """What the engine loads, per precision: text only, the vision tower and its embedder left out
+    (:func:`text_weights`); the placements place these."""
     shares: dict[str, float]
     linear_anywhere_share: float
     """Every ``nn.Linear`` wherever it sits (the vision tower's too): the release README's measure."""
@@ -375,6 +379,11 @@ def serving_limits(free_bytes: int, request: RequestMemory, max_slots: int, max_
     return ServingLimits(cache_slots=max(1, min(max_slots, slots)), rows=max(1, min(max_rows, rows)))
 
 
+def text_weights(weights: Sequence[Weight]) -> list[Weight]:
+    """The weights a text-only load holds: all but the vision tower and its embedder (``engine.text_only``)."""
+    return [weight for weight in weights if weight.kind != "vision"]
+
+
 def placement_units(weights: Sequence[Weight], precision: str) -> list[tuple[str, int]]:
     """(unit, bytes) in model order, the vision tower's units last: never run for code, they are offloaded first."""
     sizes: dict[str, int] = {}
@@ -499,6 +508,7 @@ def make_plan(
         if precision not in PRECISIONS:
             raise PlanError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
     weights = spec.weights
+    loaded = text_weights(weights)
     requests = {
         dtype: request_memory(
             spec.attention,
@@ -512,7 +522,7 @@ def make_plan(
     }
     placements = tuple(
         place(
-            placement_units(weights, precision),
+            placement_units(loaded, precision),
             devices,
             precision,
             requests[activation_dtype(precision)].reserve_bytes,
@@ -527,6 +537,7 @@ def make_plan(
     return Plan(
         spec=spec,
         weights_bytes={precision: total_bytes(weights, precision) for precision in PRECISIONS},
+        loaded_bytes={precision: total_bytes(loaded, precision) for precision in PRECISIONS},
         shares=kind_shares(weights),
         linear_anywhere_share=sum(w.numel for w in parameters if w.linear) / total,
         quantized_share=sum(w.numel for w in parameters if w.quantized) / total,
@@ -551,13 +562,13 @@ def advice(plan: Plan, precision: str) -> str:
     request = plan.requests[activation_dtype(precision)]
     free = ", ".join(f"{device.name} {_gib(device.bytes):.1f} GiB" for device in plan.devices)
     line = (
-        f"the weights need {_gib(plan.weights_bytes[precision]):.1f} GiB in {precision}, and a request "
+        f"the weights need {_gib(plan.loaded_bytes[precision]):.1f} GiB in {precision}, and a request "
         f"{_gib(request.reserve_bytes):.1f} GiB more; free: {free}"
     )
     chosen = plan.recommendation
     if chosen is None:
         return line + "; nothing fits these devices: add cpu or disk to --device"
-    size = _gib(plan.weights_bytes[chosen.precision])
+    size = _gib(plan.loaded_bytes[chosen.precision])
     verdict = chosen.verdict.replace("_", " ")
     return f"{line}; use {chosen.setting} ({chosen.precision}: {size:.1f} GiB, {verdict})"
 
@@ -913,6 +924,13 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "stored": {"dtype": spec.stored.dtype, "bytes": spec.stored.bytes, "source": spec.stored.source},
         "weights_gib": {precision: _gib(count) for precision, count in plan.weights_bytes.items()},
         "weights_bytes": dict(plan.weights_bytes),
+        "loaded_gib": {precision: _gib(count) for precision, count in plan.loaded_bytes.items()},
+        "loaded_bytes": dict(plan.loaded_bytes),
+        "text_only": {
+            "not_loaded": list(MULTIMODAL_MODULES),
+            "saved_bytes": {p: plan.weights_bytes[p] - plan.loaded_bytes[p] for p in PRECISIONS},
+            "saved_parameters": sum(w.numel for w in spec.weights if w.kind == "vision" and not w.buffer),
+        },
         "quantization": {
             "int4_group_size": INT4_GROUP_SIZE,
             "scale_dtype": "bfloat16",
@@ -961,6 +979,7 @@ def format_plan(plan: Plan) -> str:
     bf16 = plan.requests["bfloat16"]
     names = {"routed_experts": "routed experts", "linear": "linear layers", "embedding": "embedding/LM head"}
     names |= {"vision": "vision tower", "other": "other"}
+    vision_parameters = sum(weight.numel for weight in spec.weights if weight.kind == "vision" and not weight.buffer)
     lines = [
         f"{spec.architecture} in {spec.folder}: built on the meta device in {spec.build_s:.2f} s, no weights loaded",
         f"  parameters: {spec.parameters / 1e9:.2f} B after the encoder/decoder tie "
@@ -972,6 +991,10 @@ def format_plan(plan: Plan) -> str:
         )
     lines += [
         "  weights: " + ", ".join(f"{p} {plan.weights_bytes[p] / GIB:.1f} GiB" for p in PRECISIONS),
+        f"    loaded, text only: {plan.loaded_bytes['bfloat16'] / GIB:.1f} GiB in bf16; the vision tower and its "
+        f"embedder ({vision_parameters / 1e9:.2f} B parameters, "
+        f"{_size(plan.weights_bytes['bfloat16'] - plan.loaded_bytes['bfloat16'])} in bf16) are never read: code "
+        "completion sends no image",
         f"    quantized: {plan.quantized_share:.1%} of the parameters (routed experts and text linear layers); "
         f"int8 1 byte + 5 bytes per row, fp8 1 byte + 4 bytes per {FP8_BLOCK}x{FP8_BLOCK} block, int4 0.5 byte + a "
         f"bf16 scale per {INT4_GROUP_SIZE} weights; embedding/LM head, router, norms, biases and vision tower stay "

@@ -146,7 +146,7 @@ class Simulation:
         if isinstance(owner, type):  # a class: its own attribute, or one it inherits (removed again afterwards)
             had, old = name in owner.__dict__, owner.__dict__.get(name)
         else:
-            had, old = True, getattr(owner, name)
+            had, old = hasattr(owner, name), getattr(owner, name, None)
         self._saved.append((owner, name, old, had))
         setattr(owner, name, value)
 
