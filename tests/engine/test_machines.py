@@ -62,7 +62,7 @@ def _plan_cli(model: Path, capsys: pytest.CaptureFixture[str], *options: str) ->
 def _scaled(machine: Machine, real: dict[str, Any], small: plan.ModelSpec, precision: str) -> Machine:
     """``machine`` with each accelerator's memory scaled from the release's weights to the small checkpoint's."""
     small_plan = plan.make_plan(small, [])
-    ratio = small_plan.weights_bytes[precision] / real["weights_bytes"][precision]
+    ratio = small_plan.loaded_bytes[precision] / real["loaded_bytes"][precision]
     dtype = plan.activation_dtype(precision)
     real_reserve = real["requests"][dtype]["reserve_bytes"]
     small_reserve = small_plan.requests[dtype].reserve_bytes
@@ -200,13 +200,13 @@ def test_fp8_is_offered_only_where_it_loads() -> None:
     spec = plan.read_spec(RELEASE)
     devices = plan.parse_max_memory("cuda:0=79GiB,cpu=64GiB")
     hopper = {"cuda:0": (9, 0)}
-    cases = {
-        loadable.Environment(torchao="0.18.0", kernels=None, capabilities=hopper): "kernels package",
-        loadable.Environment(torchao="0.18.0", kernels="0.17.2", capabilities=hopper): "kernels 0.17.2 is installed",
-        loadable.Environment(torchao="0.18.0", kernels="0.18.2", capabilities=hopper): "HF_HUB_OFFLINE=1",
-        loadable.Environment(torchao="0.18.0", kernels="0.18.2", capabilities={"cuda:0": (8, 6)}): "has 8.6",
-    }
-    for env, reason in cases.items():
+    cases = [
+        (loadable.Environment(torchao="0.18.0", kernels=None, capabilities=hopper), "kernels package"),
+        (loadable.Environment(torchao="0.18.0", kernels="0.17.2", capabilities=hopper), "kernels 0.17.2 is installed"),
+        (loadable.Environment(torchao="0.18.0", kernels="0.18.2", capabilities=hopper), "HF_HUB_OFFLINE=1"),
+        (loadable.Environment(torchao="0.18.0", kernels="0.18.2", capabilities={"cuda:0": (8, 6)}), "has 8.6"),
+    ]
+    for env, reason in cases:
         fp8 = plan.make_plan(spec, devices, precisions=("fp8",), env=env).placements[0]
         assert fp8.setting is None and fp8.refused is not None and reason in fp8.refused, fp8.refused
         assert "int8" in fp8.refused  # the alternative
