@@ -30,7 +30,7 @@ from diffgemma_engine.__main__ import add_model_args, main
 from diffgemma_engine.errors import ModelLoadError
 from diffgemma_engine.infill import run_infill
 from diffgemma_engine.model import TOKENIZER_FILES, load_model
-from tests.support.devices import GIB, GPU, Machine, machine_from_max_memory, simulated
+from tests.support.devices import GIB, GPU, Machine, child_environment, machine_from_max_memory, simulated
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = ROOT / "tests" / "data" / "release"
@@ -225,3 +225,31 @@ def test_fp8_is_refused_before_any_weight_is_read(release_random_dir: Path, tmp_
     with simulated(hopper, tmp_path) as simulation, pytest.raises(ModelLoadError, match="kernels.*int8"):
         load_model(release_random_dir, "cuda:0", quantization="fp8")
     assert simulation.loads == []
+
+
+@pytest.mark.parametrize("name", ["one 24 GB card (RTX 4090)", "a Mac with 64 GB (M3 Max, MPS)"])
+def test_doctor_plan_advises_a_setting_that_loads(
+    name: str,
+    release_random_dir: Path,
+    small_spec: plan.ModelSpec,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``diffgemma-lsp doctor --plan`` runs the plan in a child process: the machine is simulated there too
+    (``tests/support/simulated_site``), and the setting it shows loads."""
+    from diffgemma_lsp.doctor import memory_plan
+
+    machine = _machine(ROWS[name])
+    for variable, value in child_environment(machine, tmp_path).items():
+        monkeypatch.setenv(variable, value)
+    shown = memory_plan(str(RELEASE), "auto")
+    assert "error" not in shown, shown
+    recommendation = shown["recommendation"]
+    assert isinstance(recommendation, dict)
+    assert recommendation["setting"] == _readme_commands()[name]
+    monkeypatch.delenv("DIFFGEMMA_SIMULATED_MACHINE")
+    with simulated(machine, tmp_path):
+        real = _plan_cli(RELEASE, capsys)
+    scaled = _scaled(machine, real, small_spec, recommendation["precision"])
+    _load_and_complete(release_random_dir, recommendation["setting"], scaled, tmp_path)

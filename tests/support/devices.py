@@ -236,6 +236,40 @@ class Simulation:
             raise SimulatedLoadError("fp8's kernel needs the kernels package in transformers' range")
 
 
+MACHINE_VARIABLE = "DIFFGEMMA_SIMULATED_MACHINE"
+SITE = Path(__file__).resolve().parent / "simulated_site"
+"""Holds the ``sitecustomize`` that installs ``$DIFFGEMMA_SIMULATED_MACHINE`` in a child Python process."""
+
+
+def child_environment(machine: Machine, scratch: Path) -> dict[str, str]:
+    """Variables that make a child Python process (``python -m ...``) run on ``machine``: the machine as JSON,
+    and ``PYTHONPATH`` with :data:`SITE` and the repository first."""
+    import json
+    import os
+
+    import cattrs
+
+    root = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join([str(SITE), str(root), *filter(None, [os.environ.get("PYTHONPATH")])])
+    description = {"machine": cattrs.unstructure(machine), "scratch": str(scratch)}
+    return {MACHINE_VARIABLE: json.dumps(description), "PYTHONPATH": path}
+
+
+def install_from_environment() -> Simulation:
+    """The machine :func:`child_environment` described, installed for the rest of this process."""
+    import json
+    import os
+
+    import cattrs
+
+    description = json.loads(os.environ[MACHINE_VARIABLE])
+    simulation = Simulation(
+        cattrs.structure(description["machine"], Machine), Path(description["scratch"]) / "child-meminfo"
+    )
+    simulation.install()
+    return simulation
+
+
 @contextlib.contextmanager
 def simulated(machine: Machine, scratch: Path) -> Iterator[Simulation]:
     """``machine`` for the duration (its ``/proc/meminfo`` written under ``scratch``)."""
