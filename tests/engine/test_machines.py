@@ -253,3 +253,29 @@ def test_doctor_plan_advises_a_setting_that_loads(
         real = _plan_cli(RELEASE, capsys)
     scaled = _scaled(machine, real, small_spec, recommendation["precision"])
     _load_and_complete(release_random_dir, recommendation["setting"], scaled, tmp_path)
+
+
+def test_the_simulation_refuses_what_the_machine_could_not_serve(tmp_path: Path) -> None:
+    """The check at ``from_pretrained``: devices the machine lacks, disk without a folder, torchao on MPS, fp8 with
+    offload or below Ada; what passes goes to the CPU."""
+    from transformers import FineGrainedFP8Config
+
+    from diffgemma_engine.quantize import int8_config
+    from tests.support.devices import SimulatedLoadError, Simulation
+
+    ada = Machine(gpus=(GPU(free=23 * GIB, total=24 * GIB, capability=(8, 6)),), mps_limit=8 * GIB)
+    simulation = Simulation(ada, tmp_path / "meminfo")
+    refused = [
+        {"device_map": {"": "cuda:1"}},
+        {"device_map": {"a": "cuda:0", "b": "disk"}},
+        {"device_map": {"": "mps"}, "quantization_config": int8_config()},
+        {"device_map": {"a": "cuda:0", "b": "cpu"}, "quantization_config": FineGrainedFP8Config()},
+        {"device_map": {"": "cuda:0"}, "quantization_config": FineGrainedFP8Config()},
+        {"device_map": "auto"},
+    ]
+    for kwargs in refused:
+        with pytest.raises(SimulatedLoadError):
+            simulation.checked(kwargs)
+    assert simulation.checked({"device_map": {"a": "cuda:0", "b": "cpu"}})["device_map"] == {"": "cpu"}
+    kept = simulation.checked({"device_map": {"a": "mps", "b": "disk"}, "offload_folder": "x"})["device_map"]
+    assert kept == {"a": "cpu", "b": "disk"}
