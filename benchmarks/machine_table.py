@@ -7,9 +7,12 @@ For each machine it asks the memory plan (``diffgemma_engine.plan``: the model o
 weights go at each precision and which setting it recommends, then computes the floor of one denoising step:
 every step reads the weights of every layer that runs (a 256-token canvas with 8 of 128 experts per token
 touches nearly every expert of every layer: 1 - (120/128)^256 > 0.99999), so the step can be no faster than
-those bytes over the memory bandwidth. The vision tower is not run for code and not counted. Bandwidths are the
-vendors' figures; with offload, the part on the CPU is read over the host's memory (and PCIe). Everything here
-is computed, not measured. Writes ``benchmarks/results/machine_table.json`` and prints the Markdown table.
+those bytes over the memory bandwidth. The vision tower is not loaded for code (``diffgemma_engine.text_only``)
+and not counted. Bandwidths are the vendors' figures; with offload, the part on the CPU is read over the host's
+memory (and PCIe; on a Mac, the one memory MPS shares). A setting the loader would refuse on the machine (int8 on
+MPS; fp8 without the ``kernels`` package, which this project does not install) is not given
+(``diffgemma_engine.loadable``). Everything here is computed, not measured. Writes
+``benchmarks/results/machine_table.json`` and prints the Markdown table.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import argparse
 from pathlib import Path
 
 from benchmarks.report import RESULTS, write_json
-from diffgemma_engine import plan
+from diffgemma_engine import loadable, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,6 +34,7 @@ MACHINES = [
     {
         "machine": "one 80 GB GPU (H100 SXM)",
         "max_memory": "cuda:0=79GiB,cpu=64GiB",
+        "capability": (9, 0),
         "bandwidth": {"cuda:0": 3.35e12, "cpu": PCIE_BYTES_S},
         "precisions": ("bfloat16", "fp8", "int8"),
         "elsewhere": "vLLM with the NVFP4 build for many users at once",
@@ -38,6 +42,7 @@ MACHINES = [
     {
         "machine": "one 24 GB card (RTX 4090)",
         "max_memory": "cuda:0=23GiB,cpu=64GiB",
+        "capability": (8, 9),
         "bandwidth": {"cuda:0": 1.01e12, "cpu": PCIE_BYTES_S},
         "precisions": ("bfloat16", "int8"),
         "elsewhere": "vLLM with the NVFP4 build (17.5 GB) on a 5090; llama.cpp's GGUF Q4_K_M (16 GB)",
@@ -45,6 +50,7 @@ MACHINES = [
     {
         "machine": "one 32 GB card (RTX 5090)",
         "max_memory": "cuda:0=31GiB,cpu=64GiB",
+        "capability": (12, 0),
         "bandwidth": {"cuda:0": 1.79e12, "cpu": PCIE_BYTES_S},
         "precisions": ("bfloat16", "fp8", "int8"),
         "elsewhere": "vLLM with the NVFP4 build (17.5 GB), Blackwell's FP4 kernels",
@@ -52,22 +58,24 @@ MACHINES = [
     {
         "machine": "two 24 GB cards (2x RTX 4090)",
         "max_memory": "cuda:0=23GiB,cuda:1=23GiB,cpu=64GiB",
+        "capability": (8, 9),
         "bandwidth": {"cuda:0": 1.01e12, "cuda:1": 1.01e12, "cpu": PCIE_BYTES_S},
         "precisions": ("bfloat16", "int8"),
         "elsewhere": "vLLM with tensor parallelism: it reads both cards at once (here one card runs after the other)",
     },
     {
         "machine": "a Mac with 64 GB (M3 Max, MPS)",
-        "max_memory": "mps=48GiB",
-        "bandwidth": {"mps": 400e9},
-        "precisions": ("bfloat16",),
-        "elsewhere": "MLX with its 4-bit build: bf16 needs more than the 48 GiB (3/4 of 64) that MPS may use",
+        "max_memory": "mps=48GiB,cpu=12GiB",
+        "bandwidth": {"mps": 400e9, "cpu": 400e9},
+        "precisions": ("bfloat16", "int8"),
+        "elsewhere": "MLX with its 4-bit build: bf16 needs more than the 48 GiB (3/4 of 64) that MPS may use, and "
+        "int8 has no MPS kernels",
     },
     {
         "machine": "a Mac with 128 GB (M3 Max, MPS)",
-        "max_memory": "mps=96GiB",
-        "bandwidth": {"mps": 400e9},
-        "precisions": ("bfloat16",),
+        "max_memory": "mps=96GiB,cpu=24GiB",
+        "bandwidth": {"mps": 400e9, "cpu": 400e9},
+        "precisions": ("bfloat16", "int8"),
         "elsewhere": "MLX with its 4-bit or mxfp8 build: fewer bytes per step",
     },
     {
@@ -89,21 +97,31 @@ def step_floor_ms(placement: plan.Placement, sizes: dict[str, int], bandwidth: d
     return seconds * 1000
 
 
+def environment(machine: dict) -> loadable.Environment:
+    """What the loader finds on ``machine`` as this project installs it (``make setup`` with the ``quant`` extra):
+    torchao 0.18, no ``kernels`` package (so no fp8), its GPUs' compute capability."""
+    gpus = [device.name for device in plan.parse_max_memory(machine["max_memory"]) if device.name.startswith("cuda:")]
+    return loadable.Environment(
+        torchao=f"{loadable.TORCHAO_SERIES}.0",
+        kernels=None,
+        capabilities=dict.fromkeys(gpus, machine["capability"]) if gpus else {},
+    )
+
+
 def machine_row(spec: plan.ModelSpec, machine: dict) -> dict:
     devices = plan.parse_max_memory(machine["max_memory"])
-    result = plan.make_plan(spec, devices, precisions=machine["precisions"])
+    result = plan.make_plan(spec, devices, precisions=machine["precisions"], env=environment(machine))
     rows = []
     for placement in result.placements:
-        vision = {weight.unit for weight in spec.weights if weight.kind == "vision"}
-        sizes = {unit: size for unit, size in plan.placement_units(spec.weights, placement.precision)}
-        sizes.update(dict.fromkeys(vision, 0))  # never run for code
+        sizes = dict(plan.placement_units(plan.text_weights(spec.weights), placement.precision))  # not loaded
         floor = step_floor_ms(placement, sizes, machine["bandwidth"]) if placement.setting else None
         rows.append(
             {
                 "precision": placement.precision,
                 "verdict": placement.verdict,
                 "setting": placement.setting,
-                "weights_gib": round(result.weights_bytes[placement.precision] / GIB, 1),
+                "refused": placement.refused,
+                "weights_gib": round(result.loaded_bytes[placement.precision] / GIB, 1),
                 "step_floor_ms": None if floor is None else round(floor, 1),
                 "tokens_per_s_ceiling": {
                     str(steps): None if floor is None else round(256 / (steps * floor / 1000)) for steps in CANVAS_STEPS

@@ -71,8 +71,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         "--quantization",
         choices=("none", "int8", "fp8"),
         default=None,
-        help="int8 (torchao, CPU or GPU; needs the quant extra) or fp8 (CUDA compute capability 8.9+); "
-        "default: the checkpoint's own (none for a bf16 checkpoint)",
+        help="int8 (torchao, CPU or CUDA, not MPS; needs the quant extra) or fp8 (CUDA compute capability 8.9+, no "
+        "offload, the kernels package and its cached kernel); default: the checkpoint's own (none for a bf16 one)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
@@ -175,6 +175,7 @@ def plan(args: argparse.Namespace) -> int:
     import json
 
     from .errors import EngineError
+    from .loadable import environment
     from .plan import (
         PlanError,
         detect_devices,
@@ -196,6 +197,7 @@ def plan(args: argparse.Namespace) -> int:
             precisions=(args.quantization,) if args.quantization else PRECISIONS,
             prompt_tokens=args.prompt_tokens,
             rows=args.rows,
+            env=environment(),  # a setting the loader would refuse here is not given
         )
     except (EngineError, PlanError) as exc:
         print(f"diffgemma-engine: {exc}", file=sys.stderr)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import torch
 
-from . import hub, placement, plan, protocol, quantize
+from . import hub, loadable, placement, plan, protocol, quantize, text_only
 from .canvas.caches import DEFAULT_SLOTS, PrefixCache
 from .canvas.captured import CapturedLoop
 from .canvas.sampler import SamplerSettings
@@ -143,7 +142,8 @@ def _advice(folder: Path, devices: placement.Devices, dtype: torch.dtype) -> str
     try:
         found = plan.detect_devices()
         chosen = [device for device in found if device.name in devices.names or device.name == "cpu"]
-        return plan.advice(plan.make_plan(plan.read_spec(folder), chosen), placement.precision_of(dtype))
+        advised = plan.make_plan(plan.read_spec(folder), chosen, env=loadable.environment())
+        return plan.advice(advised, placement.precision_of(dtype))
     except Exception as exc:  # noqa: BLE001 - the advice must not hide the load's own error
         return f"(no memory plan: {exc})"
 
@@ -171,7 +171,7 @@ def load_model(
     checkpoint's own; a quantized load is checked right after it (experts converted, encoder and decoder one copy,
     smaller)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+    from transformers import AutoTokenizer
     from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
     from transformers.utils import logging as hf_logging
 
@@ -189,20 +189,16 @@ def load_model(
     start = time.perf_counter()
     devices = placement.pick_devices(device)
     torch_dtype = placement.pick_dtype(dtype, stored_dtype(read_json_object(folder / "config.json")), devices.first)
-    settings = quantize.load_settings(quantization, torch.device(devices.first), folder)
+    settings = quantize.load_settings(quantization, devices.names, folder)  # refused here, before any weight
     precision = settings.method if settings.method != "none" else placement.precision_of(torch_dtype)
     if devices.single and devices.first != "cpu":  # an accelerator: refused at once rather than out of memory later
         free = placement.free_bytes(torch.device(devices.first))
         placement.check_fits(folder, devices.first, torch_dtype, free, precision)
     where = placement.device_map(folder, devices, torch_dtype, placement.parse_max_memory(max_memory), precision)
-    offload: dict[str, Any] = {}
-    if placement.DISK in where.values():
-        offload["offload_folder"] = str(offload_folder or Path(tempfile.mkdtemp(prefix="diffgemma-offload-")))
+    kwargs = placement.load_kwargs(where, offload_folder, **settings.kwargs)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = DiffusionGemmaForBlockDiffusion.from_pretrained(
-            folder, dtype=torch_dtype, device_map=where, local_files_only=True, **offload, **settings.kwargs
-        )
+        model = text_only.from_pretrained(folder, dtype=torch_dtype, local_files_only=True, **kwargs)
     except torch.OutOfMemoryError as exc:
         raise ModelLoadError(
             f"out of memory loading {folder} onto {devices}: {exc}; {_advice(folder, devices, torch_dtype)}"

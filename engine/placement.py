@@ -4,9 +4,10 @@ staging, no ``.to()`` after loading).
 
 * One device (``cpu``, ``mps``, ``cuda:0``): ``device_map={"": device}``.
 * Several (``cuda:0,1``; ``cuda:0,cpu`` to offload to RAM; ``cpu,disk`` to offload to disk): the memory plan's
-  placement (``engine.plan``) as an explicit map, tied encoder/decoder layers together, the vision tower offloaded
-  first; accelerate's hooks move the activations from device to device. Not ``device_map="auto"``: accelerate's
-  ``infer_auto_device_map`` fails on this model as soon as it must split it (see ``engine.plan``).
+  placement (``engine.plan``) as an explicit map, tied encoder/decoder layers together (the vision tower is not
+  loaded at all: ``engine.text_only``); accelerate's hooks move the activations from device to device. Not
+  ``device_map="auto"``: accelerate's ``infer_auto_device_map`` fails on this model as soon as it must split it
+  (see ``engine.plan``).
 
 ``auto`` picks CUDA (every visible GPU, filled in order), then MPS, then the CPU. The ``auto`` dtype is the
 checkpoint's own on every device (float16 on a CPU becomes float32, which CPUs compute far faster).
@@ -14,13 +15,15 @@ checkpoint's own on every device (float16 on a CPU becomes float32, which CPUs c
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .errors import ModelLoadError
+from .loadable import environment
 
 if TYPE_CHECKING:
     import torch
@@ -141,7 +144,7 @@ def device_map(
         prompt_tokens=plan.DEFAULT_PROMPT_TOKENS,
         dtype=plan.activation_dtype(precision),
     )
-    units = plan.placement_units(spec.weights, precision)
+    units = plan.placement_units(plan.text_weights(spec.weights), precision)  # the vision tower is not loaded
     placement = plan.place(units, chosen, precision, request.reserve_bytes)
     where = {unit: share.device for share in placement.shares for unit in share.units}
     left = [unit for unit, _ in units if unit not in where]
@@ -159,7 +162,26 @@ def device_map(
     pinned = {unit for unit in where if unit not in holds_parameters}
     pinned |= {weight.unit for weight in spec.weights if weight.kind == "embedding"}
     where.update(dict.fromkeys(pinned, devices.first))
-    return {key: where[unit] for key, unit in spec.members}
+    return {key: where[unit] for key, unit in spec.members if unit in where}  # no key for the vision tower
+
+
+PLACEMENT_KEYS: tuple[str, ...] = ("device_map", "max_memory", "offload_folder", "offload_buffers")
+"""``from_pretrained``'s arguments that say where weights go: :func:`load_kwargs` alone sets them."""
+
+
+def load_kwargs(where: Mapping[str, str], offload_folder: Path | None, **others: Any) -> dict[str, Any]:
+    """``from_pretrained``'s keyword arguments for a load placed by ``where`` (:func:`device_map`), with the
+    ``offload_folder`` when anything goes to ``disk`` (a fresh temporary folder when None), merged with ``others``
+    (a quantization's, ``engine.quantize.from_pretrained_kwargs``). The one place the placement is built:
+    ``ModelLoadError`` when ``others`` sets any of :data:`PLACEMENT_KEYS` (a quantizer and a device map cannot both
+    say where the weights go)."""
+    clash = sorted(set(others) & set(PLACEMENT_KEYS))
+    if clash:
+        raise ModelLoadError(f"the placement is the device map's alone, but the load's options also set {clash}")
+    placed: dict[str, Any] = {"device_map": dict(where)}
+    if DISK in where.values():
+        placed["offload_folder"] = str(offload_folder or Path(tempfile.mkdtemp(prefix="diffgemma-offload-")))
+    return {**placed, **others}
 
 
 def execution_device(model: torch.nn.Module) -> torch.device:
@@ -211,7 +233,8 @@ def check_fits(folder: Path, device: str, dtype: torch.dtype, free: int, precisi
     if alone.placements[0].verdict == plan.FITS_GPU:
         return
     around = [plan.Device(name=device, bytes=free, source="free"), plan.cpu_memory()]
-    raise ModelLoadError(f"the model does not fit on {device}: {plan.advice(plan.make_plan(spec, around), precision)}")
+    advised = plan.make_plan(spec, around, env=environment())
+    raise ModelLoadError(f"the model does not fit on {device}: {plan.advice(advised, precision)}")
 
 
 def parse_max_memory(spec: str | None) -> dict[str, int] | None:

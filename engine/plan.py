@@ -43,6 +43,7 @@ from .checkpoint_files import (
     text_config_of,
 )
 from .errors import ModelLoadError
+from .loadable import Environment, refusal
 from .quantize_policy import EXPERT_WEIGHTS, MULTIMODAL_MODULES, stays_unquantized
 
 if TYPE_CHECKING:
@@ -235,7 +236,9 @@ class Placement:
     shares: tuple[DeviceShare, ...]
     unplaced_bytes: int
     setting: str | None
-    """The engine options for it (None when it does not fit)."""
+    """The engine options for it (None when it does not fit, or cannot load there: ``refused``)."""
+    refused: str | None = None
+    """Why the loader would refuse this precision on the devices it uses (``engine.loadable.refusal``)."""
 
     @property
     def used_devices(self) -> tuple[str, ...]:
@@ -248,6 +251,10 @@ class Plan:
 
     spec: ModelSpec
     weights_bytes: dict[str, int]
+    """Every weight the checkpoint holds, per precision."""
+    loaded_bytes: dict[str, int]
+    """What the engine loads, per precision: text only, the vision tower and its embedder left out
+    (:func:`text_weights`); the placements place these."""
     shares: dict[str, float]
     linear_anywhere_share: float
     """Every ``nn.Linear`` wherever it sits (the vision tower's too): the release README's measure."""
@@ -376,6 +383,11 @@ def serving_limits(free_bytes: int, request: RequestMemory, max_slots: int, max_
     return ServingLimits(cache_slots=max(1, min(max_slots, slots)), rows=max(1, min(max_rows, rows)))
 
 
+def text_weights(weights: Sequence[Weight]) -> list[Weight]:
+    """The weights a text-only load holds: all but the vision tower and its embedder (``engine.text_only``)."""
+    return [weight for weight in weights if weight.kind != "vision"]
+
+
 def placement_units(weights: Sequence[Weight], precision: str) -> list[tuple[str, int]]:
     """(unit, bytes) in model order, the vision tower's units last: never run for code, they are offloaded first."""
     sizes: dict[str, int] = {}
@@ -476,7 +488,7 @@ def recommend(placements: Sequence[Placement]) -> Placement | None:
     ):
         for precision in preference + tuple(p for p in by_precision if p not in preference):
             placement = by_precision.get(precision)
-            if placement is not None and placement.verdict == verdict:
+            if placement is not None and placement.setting is not None and placement.verdict == verdict:
                 return placement
     return None
 
@@ -488,14 +500,19 @@ def make_plan(
     precisions: Sequence[str] = PRECISIONS,
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
     rows: int = 1,
+    env: Environment | None = None,
 ) -> Plan:
-    """The plan of ``spec`` on ``devices``; placements (and the recommendation) only for ``precisions``."""
+    """The plan of ``spec`` on ``devices``; placements (and the recommendation) only for ``precisions``. With
+    ``env`` (``engine.loadable.environment()`` for this machine), a placement the loader would refuse there (int8
+    on MPS, fp8 without its kernel or with offload) gets no setting, and says why: every setting the plan gives or
+    recommends is one ``load_model`` accepts. Without it, the arithmetic alone."""
     if prompt_tokens < 1 or rows < 1:
         raise PlanError(f"a plan needs at least one prompt token and one row, not {prompt_tokens} and {rows}")
     for precision in precisions:
         if precision not in PRECISIONS:
             raise PlanError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
     weights = spec.weights
+    loaded = text_weights(weights)
     requests = {
         dtype: request_memory(
             spec.attention,
@@ -509,7 +526,7 @@ def make_plan(
     }
     placements = tuple(
         place(
-            placement_units(weights, precision),
+            placement_units(loaded, precision),
             devices,
             precision,
             requests[activation_dtype(precision)].reserve_bytes,
@@ -517,11 +534,14 @@ def make_plan(
         )
         for precision in precisions
     )
+    if env is not None:
+        placements = tuple(_checked(placement, env) for placement in placements)
     parameters = [weight for weight in weights if not weight.buffer]
     total = sum(weight.numel for weight in parameters) or 1
     return Plan(
         spec=spec,
         weights_bytes={precision: total_bytes(weights, precision) for precision in PRECISIONS},
+        loaded_bytes={precision: total_bytes(loaded, precision) for precision in PRECISIONS},
         shares=kind_shares(weights),
         linear_anywhere_share=sum(w.numel for w in parameters if w.linear) / total,
         quantized_share=sum(w.numel for w in parameters if w.quantized) / total,
@@ -532,25 +552,35 @@ def make_plan(
     )
 
 
+def _checked(placement: Placement, env: Environment) -> Placement:
+    """``placement`` without its setting when the loader would refuse it on the devices it uses, with the reason."""
+    if placement.setting is None and placement.verdict == DOES_NOT_FIT:
+        return placement
+    reason = refusal(placement.precision, placement.used_devices, env)
+    return placement if reason is None else attrs.evolve(placement, setting=None, refused=reason)
+
+
 def advice(plan: Plan, precision: str) -> str:
     """One line for a load that cannot go as asked: what ``precision`` needs, what the devices have free, and what
     the plan recommends instead."""
     request = plan.requests[activation_dtype(precision)]
     free = ", ".join(f"{device.name} {_gib(device.bytes):.1f} GiB" for device in plan.devices)
     line = (
-        f"the weights need {_gib(plan.weights_bytes[precision]):.1f} GiB in {precision}, and a request "
+        f"the weights need {_gib(plan.loaded_bytes[precision]):.1f} GiB in {precision}, and a request "
         f"{_gib(request.reserve_bytes):.1f} GiB more; free: {free}"
     )
     chosen = plan.recommendation
     if chosen is None:
         return line + "; nothing fits these devices: add cpu or disk to --device"
-    size = _gib(plan.weights_bytes[chosen.precision])
+    size = _gib(plan.loaded_bytes[chosen.precision])
     verdict = chosen.verdict.replace("_", " ")
     return f"{line}; use {chosen.setting} ({chosen.precision}: {size:.1f} GiB, {verdict})"
 
 
 # -- devices ---------------------------------------------------------------------------------------------------
 
+MEMINFO = Path("/proc/meminfo")
+"""Where the CPU's available memory is read (Linux; elsewhere ``sysconf``)."""
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]i?b|b)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20}
 _UNITS |= {"gib": 1 << 30, "tib": 1 << 40}
@@ -629,9 +659,9 @@ def select_devices(devices: Sequence[Device], spec: str | None) -> list[Device]:
 def cpu_memory() -> Device:
     """The CPU and the memory available to a new process (``MemAvailable``, else free pages)."""
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in MEMINFO.read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return Device(name="cpu", bytes=int(line.split()[1]) * 1024, source="/proc/meminfo MemAvailable")
+                return Device(name="cpu", bytes=int(line.split()[1]) * 1024, source=f"{MEMINFO} MemAvailable")
     except (OSError, ValueError, IndexError):
         pass
     page = os.sysconf("SC_PAGE_SIZE")
@@ -646,7 +676,8 @@ def cpu_memory() -> Device:
 def detect_devices() -> list[Device]:
     """The devices of this machine: each CUDA device's free memory, MPS's recommended limit, the CPU's RAM.
 
-    On Apple silicon MPS and the CPU share one memory, so their figures overlap.
+    On Apple silicon MPS and the CPU share one memory: the CPU is given what is left of it beside MPS's limit, so a
+    placement over ``mps,cpu`` never counts a byte twice.
     """
     import torch
 
@@ -655,11 +686,13 @@ def detect_devices() -> list[Device]:
         for index in range(torch.cuda.device_count()):
             free, _total = torch.cuda.mem_get_info(index)
             found.append(Device(name=f"cuda:{index}", bytes=int(free), source="torch.cuda.mem_get_info (free)"))
+    cpu = cpu_memory()
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available():
         limit = int(torch.mps.recommended_max_memory())
         found.append(Device(name="mps", bytes=limit, source="torch.mps.recommended_max_memory"))
-    found.append(cpu_memory())
+        cpu = Device(name="cpu", bytes=max(0, cpu.bytes - limit), source=f"{cpu.source} less MPS's limit (one memory)")
+    found.append(cpu)
     return sort_devices(found)
 
 
@@ -870,6 +903,7 @@ def _placement_json(placement: Placement) -> dict[str, Any]:
         "verdict": placement.verdict,
         "fits": placement.verdict != DOES_NOT_FIT,
         "setting": placement.setting,
+        "refused": placement.refused,
         "unplaced_gib": _gib(placement.unplaced_bytes),
         "devices": {
             share.device: {
@@ -901,6 +935,13 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         },
         "weights_gib": {precision: _gib(count) for precision, count in plan.weights_bytes.items()},
         "weights_bytes": dict(plan.weights_bytes),
+        "loaded_gib": {precision: _gib(count) for precision, count in plan.loaded_bytes.items()},
+        "loaded_bytes": dict(plan.loaded_bytes),
+        "text_only": {
+            "not_loaded": list(MULTIMODAL_MODULES),
+            "saved_bytes": {p: plan.weights_bytes[p] - plan.loaded_bytes[p] for p in PRECISIONS},
+            "saved_parameters": sum(w.numel for w in spec.weights if w.kind == "vision" and not w.buffer),
+        },
         "quantization": {
             "int4_group_size": INT4_GROUP_SIZE,
             "scale_dtype": "bfloat16",
@@ -949,6 +990,7 @@ def format_plan(plan: Plan) -> str:
     bf16 = plan.requests["bfloat16"]
     names = {"routed_experts": "routed experts", "linear": "linear layers", "embedding": "embedding/LM head"}
     names |= {"vision": "vision tower", "other": "other"}
+    vision_parameters = sum(weight.numel for weight in spec.weights if weight.kind == "vision" and not weight.buffer)
     lines = [
         f"{spec.architecture} in {spec.folder}: built on the meta device in {spec.build_s:.2f} s, no weights loaded",
         f"  parameters: {spec.parameters / 1e9:.2f} B after the encoder/decoder tie "
@@ -964,6 +1006,10 @@ def format_plan(plan: Plan) -> str:
         )
     lines += [
         "  weights: " + ", ".join(f"{p} {plan.weights_bytes[p] / GIB:.1f} GiB" for p in PRECISIONS),
+        f"    loaded, text only: {plan.loaded_bytes['bfloat16'] / GIB:.1f} GiB in bf16; the vision tower and its "
+        f"embedder ({vision_parameters / 1e9:.2f} B parameters, "
+        f"{_size(plan.weights_bytes['bfloat16'] - plan.loaded_bytes['bfloat16'])} in bf16) are never read: code "
+        "completion sends no image",
         f"    quantized: {plan.quantized_share:.1%} of the parameters (routed experts and text linear layers); "
         f"int8 1 byte + 5 bytes per row, fp8 1 byte + 4 bytes per {FP8_BLOCK}x{FP8_BLOCK} block, int4 0.5 byte + a "
         f"bf16 scale per {INT4_GROUP_SIZE} weights; embedding/LM head, router, norms, biases and vision tower stay "
@@ -987,7 +1033,9 @@ def format_plan(plan: Plan) -> str:
         if placement.unplaced_bytes:
             where += f"{', ' if where else ''}{_size(placement.unplaced_bytes)} left over"
         setting = f"   {placement.setting}" if placement.setting else ""
-        if placement.precision in UNAVAILABLE:
+        if placement.refused is not None:
+            setting = f"   (not here: {placement.refused})"
+        elif placement.precision in UNAVAILABLE:
             setting = f"   ({UNAVAILABLE[placement.precision]})"
         lines.append(f"  {placement.precision:9s} {VERDICT_TEXT[placement.verdict]:22s} {where}{setting}")
         for share in placement.shares:

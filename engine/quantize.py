@@ -37,18 +37,17 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.metadata
-import importlib.util
 import json
 import logging
 import re
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import attrs
 
+from . import loadable
 from .errors import ModelLoadError
 from .quantize_policy import EXPERT_WEIGHTS, UNQUANTIZED_MODULES, stays_unquantized
 
@@ -64,10 +63,7 @@ ModelT = TypeVar("ModelT", bound="torch.nn.Module")
 
 QUANTIZATIONS: tuple[str, ...] = ("none", "int8", "int4", "fp8")
 TORCHAO_METHODS: tuple[str, ...] = ("int8", "int4")
-TORCHAO_VERSION = "0.18"
-"""The torchao release this module is written against (its tensor subclasses' operators change between releases)."""
-TORCHAO_INSTALL = 'pip install "torchao==0.18.0"'
-FP8_MIN_CAPABILITY = (8, 9)
+TORCHAO_INSTALL = loadable.TORCHAO_INSTALL
 BLOCK_SIZES: tuple[int, ...] = (128, 64, 32)
 """fp8 scale blocks, largest first: the first that divides both dimensions of every converted matrix is used."""
 EXPERTS_IMPLEMENTATION = {"int8": "eager"}
@@ -167,42 +163,53 @@ def resolve_method(requested: str | None, folder: Path) -> tuple[str, bool]:
     return saved, True
 
 
+def device_names(devices: Sequence[str] | str | torch.device) -> tuple[str, ...]:
+    """A device map's devices as names (``cuda:0``, ``mps``, ``cpu``, ``disk``), from a list of them, one
+    ``torch.device`` or a ``--device``-style string (``cuda:0,cpu``)."""
+    if not isinstance(devices, str) and not isinstance(devices, Sequence):
+        devices = str(devices)
+    items = devices.split(",") if isinstance(devices, str) else list(devices)
+    names = [item.strip().lower() for item in items if item.strip()]
+    return tuple("cuda:0" if name == "cuda" else name for name in names)
+
+
 def from_pretrained_kwargs(
-    method: str, device: torch.device | str, folder: Path | None = None, *, pre_quantized: bool = False
+    method: str,
+    devices: Sequence[str] | str | torch.device,
+    folder: Path | None = None,
+    *,
+    pre_quantized: bool = False,
+    env: loadable.Environment | None = None,
 ) -> dict[str, Any]:
-    """The keyword arguments that make ``DiffusionGemmaForBlockDiffusion.from_pretrained`` load with ``method`` on
-    ``device`` (a ``torch.device`` or its name); ``ModelLoadError`` saying why when it is not available there.
+    """The keyword arguments that make ``DiffusionGemmaForBlockDiffusion.from_pretrained`` load with ``method`` onto
+    ``devices`` (the device map's devices); ``ModelLoadError`` saying why, and what to use instead, when the method
+    cannot load there (``engine.loadable.refusal`` in ``env``, this machine's by default), before any weight is read.
 
-    ``pre_quantized``: the checkpoint holds the method's weights already (``resolve_method``); only the experts
-    implementation (and the device map) is passed, the quantization is the checkpoint's. ``folder`` is needed for
-    fp8 on the fly (its block size is chosen from the model's shapes).
+    Never the placement: ``device_map`` (and ``offload_folder``) are ``engine.model.load_model``'s alone, whatever
+    the method. ``pre_quantized``: the checkpoint holds the method's weights already (``resolve_method``); only the
+    experts implementation is passed, the quantization is the checkpoint's. ``folder`` is needed for fp8 on the fly
+    (its block size is chosen from the model's shapes).
     """
-    import torch
-
-    device = torch.device(device) if not isinstance(device, torch.device) else device
+    if method not in QUANTIZATIONS:
+        raise ModelLoadError(f"unknown quantization {method!r}: use one of {', '.join(QUANTIZATIONS)}")
     if method == "none":
         return {}
     if method == "int4":
         raise ModelLoadError(INT4_UNAVAILABLE)
+    reason = loadable.refusal(method, device_names(devices), env if env is not None else loadable.environment())
+    if reason is not None:
+        raise ModelLoadError(reason)
     kwargs: dict[str, Any] = {}
-    if device.type == "cuda":
-        kwargs["device_map"] = {"": device}  # quantize on the GPU, as each tensor arrives
     if method == "int8":
-        _require_torchao()
-        if device.type not in ("cpu", "cuda"):
-            raise ModelLoadError(f"int8 runs on CPU (and CUDA), not on {device.type}")
         kwargs["experts_implementation"] = EXPERTS_IMPLEMENTATION["int8"]
         if not pre_quantized:
             kwargs["quantization_config"] = int8_config()
         return kwargs
-    if method == "fp8":
-        _require_fp8_device(device)
-        if not pre_quantized:
-            if folder is None:
-                raise ModelLoadError("fp8 quantization on the fly needs the checkpoint folder (for its block size)")
-            kwargs["quantization_config"] = fp8_config(folder)
-        return kwargs
-    raise ModelLoadError(f"unknown quantization {method!r}: use one of {', '.join(QUANTIZATIONS)}")
+    if not pre_quantized:  # fp8
+        if folder is None:
+            raise ModelLoadError("fp8 quantization on the fly needs the checkpoint folder (for its block size)")
+        kwargs["quantization_config"] = fp8_config(folder)
+    return kwargs
 
 
 @attrs.frozen(kw_only=True)
@@ -214,22 +221,24 @@ class LoadSettings:
     kwargs: dict[str, Any]
 
 
-def load_settings(requested: str | None, device: torch.device | str, folder: Path) -> LoadSettings:
+def load_settings(
+    requested: str | None,
+    devices: Sequence[str] | str | torch.device,
+    folder: Path,
+    env: loadable.Environment | None = None,
+) -> LoadSettings:
     """:func:`resolve_method` then :func:`from_pretrained_kwargs`: one call before ``from_pretrained``."""
     method, pre_quantized = resolve_method(requested, folder)
-    kwargs = from_pretrained_kwargs(method, device, folder, pre_quantized=pre_quantized)
+    kwargs = from_pretrained_kwargs(method, devices, folder, pre_quantized=pre_quantized, env=env)
     return LoadSettings(method=method, pre_quantized=pre_quantized, kwargs=kwargs)
 
 
 def _require_torchao() -> None:
-    if importlib.util.find_spec("torchao") is None:
-        raise ModelLoadError(f"int8 quantization needs torchao, which is not installed: {TORCHAO_INSTALL}")
-    version = importlib.metadata.version("torchao")
-    if not (version == TORCHAO_VERSION or version.startswith(TORCHAO_VERSION + ".")):
-        raise ModelLoadError(
-            f"torchao {version} is installed; the engine's int8 loading is written against {TORCHAO_VERSION} "
-            f"(its tensor types' operators change between releases): {TORCHAO_INSTALL}"
-        )
+    """torchao is installed at the series the engine is written against (``engine.loadable``), and imported quietly."""
+    installed = loadable.Environment(torchao=loadable.installed("torchao"), kernels=None)
+    reason = loadable.refusal("int8", ("cpu",), installed)
+    if reason is not None:
+        raise ModelLoadError(reason)
     quiet = logging.getLogger("torchao")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # its CUDA-only C++ extensions fail to load with a CPU torch: expected, not news
@@ -237,22 +246,6 @@ def _require_torchao() -> None:
         import torchao  # noqa: F401
     finally:
         quiet.setLevel(level)
-
-
-def _require_fp8_device(device: torch.device) -> None:
-    import torch
-
-    if getattr(device, "type", None) != "cuda" or not torch.cuda.is_available():
-        raise ModelLoadError(
-            f"fp8 needs a CUDA GPU of compute capability {'.'.join(map(str, FP8_MIN_CAPABILITY))} or later "
-            f"(Ada, Hopper), not {device}; on CPU use --quantization int8"
-        )
-    capability = torch.cuda.get_device_capability(device)
-    if tuple(capability) < FP8_MIN_CAPABILITY:
-        raise ModelLoadError(
-            f"fp8 needs CUDA compute capability {'.'.join(map(str, FP8_MIN_CAPABILITY))} or later; {device} has "
-            f"{'.'.join(map(str, capability))} (transformers would quietly load bfloat16 instead): use int8"
-        )
 
 
 def int8_config() -> object:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffgemma_engine import quantize
+from diffgemma_engine import loadable, quantize
 from diffgemma_engine.errors import ModelLoadError
 from diffgemma_engine.quantize_policy import stays_unquantized
 
@@ -100,7 +100,7 @@ def test_the_skip_list_is_the_policy_under_transformers_matcher(release_random_d
 def test_int4_and_fp8_say_why_they_are_not_available_here(release_random_dir: Path) -> None:
     with pytest.raises(ModelLoadError, match="int4 is not available.*int8"):
         quantize.from_pretrained_kwargs("int4", "cpu", release_random_dir)
-    with pytest.raises(ModelLoadError, match="fp8 needs a CUDA GPU of compute capability 8.9"):
+    with pytest.raises(ModelLoadError, match="fp8 needs a CUDA GPU of compute capability 8.9.*int8"):
         quantize.from_pretrained_kwargs("fp8", "cpu", release_random_dir)
     with pytest.raises(ModelLoadError, match="unknown quantization 'int3'"):
         quantize.load_settings("int3", "cpu", release_random_dir)
@@ -111,16 +111,16 @@ def test_int4_and_fp8_say_why_they_are_not_available_here(release_random_dir: Pa
 
 def test_fp8_is_refused_on_a_gpu_before_ada(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args, **kwargs: (8, 6))
     with pytest.raises(ModelLoadError, match="capability 8.9 or later; cuda:0 has 8.6"):
         quantize.from_pretrained_kwargs("fp8", torch.device("cuda:0"))
 
 
-def test_int8_without_torchao_names_the_pip_command(monkeypatch: pytest.MonkeyPatch, release_random_dir: Path) -> None:
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
+def test_int8_without_torchao_names_the_pip_command(release_random_dir: Path) -> None:
+    missing = loadable.Environment(torchao=None, kernels=None)
     with pytest.raises(ModelLoadError, match=re.escape(quantize.TORCHAO_INSTALL)):
-        quantize.from_pretrained_kwargs("int8", "cpu", release_random_dir)
+        quantize.from_pretrained_kwargs("int8", "cpu", release_random_dir, env=missing)
 
 
 # -- int8 ------------------------------------------------------------------------------------------------------
