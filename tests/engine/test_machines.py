@@ -154,8 +154,9 @@ def test_every_placement_the_plan_gives_a_setting_loads(
 
 @pytest.fixture(scope="module")
 def release_config_with_tokenizer(module_tmp: Path, release_random_dir: Path) -> Path:
-    """The release's config with the small checkpoint's tokenizer and no weights: ``load_model`` gets as far as its
-    check before loading, on the release's sizes."""
+    """The release's config with the small checkpoint's tokenizer and a stand-in weight file (one whole safetensors
+    file of one byte, so that the folder passes the check that its weights are whole): ``load_model`` gets as far
+    as its check before loading, on the release's sizes, and never reads that file."""
     folder = module_tmp / "release-config"
     folder.mkdir()
     for source in [RELEASE / "config.json", RELEASE / "generation_config.json", *release_random_dir.iterdir()]:
@@ -165,6 +166,8 @@ def release_config_with_tokenizer(module_tmp: Path, release_random_dir: Path) ->
             continue
         shutil.copy(source, folder / source.name)
     assert any((folder / name).is_file() for name in TOKENIZER_FILES)
+    header = json.dumps({"placeholder": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}).encode()
+    (folder / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0")
     return folder
 
 
