@@ -39,6 +39,8 @@ RESERVED_FILES = 64 + BACKLOG
 the connections asyncio accepts in one go before the guard can close the ones over the cap."""
 LOG_REPEAT_S = 10.0
 """A repeated event-loop error is logged once per this many seconds, with the count of the ones left out."""
+FAULT_CHARS = 300
+"""A malformed request's fault is logged in at most this many characters (aiohttp quotes what the client sent)."""
 BUSY_ANSWER = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
@@ -283,7 +285,8 @@ class RepeatLimitedLog(logging.Filter):
         if left_out is None:
             return False
         message = record.getMessage()
-        if isinstance(fault, HttpProcessingError):
-            message, record.exc_info, record.exc_text = f"{message}: {fault}", None, None
+        if isinstance(fault, HttpProcessingError):  # what the client sent, in one line of at most FAULT_CHARS
+            summary = " ".join(str(fault).split())[:FAULT_CHARS]
+            message, record.exc_info, record.exc_text = f"{message}: {summary}", None, None
         record.msg, record.args = _more_like_it(message, left_out), ()
         return True
