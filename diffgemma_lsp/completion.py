@@ -128,6 +128,7 @@ class Completer:
             doc_version=context.version or 0,
             canvas_length=settings.canvas_length,
             max_steps=settings.steps,
+            deadline_ms=settings.deadline_ms,
             scope=protocol.cursor_scope(context.prefix),
             candidates=candidates,
         )

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Generator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -47,9 +49,22 @@ PROGRESS_CREATE_TIMEOUT_S = 5.0
 """How long a rewrite waits for the client to accept its progress token before going on without progress."""
 
 
+_STEPPED_BY: contextvars.ContextVar[Future[Any] | None] = contextvars.ContextVar("stepped_by", default=None)
+"""While pygls steps a generator handler: the future of the request or notification it runs for."""
+
+
 class DiffgemmaProtocol(LanguageServerProtocol):
-    """pygls' protocol, except that a request whose params cannot be read still gets an error reply, and that
-    documents are kept as lists of lines (``LineWorkspace``)."""
+    """pygls' protocol, except that a request whose params cannot be read still gets an error reply, that
+    documents are kept as lists of lines (``LineWorkspace``), that a cancelled request stops its work, and that a
+    handled message leaves nothing behind.
+
+    pygls 2.1.1 runs the handlers of the methods it handles itself too (``workspace/executeCommand``, document
+    sync) from a generator that yields the user's handler, which it then runs under a fresh id: a
+    ``$/cancelRequest`` cancels the generator's future, answers "cancelled", and never reaches the user's task,
+    whose work goes on to its end (a rewrite's edit was applied after its cancel). It also keeps the future of
+    every message it runs under an id of its own, a notification's included, in ``_request_futures`` and never
+    takes it out (about 2 KB per keystroke). Both are mended here, where pygls runs a handler.
+    """
 
     @property
     def workspace(self) -> LineWorkspace:
@@ -65,6 +80,42 @@ class DiffgemmaProtocol(LanguageServerProtocol):
         if not isinstance(workspace, LineWorkspace):
             workspace = self._workspace = LineWorkspace.like(workspace)
         return workspace
+
+    def _execute_handler(
+        self,
+        msg_id: Any,
+        handler: Any,
+        callback: Any,
+        args: tuple[Any, ...] | None = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """pygls' ``_execute_handler``; then the message's future leaves ``_request_futures`` once done, and a handler
+        run for a generator's step is cancelled with the request the generator answers."""
+        parent = _STEPPED_BY.get()
+        before = self._request_futures.get(msg_id)
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+        future = self._request_futures.get(msg_id)
+        if future is None or future is before:
+            return  # a plain function: already done, nothing kept
+        loop = asyncio.get_running_loop()  # a thread handler's future calls back in its thread
+        future.add_done_callback(lambda done: loop.call_soon_threadsafe(self._forget, msg_id, done))
+        if parent is not None:
+            parent.add_done_callback(lambda request: request.cancelled() and future.cancel())
+
+    def _forget(self, msg_id: Any, future: Any) -> None:
+        """Take a done future out, later than its callbacks (pygls' shutdown cancels them while it iterates)."""
+        if self._request_futures.get(msg_id) is future:
+            del self._request_futures[msg_id]
+
+    def _run_generator(
+        self, future: Future[Any] | None, *, gen: Generator[Any, Any, Any], result_future: Future[Any]
+    ) -> None:
+        """pygls' ``_run_generator``, with ``result_future`` known to the handler it starts (``_execute_handler``)."""
+        token = _STEPPED_BY.set(result_future)
+        try:
+            super()._run_generator(future, gen=gen, result_future=result_future)
+        finally:
+            _STEPPED_BY.reset(token)
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         """Deserialize; on failure, answer the request (pygls would drop it and the client would wait forever)."""
@@ -186,6 +237,7 @@ class DiffgemmaServer(LanguageServer):
     def _end_progress(self, message: str) -> None:
         token, self._progress_token = self._progress_token, None
         if token is not None:
+            self.work_done_progress.tokens.pop(token, None)  # pygls keeps every token it was given (pygls #607)
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
 
     @contextlib.asynccontextmanager

@@ -374,7 +374,7 @@ class EngineServer:
         elif isinstance(message, protocol.GetStats):
             asyncio.ensure_future(self._send(connection, self.stats(message.id)))
         elif isinstance(message, protocol.Infill):
-            task = asyncio.ensure_future(self._infill(connection, message))
+            task = asyncio.ensure_future(self._answer(connection, self._submit(connection, message)))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         else:
@@ -389,21 +389,27 @@ class EngineServer:
                 )
             )
 
-    async def _infill(self, connection: int, request: protocol.Infill) -> None:
+    def _submit(self, connection: int, request: protocol.Infill) -> asyncio.Future[protocol.Result | protocol.Error]:
+        """Queue ``request`` as it is read, so that a ``Cancel`` read right behind it (the same read, before a task
+        could run) finds its job; the future of its one reply."""
         loop = asyncio.get_running_loop()
+        future: asyncio.Future[protocol.Result | protocol.Error] = loop.create_future()
         if self.loaded is None:
-            reply: protocol.Result | protocol.Error = protocol.Error(
-                code=protocol.ErrorCode.NOT_READY, message="the model is still loading", id=request.id
+            future.set_result(
+                protocol.Error(code=protocol.ErrorCode.NOT_READY, message="the model is still loading", id=request.id)
             )
-        else:
-            job = Job(request=request, key=(connection, request.uri), loop=loop, future=loop.create_future())
-            try:
-                self.queue.submit(job)
-            except EngineError as exc:
-                job.resolve(exc.to_wire(request.id))
-            reply = await job.future
-        self.replies.record(reply)
-        await self._send(connection, reply)
+            return future
+        job = Job(request=request, key=(connection, request.uri), loop=loop, future=future)
+        try:
+            self.queue.submit(job)
+        except EngineError as exc:
+            job.resolve(exc.to_wire(request.id))
+        return future
+
+    async def _answer(self, connection: int, reply: asyncio.Future[protocol.Result | protocol.Error]) -> None:
+        answer = await reply
+        self.replies.record(answer)
+        await self._send(connection, answer)
 
     def stats(self, request_id: str) -> protocol.Stats:
         """The engine's health and recent figures."""

@@ -169,25 +169,22 @@ class OpenAIBackend(StateReporter):
             raise EngineRequestError(protocol.Error(code=protocol.ErrorCode.BAD_REQUEST, message=message))
         try:
             body = _json(text)
-            choice = body["choices"][0]
-            answers = [_choice_text(other) for other in body["choices"]]
-            texts = [answer for answer in answers if isinstance(answer, str)]
-            if len(texts) != len(answers):
-                raise TypeError("text is not a string")
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            texts, finish_reason = _answers(body)
+        except ValueError as exc:
             reason = f"the completion server sent an answer that is not a completion: {exc}"
             self._set_state(BackendState.FAILED, reason)
             raise EngineUnavailable(reason) from exc
         reported = body.get("usage")
         usage = reported if isinstance(reported, dict) else {}
-        self.model_id = str(body.get("model") or self.model)
+        model = body.get("model")
+        self.model_id = model if isinstance(model, str) and model else self.model
         self.layout = protocol.CHAT_LAYOUT if self.prompt_format == CHAT else protocol.FIM_LAYOUT
         self._set_state(BackendState.READY)
         return protocol.Result(
             id=request_id,
             text=texts[0],
             alternatives=[other for other in texts[1:] if other and other != texts[0]],
-            stop=protocol.StopReason.LENGTH if choice.get("finish_reason") == "length" else protocol.StopReason.EOS,
+            stop=protocol.StopReason.LENGTH if finish_reason == "length" else protocol.StopReason.EOS,
             timings=protocol.Timings(
                 denoise_ms=round(elapsed_ms, 1),
                 prompt_tokens=_count(usage.get("prompt_tokens")),
@@ -196,14 +193,37 @@ class OpenAIBackend(StateReporter):
         )
 
 
-def _choice_text(choice: dict[str, Any]) -> object:
-    """A choice's text: ``text`` in a completion, ``message.content`` in a chat completion."""
-    message = choice.get("message")
-    return message.get("content") if isinstance(message, dict) else choice["text"]
+def _answers(body: dict[str, Any]) -> tuple[list[str], object]:
+    """Each choice's text (``text`` in a completion, ``message.content`` in a chat completion) and the first one's
+    ``finish_reason``; ValueError saying what is not as a completion has it."""
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ValueError(f"'choices' is {_kind(choices)}, not a list of choices")
+    texts: list[str] = []
+    for choice in choices:
+        if not isinstance(choice, dict):
+            raise ValueError(f"a choice is {_kind(choice)}, not an object")
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else choice.get("text")
+        if not isinstance(text, str):
+            raise ValueError(f"a choice's text is {_kind(text)}, not a string")
+        texts.append(text)
+    return texts, choices[0].get("finish_reason")
+
+
+def _kind(value: object) -> str:
+    """How a wrong JSON value is named in a message."""
+    if value is None:
+        return "missing"
+    return "an empty list" if value == [] else f"a {type(value).__name__}"
 
 
 def _json(text: str) -> dict[str, Any]:
-    body = json.loads(text)
+    """The JSON object ``text`` holds; ValueError for anything else (nesting too deep for the parser included)."""
+    try:
+        body = json.loads(text)
+    except RecursionError:
+        raise ValueError("its JSON is nested too deeply") from None
     if not isinstance(body, dict):
         raise ValueError("not a JSON object")
     return body

@@ -11,7 +11,8 @@ guard's middleware runs) until its answer is sent; the handler bounds the body's
 (``read_timeout_s``). A connection that is not busy is closed once a request it started sending takes longer
 than ``read_timeout_s``, or after ``idle_timeout_s`` with nothing at all. At ``max_connections``, a new
 connection closes the oldest one that is not busy (a stalled one first); when every one is busy, the newcomer
-is answered 503 and closed. Never imports torch.
+is answered 503 and closed. Repeated errors, asyncio's and aiohttp's, are logged once per ``LOG_REPEAT_S`` with a
+count. Never imports torch.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 import attrs
 from aiohttp import web
+from aiohttp.http import HttpProcessingError
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +39,8 @@ RESERVED_FILES = 64 + BACKLOG
 the connections asyncio accepts in one go before the guard can close the ones over the cap."""
 LOG_REPEAT_S = 10.0
 """A repeated event-loop error is logged once per this many seconds, with the count of the ones left out."""
+FAULT_CHARS = 300
+"""A malformed request's fault is logged in at most this many characters (aiohttp quotes what the client sent)."""
 BUSY_ANSWER = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
@@ -229,21 +233,60 @@ class GuardedSite(web.TCPSite):
         await self.guard.close()
 
 
+class Repeats:
+    """Which occurrences of a repeated event to log: the first of each kind per ``LOG_REPEAT_S``."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def admit(self, kind: str) -> int | None:
+        """None: leave this one out; else log it, saying how many like it were left out before it."""
+        now = time.monotonic()
+        last, left_out = self._last.get(kind, (float("-inf"), 0))
+        if now - last < LOG_REPEAT_S:
+            self._last[kind] = (last, left_out + 1)
+            return None
+        self._last[kind] = (now, 0)
+        return left_out
+
+
+def _more_like_it(message: str, left_out: int) -> str:
+    return f"{message} ({left_out} more like it in the last {LOG_REPEAT_S:.0f} s)" if left_out else message
+
+
 class RepeatLimitedErrors:
     """An event-loop exception handler that logs each kind of error once per ``LOG_REPEAT_S``, not every time
     (asyncio reports a failing ``accept`` on every retry)."""
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[float, int]] = {}
+        self._repeats = Repeats()
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         key = str(context.get("message", ""))
-        now = time.monotonic()
-        last, left_out = self._last.get(key, (float("-inf"), 0))
-        if now - last < LOG_REPEAT_S:
-            self._last[key] = (last, left_out + 1)
+        left_out = self._repeats.admit(key)
+        if left_out is None:
             return
-        self._last[key] = (now, 0)
-        if left_out:
-            context = {**context, "message": f"{key} ({left_out} more like it in the last {LOG_REPEAT_S:.0f} s)"}
-        loop.default_exception_handler(context)
+        loop.default_exception_handler({**context, "message": _more_like_it(key, left_out)})
+
+
+class RepeatLimitedLog(logging.Filter):
+    """A filter for aiohttp's own ``aiohttp.server`` logger, which logs every request it cannot parse with a
+    traceback: each kind of record (its message and exception type) passes once per ``LOG_REPEAT_S``, and a
+    malformed request's in one line, without the traceback of where aiohttp found the fault (anyone who reaches
+    the port can send them, key or not)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._repeats = Repeats()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fault = record.exc_info[1] if record.exc_info else None
+        left_out = self._repeats.admit(f"{record.msg}: {type(fault).__name__}")
+        if left_out is None:
+            return False
+        message = record.getMessage()
+        if isinstance(fault, HttpProcessingError):  # what the client sent, in one line of at most FAULT_CHARS
+            summary = " ".join(str(fault).split())[:FAULT_CHARS]
+            message, record.exc_info, record.exc_text = f"{message}: {summary}", None, None
+        record.msg, record.args = _more_like_it(message, left_out), ()
+        return True

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from aiohttp.web_urldispatcher import _default_expect_handler
 
 from diffgemma_engine import protocol
 from diffgemma_engine.logfile import private_file_handler
@@ -30,7 +31,13 @@ from diffgemma_lsp.backends.base import BackendState, EngineRequestError, Engine
 from diffgemma_lsp.backends.connect import local_backend
 from diffgemma_lsp.backends.local import EngineClient
 from diffgemma_lsp.completion import infill_edits
-from diffgemma_lsp.endpoint.http_guard import ConnectionGuard, GuardedSite, HttpLimits, RepeatLimitedErrors
+from diffgemma_lsp.endpoint.http_guard import (
+    ConnectionGuard,
+    GuardedSite,
+    HttpLimits,
+    RepeatLimitedErrors,
+    RepeatLimitedLog,
+)
 from diffgemma_lsp.endpoint.wire import (
     ApiError,
     completion_body,
@@ -83,16 +90,34 @@ def _json_error(error: ApiError) -> web.Response:
     return response
 
 
+def _check_key(request: web.Request) -> None:
+    """ApiError 401 unless the request carries the key."""
+    given = request.headers.get("Authorization", "")
+    scheme, _, token = given.partition(" ")
+    wanted = request.app[API_KEY].encode()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(errors="replace"), wanted):
+        raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", kind="auth_error")
+
+
+async def keyed_expect(request: web.Request) -> web.StreamResponse | None:
+    """``Expect: 100-continue`` on a keyed route: aiohttp's answer once the key is checked (aiohttp calls this before
+    the middlewares); a client without it is refused before it sends its body."""
+    try:
+        _check_key(request)
+    except ApiError as exc:
+        response = _json_error(exc)
+        response.force_close()  # the body it announced is not wanted
+        return response
+    await _default_expect_handler(request)
+    return None
+
+
 @web.middleware
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every refusal is an OpenAI-style JSON error; every route but ``/health`` needs the key."""
     try:
         if request.path != "/health":
-            given = request.headers.get("Authorization", "")
-            scheme, _, token = given.partition(" ")
-            wanted = request.app[API_KEY].encode()
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(errors="replace"), wanted):
-                raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", kind="auth_error")
+            _check_key(request)
         return await handler(request)
     except ApiError as exc:
         return _json_error(exc)
@@ -213,8 +238,8 @@ def make_app(
     app[DEADLINE_MS] = deadline_ms
     app[MAX_STEPS] = max_steps
     app.router.add_get("/health", health)
-    app.router.add_get("/v1/models", models)
-    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", models, expect_handler=keyed_expect)
+    app.router.add_post("/v1/completions", completions, expect_handler=keyed_expect)
     return app
 
 
@@ -230,6 +255,7 @@ async def serve(args: argparse.Namespace) -> None:
         client_name="diffgemma-openai",
     )
     asyncio.get_running_loop().set_exception_handler(RepeatLimitedErrors())
+    logging.getLogger("aiohttp.server").addFilter(RepeatLimitedLog())
     guard = ConnectionGuard(
         HttpLimits(
             read_timeout_s=args.read_timeout_s, idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections

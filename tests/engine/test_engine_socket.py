@@ -163,6 +163,18 @@ async def test_cancel_mid_denoise_stops_within_a_step(random_engine: EngineProce
     await client.close()
 
 
+async def test_a_cancel_right_behind_its_request_stops_it(random_engine: EngineProcess) -> None:
+    """Both frames in one write, as a cancel soon after a request reaches an engine that was busy or held: before,
+    the ``Cancel`` was read before the ``Infill``'s job was queued, found nothing, and the request ran to its end."""
+    client = await RawClient.connect(random_engine.socket_path)
+    request = _infill("cancelled-at-once", max_steps=200)
+    await client.send_raw(protocol.encode(request) + protocol.encode(protocol.Cancel(id=request.id)))
+    result = await client.receive()
+    assert isinstance(result, protocol.Result) and result.id == request.id
+    assert result.stop is protocol.StopReason.CANCELLED, result
+    await client.close()
+
+
 async def test_newer_request_for_the_same_document_supersedes(random_engine: EngineProcess) -> None:
     client = await RawClient.connect(random_engine.socket_path)
     await client.send(_infill("old", max_steps=200))

@@ -178,3 +178,61 @@ async def test_a_request_over_the_frame_cap_is_an_empty_completion_not_a_traceba
             assert not any("Traceback" in message for message in logs), logs
         finally:
             await lsp.stop()
+
+
+DEEP = b"[" * 200_000 + b"]" * 200_000
+HOSTILE_ANSWERS = [
+    (400, DEEP),  # an error whose body is nested too deeply to parse
+    (500, b'{"error": ' + DEEP + b"}"),
+    (200, DEEP),
+    (200, b'{"choices": ' + DEEP + b"}"),
+    (200, b'{"choices": [1, 2, 3]}'),
+    (200, b'{"choices": "text"}'),
+    (200, b'{"choices": {"0": {"text": "x"}}}'),
+    (200, b'{"choices": []}'),
+    (200, b'{"choices": [[]]}'),
+    (200, b'{"choices": [{"text": 5}]}'),
+    (200, b'{"choices": [{"message": "hi"}]}'),
+    (200, b'{"choices": [{"message": {"content": ["x"]}}]}'),
+    (200, b'{"choices": [{"text": "ok"}, 7]}'),
+    (200, b'{"choices": [{"text": "' + b"9" * 5000 + b'"}], "usage": {"prompt_tokens": ' + b"9" * 5000 + b"}}"),
+]
+"""Answers of a hostile (or broken) completions server, each at most a few hundred KB."""
+
+
+async def test_a_hostile_completions_server_gets_a_clear_refusal_not_a_traceback(short_tmp: Path) -> None:
+    """Before: deeply nested JSON (RecursionError) and choices that are not objects (AttributeError) ended the
+    request in an ``internal`` error with a traceback."""
+    answers = iter([*HOSTILE_ANSWERS, (200, b'{"choices": [{"text": "return a", "finish_reason": "stop"}]}')])
+
+    async def hostile(_: web.Request) -> web.Response:
+        status, body = next(answers)
+        return web.Response(status=status, body=body, content_type="application/json")
+
+    uri = "file:///work/remote.py"
+    async with serving_route("/v1/completions", hostile) as url:
+        lsp = await RawLsp.start(server_command(short_tmp / "unused.sock", None))
+        try:
+            settings = {"backend": "openai", "openaiUrl": url, "openaiApiKeyEnv": "UNSET_API_KEY", "debounceMs": 0}
+            await lsp.initialize({"diffgemma": settings})
+            lsp.open(uri, "def f(a):\n    ")
+            params = {"textDocument": {"uri": uri}, "position": {"line": 1, "character": 4}}
+            replies = []
+            for request_id in range(10, 11 + len(HOSTILE_ANSWERS)):
+                lsp.request(request_id, "textDocument/completion", params)
+                replies.append(await lsp.reply(request_id))
+            errors = [reply for reply in replies if "error" in reply]
+            served = [item["textEdit"]["newText"] for item in replies[-1]["result"]["items"]]
+            shown = [m["params"]["message"] for m in lsp.notifications if m["method"] == "window/showMessage"]
+            logged = [m["params"]["message"] for m in lsp.notifications if m["method"] == "window/logMessage"]
+            print(
+                f"hostile completions server: {len(HOSTILE_ANSWERS)} bad answers, {len(errors)} error replies, "
+                f"{len(shown)} message(s) shown; then served {served}"
+            )
+            assert errors == [], errors[0]["error"]["message"][:2000]
+            assert all(reply["result"]["items"] == [] for reply in replies[:-1]), replies
+            assert served == ["return a"], replies[-1]
+            assert len(shown) == 1 and "HTTP 500" in shown[0], shown  # one outage: reported once
+            assert not any("Traceback" in message for message in shown + logged), logged
+        finally:
+            await lsp.stop()

@@ -1,9 +1,12 @@
-"""The OpenAI-compatible endpoint against slow and numerous clients: a request head that never ends, a body that
-never arrives, idle connections, and hundreds of stalled connections under a small file limit. Each is closed
-in time, a keyed client is still served, and the log stays short."""
+"""The OpenAI-compatible endpoint against slow, numerous and malformed clients: a request head that never ends, a
+body that never arrives, idle connections, hundreds of stalled connections under a small file limit, thousands of
+malformed requests, and ``Expect: 100-continue`` without the key. Each is closed or refused in time, a keyed
+client is still served, and the log stays short."""
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -126,3 +129,72 @@ def test_hundreds_of_stalled_clients_lock_no_one_out_and_do_not_flood_the_log(en
     )
     assert len(accept_errors) <= 1, accept_errors[:5]
     assert len(new_lines) < 50, new_lines[:20]
+
+
+MALFORMED = {
+    "a line that is no header": b"GET /health HTTP/1.1\r\nHost: x\r\nthis is not a header\r\n\r\n",
+    "an unknown HTTP version": b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n",
+    "a negative length": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
+    "a header line too long": b"GET /health HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n",
+}
+MALFORMED_EACH = 400
+
+
+def test_a_flood_of_malformed_requests_does_not_flood_the_log(endpoint: Endpoint) -> None:
+    """Before: aiohttp logged each with its traceback (36,007 entries, 25.8 MB in 20 s), key or not."""
+    log_before = endpoint.log()
+    started = time.monotonic()
+    answers: dict[str, int] = {}
+    for _ in range(MALFORMED_EACH):
+        for request in MALFORMED.values():
+            with _connect(endpoint) as connection:
+                connection.sendall(request)
+                _, _, reply = _answer_and_close(connection, limit_s=10)
+            statuses = re.findall(rb"^HTTP/1\.[01] (\d{3}) ", reply, re.MULTILINE)
+            status = statuses[-1].decode() if statuses else "none"
+            answers[status] = answers.get(status, 0) + 1
+    took = time.monotonic() - started
+    new = endpoint.log()[len(log_before) :]
+    sent = MALFORMED_EACH * len(MALFORMED)
+    print(
+        f"endpoint limits: {sent} malformed requests of {len(MALFORMED)} kinds in {took:.1f} s, answered {answers}; "
+        f"{len(new.splitlines())} log lines, {len(new)} bytes"
+    )
+    assert answers == {"400": sent}, answers
+    windows = 1 + int(took // 10)  # each kind logged once per 10 s, the count of the rest with the next one
+    assert len(new.splitlines()) <= len(MALFORMED) * windows, new[-2000:]
+    assert "Traceback" not in new, new[-2000:]
+    status, _, answer = post(endpoint.url, GOOD, timeout=60)  # a keyed client is still served
+    assert status == 200 and answer["choices"][0]["text"] == MEMORIZED_MIDDLE, (status, answer)
+
+
+def _head(connection: socket.socket) -> bytes:
+    """Read until the end of one answer's head."""
+    connection.settimeout(10)
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
+def test_expect_100_continue_invites_only_a_keyed_client_to_send_its_body(endpoint: Endpoint) -> None:
+    """Before: aiohttp answered ``100 Continue`` before the key was checked: anyone was invited to send a body."""
+    body = json.dumps(GOOD).encode()
+    head = HEAD_START + b"Content-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n" % len(body)
+    with _connect(endpoint) as connection:
+        connection.sendall(head + b"\r\n")
+        _, _, unkeyed = _answer_and_close(connection, limit_s=10)
+    with _connect(endpoint) as connection:
+        connection.sendall(head + f"Authorization: Bearer {API_KEY}\r\nConnection: close\r\n\r\n".encode())
+        invited = _head(connection)
+        connection.sendall(body)
+        _, _, keyed = _answer_and_close(connection, limit_s=60)
+    first_line = unkeyed.split(b"\r\n", 1)[0]
+    print(f"endpoint limits: Expect: 100-continue without the key answered {first_line!r}")
+    assert unkeyed.startswith(b"HTTP/1.1 401 "), unkeyed[:200]
+    assert b"100 Continue" not in unkeyed
+    assert invited.startswith(b"HTTP/1.1 100 Continue"), invited[:200]
+    assert keyed.startswith(b"HTTP/1.1 200 ") and MEMORIZED_MIDDLE.encode() in keyed.replace(b"\\n", b"\n"), keyed

@@ -112,3 +112,30 @@ class Rewrites:
                     task.cancel()
 
         return handle
+
+
+def relaying(target: Path, sent: list[protocol.Message]) -> Handler:
+    """A handler that passes every message on to the engine listening on ``target``, and its answers back,
+    recording in ``sent`` each message the client sent (a tap on a real engine's socket)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        engine_reader, engine_writer = await asyncio.open_unix_connection(str(target), limit=protocol.MAX_FRAME_BYTES)
+
+        async def answers() -> None:
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                while True:
+                    writer.write(protocol.encode(await protocol.read_message(engine_reader)))
+                    await writer.drain()
+
+        back = asyncio.ensure_future(answers())
+        try:
+            while True:
+                message = await protocol.read_message(reader)
+                sent.append(message)
+                engine_writer.write(protocol.encode(message))
+                await engine_writer.drain()
+        finally:
+            back.cancel()
+            engine_writer.close()
+
+    return handle
