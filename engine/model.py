@@ -21,15 +21,14 @@ from .canvas.step import DecoderStep
 from .checkpoint_files import (
     DEFAULT_MODEL_DIR,
     HINTS_FILE,
-    SETTINGS_FILES,
     canvas_length_of,
-    check_size,
     read_json_object,
     stored_dtype,
     text_config_of,
 )
 from .clock import StepClock
 from .errors import ModelLoadError
+from .folder_limits import check_folder
 from .model_info import ModelInfo
 from .prompt import CHAT_ORDERS, SUFFIX_FIRST, PromptLayout, layout_for
 
@@ -179,8 +178,7 @@ def load_model(
     folder = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
     if not (folder / "config.json").is_file():
         raise ModelLoadError(f"no DiffusionGemma checkpoint in {folder}: config.json is missing")
-    for name in SETTINGS_FILES:
-        check_size(folder / name)
+    check_folder(folder)  # every file within its cap and the config's sizes bounded, before anything reads them
     hints = read_hints(folder)  # before the weights: a bad hint fails in milliseconds
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise ModelLoadError(

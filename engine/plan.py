@@ -42,6 +42,7 @@ from .checkpoint_files import (
     text_config_of,
 )
 from .errors import ModelLoadError
+from .folder_limits import check_folder
 from .quantize_policy import EXPERT_WEIGHTS, MULTIMODAL_MODULES, stays_unquantized
 
 if TYPE_CHECKING:
@@ -793,7 +794,7 @@ def read_spec(model_dir: Path | None) -> ModelSpec:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity(logging.ERROR)  # set_verbosity_error(), which transformers leaves unannotated
-    raw = read_json_object(config_path)  # refused when huge, before transformers reads it
+    raw = check_folder(folder)  # files capped and sizes bounded, before transformers reads or builds anything
     try:
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError, TypeError, KeyError, StrictDataclassError) as exc:
