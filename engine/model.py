@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -29,6 +30,7 @@ from .checkpoint_files import (
 from .clock import StepClock
 from .errors import ModelLoadError
 from .folder_limits import check_folder
+from .generation_limits import check_generation
 from .model_info import ModelInfo
 from .prompt import CHAT_ORDERS, SUFFIX_FIRST, PromptLayout, layout_for
 
@@ -232,6 +234,15 @@ def load_model(
         ),
         confidence_threshold=generation.confidence_threshold or defaults.confidence_threshold,
     )
+    pad_id = generation.pad_token_id if generation.pad_token_id is not None else tokenizer.pad_token_id
+    check_generation(  # a setting past the engine's caps would refuse every request later, unseen
+        dataclasses.asdict(sampler),
+        eos_ids=eos_ids,
+        pad_id=pad_id,
+        vocab_size=text_config_of(model.config).vocab_size,
+        tokenizer_size=len(tokenizer),
+        canvas_length=canvas_length_of(model.config),
+    )
     max_prompt_tokens = min(max_prompt_tokens, hints.get("max_prompt_tokens", max_prompt_tokens))
     line_canvas_length = hints.get("line_canvas_length")
     limits = serving_limits(model, torch_device, torch_dtype, max_prompt_tokens)
@@ -246,7 +257,7 @@ def load_model(
         device=torch_device,
         layout=layout,
         eos_ids=eos_ids,
-        pad_id=generation.pad_token_id if generation.pad_token_id is not None else tokenizer.pad_token_id,
+        pad_id=pad_id,
         canvas_length=canvas_length_of(model.config),
         sampler=sampler,
         max_prompt_tokens=max_prompt_tokens,

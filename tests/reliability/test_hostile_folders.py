@@ -161,3 +161,31 @@ def test_the_release_template_renders_as_transformers_renders_it(release_random_
     head, _, tail = str(expected).partition(USER_SLOT)
     assert template.head == tuple(tokenizer.encode(head, add_special_tokens=False))
     assert template.tail == tuple(tokenizer.encode(tail, add_special_tokens=False))
+
+
+# -- the model's own settings -------------------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_a_step_count_past_the_engines_cap_is_a_failed_load_the_client_is_told(
+    short_tmp: Path, release_random_dir: Path
+) -> None:
+    """``max_denoising_steps: 1000000`` loaded as ready, then every completion was refused with no word to the user:
+    now the engine reports a failed load naming the key, and the language server's doctor shows it."""
+    from tests.e2e.test_release_format import doctor
+    from tests.support.engine import EngineProcess
+
+    folder = short_tmp / "model"
+    shutil.copytree(release_random_dir, folder)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    generation["max_denoising_steps"] = 1_000_000
+    (folder / "generation_config.json").write_text(json.dumps(generation))
+    process = EngineProcess(folder, short_tmp / "engine.sock", short_tmp / "engine.log")
+    try:
+        status, report = doctor(process.socket_path, "--model", str(folder))
+    finally:
+        process.stop()
+    assert status == 1, report
+    problem = str(report["problem"])
+    assert "model failed to load" in problem and "max_denoising_steps must be a whole number from 1 to 256" in problem
+    print(f"hostile folders: max_denoising_steps 1000000 reported as: {problem}")
