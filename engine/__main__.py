@@ -48,6 +48,16 @@ def setup_logging(level: str, log_file: Path | None) -> None:
         logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
+def refuse(exc: BaseException) -> int:
+    """Say on stderr why a command cannot do what was asked (``errors.describe``: no traceback, none of the engine's
+    own paths), with the traceback in the log at debug level only; the exit status 2."""
+    from .errors import describe
+
+    logging.getLogger("diffgemma_engine").debug("refused", exc_info=exc)
+    print(f"diffgemma-engine: {describe(exc)}", file=sys.stderr)
+    return 2
+
+
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``serve`` and ``infill``."""
     parser.add_argument("--model", type=Path, default=None, help="checkpoint folder (default: the shipped model)")
@@ -113,14 +123,13 @@ async def serve(args: argparse.Namespace) -> int:
 
 def infill(args: argparse.Namespace) -> int:
     """Print one completion for a prefix and suffix, or with ``--start`` the replacement of a selection."""
-    from .errors import EngineError
     from .infill import build_prompt, run_infill
     from .model import load_model
 
-    prefix = args.prefix.read_text() if args.prefix else sys.stdin.read()
-    suffix = args.suffix.read_text() if args.suffix else ""
-    start = [protocol.StartSegment(text=args.start.read_text())] if args.start else []
     try:
+        prefix = args.prefix.read_text() if args.prefix else sys.stdin.read()
+        suffix = args.suffix.read_text() if args.suffix else ""
+        start = [protocol.StartSegment(text=args.start.read_text())] if args.start else []
         loaded = load_model(
             args.model, args.device, args.dtype, max_memory=args.max_memory, quantization=args.quantization
         )
@@ -148,9 +157,8 @@ def infill(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         text, stop, timings = run_infill(loaded, request)
-    except EngineError as exc:
-        print(f"diffgemma-engine: {exc}", file=sys.stderr)
-        return 2
+    except Exception as exc:  # noqa: BLE001 - a boundary: a clear refusal, the traceback only in a debug log
+        return refuse(exc)
     sys.stdout.write(text)
     if not text.endswith("\n"):
         sys.stdout.write("\n")
@@ -169,7 +177,6 @@ def plan(args: argparse.Namespace) -> int:
     """Print how much memory the checkpoint needs and where it would go, from its config (no weights loaded)."""
     import json
 
-    from .errors import EngineError
     from .plan import (
         PlanError,
         detect_devices,
@@ -191,9 +198,11 @@ def plan(args: argparse.Namespace) -> int:
             prompt_tokens=args.prompt_tokens,
             rows=args.rows,
         )
-    except (EngineError, PlanError) as exc:
+    except PlanError as exc:
         print(f"diffgemma-engine: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # noqa: BLE001 - a boundary: a clear refusal, the traceback only in a debug log
+        return refuse(exc)
     print(json.dumps(plan_json(result), indent=2) if args.json else format_plan(result))
     return 0
 

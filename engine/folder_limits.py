@@ -43,43 +43,43 @@ OTHER_FILE_CAP = 32 * MIB
 tokenizer class): weights (``.safetensors``) and documents are not read as a whole and are not capped."""
 READ_SUFFIXES = (".json", ".jinja", ".txt", ".model", ".tiktoken")
 
-TEXT_BOUNDS: dict[str, int] = {
-    "num_hidden_layers": 512,
-    "hidden_size": 65_536,
-    "intermediate_size": 262_144,
-    "moe_intermediate_size": 262_144,
-    "num_experts": 4_096,
-    "top_k_experts": 256,
-    "vocab_size": 1 << 22,
-    "num_attention_heads": 1_024,
-    "num_key_value_heads": 1_024,
-    "head_dim": 8_192,
-    "global_head_dim": 8_192,
-    "max_position_embeddings": 1 << 24,
-    "sliding_window": 1 << 24,
-    "hidden_size_per_layer_input": 65_536,
-    "vocab_size_per_layer_input": 1 << 22,
+TEXT_BOUNDS: dict[str, tuple[int, int]] = {
+    "num_hidden_layers": (1, 512),
+    "hidden_size": (1, 65_536),
+    "intermediate_size": (1, 262_144),
+    "moe_intermediate_size": (1, 262_144),
+    "num_experts": (1, 4_096),
+    "top_k_experts": (1, 256),
+    "vocab_size": (1, 1 << 22),
+    "num_attention_heads": (1, 1_024),
+    "num_key_value_heads": (1, 1_024),
+    "head_dim": (1, 8_192),
+    "global_head_dim": (1, 8_192),
+    "max_position_embeddings": (1, 1 << 24),
+    "sliding_window": (1, 1 << 24),
+    "hidden_size_per_layer_input": (0, 65_536),
+    "vocab_size_per_layer_input": (0, 1 << 22),
 }
-"""Upper bounds of ``text_config``'s sizes, each far above the release's (30 layers, hidden size 2,816, 128
-experts, top 8, a 262,144-token vocabulary, 16 heads, head size 512, 262,144 positions): a model past them is not a
-DiffusionGemma this engine can serve, and building it even on the meta device takes minutes and gigabytes (20,000
-layers: over 75 s and 2.3 GB)."""
-VISION_BOUNDS: dict[str, int] = {
-    "num_hidden_layers": 512,
-    "hidden_size": 65_536,
-    "intermediate_size": 262_144,
-    "num_attention_heads": 1_024,
-    "num_key_value_heads": 1_024,
-    "head_dim": 8_192,
-    "max_position_embeddings": 1 << 24,
-    "position_embedding_size": 1 << 20,
-    "patch_size": 1_024,
-    "pooling_kernel_size": 1_024,
-    "default_output_length": 1 << 20,
+"""Bounds (lowest, highest) of ``text_config``'s sizes, the highest far above the release's (30 layers, hidden
+size 2,816, 128 experts, top 8, a 262,144-token vocabulary, 16 heads, head size 512, 262,144 positions): a model
+past them is not a DiffusionGemma this engine can serve, and building it even on the meta device takes minutes and
+gigabytes (20,000 layers: over 75 s and 2.3 GB); a zero width divides by zero while it is built."""
+VISION_BOUNDS: dict[str, tuple[int, int]] = {
+    "num_hidden_layers": (1, 512),
+    "hidden_size": (1, 65_536),
+    "intermediate_size": (1, 262_144),
+    "num_attention_heads": (1, 1_024),
+    "num_key_value_heads": (1, 1_024),
+    "head_dim": (1, 8_192),
+    "max_position_embeddings": (1, 1 << 24),
+    "position_embedding_size": (1, 1 << 20),
+    "patch_size": (1, 1_024),
+    "pooling_kernel_size": (1, 1_024),
+    "default_output_length": (0, 1 << 20),
 }
 """The same for ``vision_config`` (the release's: 27 layers, hidden size 1,152, 10,240 position embeddings)."""
-TOP_BOUNDS: dict[str, int] = {"canvas_length": MAX_CANVAS_LENGTH}
-MAX_LAYER_ENTRIES = TEXT_BOUNDS["num_hidden_layers"]
+TOP_BOUNDS: dict[str, tuple[int, int]] = {"canvas_length": (1, MAX_CANVAS_LENGTH)}
+MAX_LAYER_ENTRIES = TEXT_BOUNDS["num_hidden_layers"][1]
 """``layer_types`` and ``per_layer_config`` hold at most this many entries (one per layer)."""
 
 
@@ -99,26 +99,26 @@ def check_files(folder: Path) -> None:
             check_size(path, FILE_CAPS["chat_template.jinja"])
 
 
-def _check_sizes(where: str, section: object, bounds: dict[str, int]) -> None:
-    """Each of ``bounds``' keys in ``section`` (if it is an object) a whole number from 0 to its bound."""
+def _check_sizes(where: str, section: object, bounds: dict[str, tuple[int, int]]) -> None:
+    """Each of ``bounds``' keys in ``section`` (if it is an object) a whole number within its (low, high)."""
     if section is None:
         return
     if not isinstance(section, dict):
-        raise ModelLoadError(f"{where} must be an object, got {type(section).__name__}")
-    for key, bound in bounds.items():
+        raise ModelLoadError(f"{where.rstrip(': .')} must be an object, got {type(section).__name__}")
+    for key, (low, high) in bounds.items():
         value = section.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= bound:
-            raise ModelLoadError(f"{where}.{key} must be a whole number from 0 to {bound}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ModelLoadError(f"{where}{key} must be a whole number from {low} to {high}, got {value!r}")
 
 
 def check_config(config: dict[str, Any], where: str = "config.json") -> None:
     """``config.json``'s sizes within the bounds above, naming the key that is not (before anything is built)."""
-    _check_sizes(where, config, TOP_BOUNDS)
+    _check_sizes(f"{where}: ", config, TOP_BOUNDS)
     text = config.get("text_config")
-    _check_sizes(f"{where}: text_config", text, TEXT_BOUNDS)
-    _check_sizes(f"{where}: vision_config", config.get("vision_config"), VISION_BOUNDS)
+    _check_sizes(f"{where}: text_config.", text, TEXT_BOUNDS)
+    _check_sizes(f"{where}: vision_config.", config.get("vision_config"), VISION_BOUNDS)
     if isinstance(text, dict):
         for key in ("layer_types", "per_layer_config"):
             entries = text.get(key)
@@ -126,10 +126,17 @@ def check_config(config: dict[str, Any], where: str = "config.json") -> None:
                 raise ModelLoadError(
                     f"{where}: text_config.{key} has {len(entries)} entries, more than {MAX_LAYER_ENTRIES} layers"
                 )
+        experts, top_k = text.get("num_experts"), text.get("top_k_experts")
+        if isinstance(experts, int) and isinstance(top_k, int) and top_k > experts:
+            raise ModelLoadError(f"{where}: text_config.top_k_experts ({top_k}) is more than num_experts ({experts})")
         per_layer = text.get("per_layer_config")
+        if per_layer is not None and not isinstance(per_layer, dict):
+            raise ModelLoadError(
+                f"{where}: text_config.per_layer_config must be an object, got {type(per_layer).__name__}"
+            )
         if isinstance(per_layer, dict):
             for index, layer in per_layer.items():
-                _check_sizes(f"{where}: text_config.per_layer_config[{index!r}]", layer, TEXT_BOUNDS)
+                _check_sizes(f"{where}: text_config.per_layer_config[{index!r}].", layer, TEXT_BOUNDS)
 
 
 def check_folder(folder: Path) -> dict[str, Any]:

@@ -114,7 +114,7 @@ def test_plan_refuses_20000_layers_with_a_clear_line(tmp_path: Path) -> None:
         cwd=ROOT,
     )
     assert out.returncode == 2, out.stderr
-    assert "text_config.num_hidden_layers must be a whole number from 0 to 512, got 20000" in out.stderr
+    assert "text_config.num_hidden_layers must be a whole number from 1 to 512, got 20000" in out.stderr
     assert "Traceback" not in out.stderr
 
 
@@ -189,3 +189,47 @@ def test_a_step_count_past_the_engines_cap_is_a_failed_load_the_client_is_told(
     problem = str(report["problem"])
     assert "model failed to load" in problem and "max_denoising_steps must be a whole number from 1 to 256" in problem
     print(f"hostile folders: max_denoising_steps 1000000 reported as: {problem}")
+
+
+# -- the command line's refusals ----------------------------------------------------------------------------------
+
+
+def _engine_command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "diffgemma_engine", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _assert_clear_refusal(out: subprocess.CompletedProcess[str], words: str) -> None:
+    from diffgemma_engine.errors import SERVER_PATHS
+
+    assert out.returncode == 2, out.stderr
+    assert words in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and not any(path in out.stderr for path in SERVER_PATHS), out.stderr
+    assert out.stdout == ""
+
+
+def test_plan_refuses_a_broken_index_without_a_traceback(tmp_path: Path, release_random_dir: Path) -> None:
+    folder = _copy(release_random_dir, tmp_path)
+    (folder / "model.safetensors.index.json").write_text('{"metadata": {"total_size": "lots"}, "weight_map": {}}')
+    out = _engine_command("plan", "--model", str(folder), "--json")
+    _assert_clear_refusal(out, "metadata.total_size must be a whole number of bytes, got 'lots'")
+    print(f"hostile folders: plan on a broken index: {out.stderr.strip()}")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--seed", str(1 << 64)], "seed must be from"),  # beyond torch.Generator.manual_seed: a traceback before
+        (["--prefix", "/nonexistent/prefix.py"], "No such file or directory: '/nonexistent/prefix.py'"),
+    ],
+)
+def test_infill_refuses_bad_arguments_without_a_traceback(args: list[str], words: str) -> None:
+    out = _engine_command("infill", "--device", "cpu", *args)
+    _assert_clear_refusal(out, words)
+    print(f"hostile folders: infill {' '.join(args)}: {out.stderr.strip().splitlines()[-1]}")
