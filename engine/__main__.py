@@ -53,6 +53,16 @@ def setup_logging(level: str, log_file: Path | None) -> None:
         logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
+def refuse(exc: BaseException) -> int:
+    """Say on stderr why a command cannot do what was asked (``errors.describe``: no traceback, none of the engine's
+    own paths), with the traceback in the log at debug level only; the exit status 2."""
+    from .errors import describe
+
+    logging.getLogger("diffgemma_engine").debug("refused", exc_info=exc)
+    print(f"diffgemma-engine: {describe(exc)}", file=sys.stderr)
+    return 2
+
+
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``serve`` and ``infill``."""
     parser.add_argument("--model", default=None, help=MODEL_HELP)
@@ -118,14 +128,13 @@ async def serve(args: argparse.Namespace) -> int:
 
 def infill(args: argparse.Namespace) -> int:
     """Print one completion for a prefix and suffix, or with ``--start`` the replacement of a selection."""
-    from .errors import EngineError
     from .infill import build_prompt, run_infill
     from .model import load_model
 
-    prefix = args.prefix.read_text() if args.prefix else sys.stdin.read()
-    suffix = args.suffix.read_text() if args.suffix else ""
-    start = [protocol.StartSegment(text=args.start.read_text())] if args.start else []
     try:
+        prefix = args.prefix.read_text() if args.prefix else sys.stdin.read()
+        suffix = args.suffix.read_text() if args.suffix else ""
+        start = [protocol.StartSegment(text=args.start.read_text())] if args.start else []
         loaded = load_model(
             args.model, args.device, args.dtype, max_memory=args.max_memory, quantization=args.quantization
         )
@@ -153,9 +162,8 @@ def infill(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         text, stop, timings = run_infill(loaded, request)
-    except EngineError as exc:
-        print(f"diffgemma-engine: {exc}", file=sys.stderr)
-        return 2
+    except Exception as exc:  # noqa: BLE001 - a boundary: a clear refusal, the traceback only in a debug log
+        return refuse(exc)
     sys.stdout.write(text)
     if not text.endswith("\n"):
         sys.stdout.write("\n")
@@ -174,7 +182,6 @@ def plan(args: argparse.Namespace) -> int:
     """Print how much memory the checkpoint needs and where it would go, from its config (no weights loaded)."""
     import json
 
-    from .errors import EngineError
     from .loadable import environment
     from .plan import (
         PlanError,
@@ -199,9 +206,11 @@ def plan(args: argparse.Namespace) -> int:
             rows=args.rows,
             env=environment(),  # a setting the loader would refuse here is not given
         )
-    except (EngineError, PlanError) as exc:
+    except PlanError as exc:
         print(f"diffgemma-engine: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # noqa: BLE001 - a boundary: a clear refusal, the traceback only in a debug log
+        return refuse(exc)
     print(json.dumps(plan_json(result), indent=2) if args.json else format_plan(result))
     return 0
 

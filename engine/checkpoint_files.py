@@ -28,12 +28,16 @@ SETTINGS_FILES = ("config.json", "generation_config.json", HINTS_FILE)
 
 
 def check_size(path: Path, limit: int = MAX_SETTINGS_FILE_BYTES) -> None:
-    """``ModelLoadError`` when the file at ``path`` (if any) is over ``limit`` bytes, before anything reads it."""
-    if path.is_file() and (size := path.stat().st_size) > limit:
-        raise ModelLoadError(
-            f"{path} is {size} bytes: a checkpoint's settings file holds at most {limit} (the release's config.json "
-            "is 3 KB)"
-        )
+    """``ModelLoadError`` when the file at ``path`` (if any) is over ``limit`` bytes, or is not a regular file (a
+    device or a pipe reads forever), before anything reads it."""
+    if path.is_file():
+        if (size := path.stat().st_size) > limit:
+            raise ModelLoadError(
+                f"{path} is {size} bytes: a checkpoint's {path.name} holds at most {limit} (the release's files are "
+                "several times smaller)"
+            )
+    elif path.exists():
+        raise ModelLoadError(f"{path} is not a regular file: a checkpoint's files are read whole")
 
 
 def read_json_object(path: Path, limit: int = MAX_SETTINGS_FILE_BYTES) -> dict[str, Any]:
@@ -41,7 +45,7 @@ def read_json_object(path: Path, limit: int = MAX_SETTINGS_FILE_BYTES) -> dict[s
     check_size(path, limit)
     try:
         data = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise ModelLoadError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ModelLoadError(f"{path} must hold a JSON object")

@@ -84,8 +84,6 @@ def check_request(loaded: LoadedModel, request: protocol.Infill) -> tuple[int, i
         raise BadRequestError(f"canvas_length must be between 1 and {MAX_CANVAS_LENGTH}, got {canvas}")
     if not 1 <= steps <= MAX_STEPS:
         raise BadRequestError(f"max_steps must be between 1 and {MAX_STEPS}, got {steps}")
-    if request.deadline_ms < 0:
-        raise BadRequestError(f"deadline_ms must be 0 (none) or positive, got {request.deadline_ms}")
     if not 0.0 < request.strength <= 1.0:  # NaN too
         raise BadRequestError(f"strength must be more than 0 and at most 1, got {request.strength}")
     if len(request.instruction) > MAX_INSTRUCTION_CHARS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -20,15 +21,15 @@ from .canvas.step import DecoderStep
 from .checkpoint_files import (
     DEFAULT_MODEL_DIR,  # noqa: F401 - the shipped model, which tests name from here
     HINTS_FILE,
-    SETTINGS_FILES,
     canvas_length_of,
-    check_size,
     read_json_object,
     stored_dtype,
     text_config_of,
 )
 from .clock import StepClock
 from .errors import ModelLoadError
+from .folder_limits import check_folder
+from .generation_limits import check_generation
 from .model_info import ModelInfo
 from .prompt import CHAT_ORDERS, SUFFIX_FIRST, PromptLayout, layout_for
 
@@ -178,8 +179,7 @@ def load_model(
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
 
     folder = hub.checkpoint_folder(model_dir)  # a hub id's cached snapshot; every weight file whole
-    for name in SETTINGS_FILES:
-        check_size(folder / name)
+    check_folder(folder)  # every file within its cap and the config's sizes bounded, before anything reads them
     hints = read_hints(folder)  # before the weights: a bad hint fails in milliseconds
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise ModelLoadError(
@@ -229,6 +229,15 @@ def load_model(
         ),
         confidence_threshold=generation.confidence_threshold or defaults.confidence_threshold,
     )
+    pad_id = generation.pad_token_id if generation.pad_token_id is not None else tokenizer.pad_token_id
+    check_generation(  # a setting past the engine's caps would refuse every request later, unseen
+        dataclasses.asdict(sampler),
+        eos_ids=eos_ids,
+        pad_id=pad_id,
+        vocab_size=text_config_of(model.config).vocab_size,
+        tokenizer_size=len(tokenizer),
+        canvas_length=canvas_length_of(model.config),
+    )
     max_prompt_tokens = min(max_prompt_tokens, hints.get("max_prompt_tokens", max_prompt_tokens))
     line_canvas_length = hints.get("line_canvas_length")
     limits = serving_limits(model, torch_device, torch_dtype, max_prompt_tokens)
@@ -243,7 +252,7 @@ def load_model(
         device=torch_device,
         layout=layout,
         eos_ids=eos_ids,
-        pad_id=generation.pad_token_id if generation.pad_token_id is not None else tokenizer.pad_token_id,
+        pad_id=pad_id,
         canvas_length=canvas_length_of(model.config),
         sampler=sampler,
         max_prompt_tokens=max_prompt_tokens,

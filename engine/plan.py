@@ -42,7 +42,8 @@ from .checkpoint_files import (
     stored_dtype,
     text_config_of,
 )
-from .errors import ModelLoadError
+from .errors import ModelLoadError, describe
+from .folder_limits import check_folder
 from .loadable import Environment, refusal
 from .quantize_policy import EXPERT_WEIGHTS, MULTIMODAL_MODULES, stays_unquantized
 
@@ -705,9 +706,12 @@ def stored_checkpoint(folder: Path, config: dict[str, Any]) -> StoredCheckpoint:
     dtype = stored_dtype(config)
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        total = read_json_object(index, MAX_INDEX_FILE_BYTES).get("metadata", {}).get("total_size")
+        metadata = read_json_object(index, MAX_INDEX_FILE_BYTES).get("metadata", {})
+        total = metadata.get("total_size") if isinstance(metadata, dict) else None
+        if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
+            raise ModelLoadError(f"{index}: metadata.total_size must be a whole number of bytes, got {total!r}")
         return StoredCheckpoint(
-            dtype=dtype, bytes=int(total) if total else None, source=index.name, missing=tuple(shards.problems(folder))
+            dtype=dtype, bytes=total or None, source=index.name, missing=tuple(shards.problems(folder))
         )
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -827,24 +831,23 @@ def read_spec(model_dir: Path | None) -> ModelSpec:
         raise ModelLoadError(f"no DiffusionGemma checkpoint in {folder}: {config_path} is missing")
 
     import torch
-    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity(logging.ERROR)  # set_verbosity_error(), which transformers leaves unannotated
-    raw = read_json_object(config_path)  # refused when huge, before transformers reads it
+    raw = check_folder(folder)  # files capped and sizes bounded, before transformers reads or builds anything
     try:
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError, TypeError, KeyError, StrictDataclassError) as exc:
-        raise ModelLoadError(f"cannot read {config_path}: {exc}") from exc
+    except Exception as exc:  # whatever transformers raises on it, the folder's config is at fault
+        raise ModelLoadError(f"cannot read {config_path}: {describe(exc)}") from exc
     if not isinstance(config, DiffusionGemmaConfig):
         raise ModelLoadError(f"{config_path} describes a {config.model_type!r} model, not DiffusionGemma")
     start = time.perf_counter()
     try:
         with torch.device("meta"):
             model = DiffusionGemmaForBlockDiffusion(config)
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-        raise ModelLoadError(f"cannot build the model {config_path} describes: {exc}") from exc
+    except Exception as exc:  # the sizes are bounded, so any failure here is the config's
+        raise ModelLoadError(f"cannot build the model {config_path} describes: {describe(exc)}") from exc
     model.tie_weights()
     build_s = time.perf_counter() - start
     weights, before_tie, members = describe_model(model)

@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Protocol
 
 import attrs
 
-from . import budget, protocol, vocab
+from . import budget, protocol, template_render, vocab
 
 Encode = Callable[[str], list[int]]
 """Text to token ids, special tokens written in the text encoded as text."""
@@ -328,14 +328,15 @@ class ChatTemplateError(ValueError):
 
 def chat_template_of(tokenizer: Any) -> ChatTemplate:
     """The ids the tokenizer's chat template puts around one user turn, with the generation prompt and thinking
-    off. The template's own text is encoded with its control tokens; the user's text goes in between as text."""
+    off, rendered with limits (``engine.template_render``: the template is the model folder's code). The template's
+    own text is encoded with its control tokens; the user's text goes in between as text."""
     try:
-        rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": USER_SLOT}], add_generation_prompt=True, tokenize=False, enable_thinking=False
-        )
+        template = tokenizer.get_chat_template()
     except ValueError as exc:  # transformers: "Cannot use chat template functions because ... not set"
         raise ChatTemplateError(f"the tokenizer has neither FIM tokens nor a usable chat template: {exc}") from None
-    head, found, tail = str(rendered).partition(USER_SLOT)
+    variables = {**tokenizer.special_tokens_map, "enable_thinking": False}  # as apply_chat_template passes them
+    rendered = template_render.render_turn(template, variables, USER_SLOT)
+    head, found, tail = rendered.partition(USER_SLOT)
     if not found:
         raise ChatTemplateError("the chat template does not show the user's message")
     return ChatTemplate(

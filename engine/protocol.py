@@ -33,14 +33,16 @@ import re
 import socket
 import stat
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 import cattrs
 from cattrs.dispatch import StructureHook
 from cattrs.preconf.json import make_converter
 from cattrs.strategies import configure_tagged_union
+from cattrs.v import format_exception
 
 PROTOCOL_VERSION = 1
 REWRITE_FEATURE = "rewrite"
@@ -191,6 +193,22 @@ def max_start_chars(canvas_length: int) -> int:
     return canvas_length * MAX_START_CHARS_PER_TOKEN
 
 
+MAX_DEADLINE_MS = 3_600_000
+"""The longest ``Infill.deadline_ms`` accepted: an hour (a completion's is seconds; none is 0)."""
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)
+"""The ``Infill.seed`` values ``torch.Generator.manual_seed`` takes (a 64-bit integer, signed or not)."""
+
+
+def _within(low: int, high: int) -> Callable[[object, attrs.Attribute[Any], int | None], None]:
+    """An attrs validator: the value (if not None) from ``low`` to ``high``; ``ValueError`` naming the field."""
+
+    def check(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"{attribute.name} must be from {low} to {high}, got {value}")
+
+    return check
+
+
 MAX_INSTRUCTION_CHARS = 2_000
 """The longest ``Infill.instruction`` the engine accepts (a longer one is refused with ``bad_request``)."""
 
@@ -232,9 +250,9 @@ class Infill:
     scope: str = ""
     """``line``: the cursor is inside a line and the answer is most likely the rest of it, so a model with a
     ``line_canvas_length`` hint uses that shorter canvas; ``block`` or empty: the model's canvas."""
-    deadline_ms: int = 0
+    deadline_ms: int = attrs.field(default=0, validator=_within(0, MAX_DEADLINE_MS))
     """0: no deadline. Otherwise the engine stops denoising this long after arrival."""
-    seed: int | None = None
+    seed: int | None = attrs.field(default=None, validator=_within(*SEED_RANGE))
     """Fixes the sampler's random stream, for reproducible results."""
     echo: bool = False
     """Return the prompt as the model saw it in ``Result.prompt`` (for debugging a layout)."""
@@ -380,6 +398,13 @@ def encode(message: Message) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
+def _field_error(exc: BaseException, kind: type | None) -> str:
+    """cattrs' description of a field's error, with a validator's own message (``seed must be from ...``)."""
+    if type(exc) is ValueError:  # raised by a field validator (``_within``): its message names the bound
+        return str(exc)
+    return format_exception(exc, kind)
+
+
 def decode(body: bytes) -> Message:
     """Parse one frame body into a message, or raise ``ProtocolError`` saying what is wrong."""
     try:
@@ -388,6 +413,8 @@ def decode(body: bytes) -> Message:
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"frame is not valid UTF-8: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"frame is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "frame is not valid JSON: nested too deeply") from None
     if not isinstance(raw, dict):
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"frame must be a JSON object, got {type(raw).__name__}")
     request_id = valid_text(raw["id"]) if isinstance(raw.get("id"), str) else None
@@ -398,7 +425,11 @@ def decode(body: bytes) -> Message:
     try:
         return converter.structure(raw, MESSAGE_TYPES[tag])
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
-        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else exc
+        detail = (
+            "; ".join(cattrs.transform_error(exc, format_exception=_field_error))
+            if isinstance(exc, cattrs.BaseValidationError)
+            else exc
+        )
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"invalid {tag!r} message: {detail}", request_id) from None
 
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from . import protocol
-from .errors import EngineError
+from .errors import EngineError, describe
 from .jobs import Job, JobQueue
 from .model_info import ModelInfo
 from .stats import ReplyLog, rss_mb
@@ -254,7 +254,7 @@ class EngineServer:
 
     def model_failed(self, error: BaseException) -> None:
         """Report the load failure to every client, then stop."""
-        self.load_error = f"model failed to load: {error}"
+        self.load_error = f"model failed to load: {describe(error)}"
         message = protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=self.load_error)
         sends = [self._send(connection, message) for connection in list(self._writers)]
 

@@ -15,7 +15,7 @@ from . import protocol
 from .batch import Row, compatible, run_batch
 from .canvas.captured import CapturedLoop, serving_shapes
 from .canvas.warmup import trace_serving_shapes
-from .errors import EngineError
+from .errors import EngineError, describe
 from .infill import check_request, prompt_ids, run_infill
 from .jobs import DEFAULT_MAX_BATCH, Job, JobQueue
 from .model import LoadedModel, load_model
@@ -176,7 +176,7 @@ class ModelWorker(threading.Thread):
         except Exception as exc:
             logger.exception("request %s failed", request.id)
             job.resolve_threadsafe(
-                protocol.Error(code=protocol.ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}", id=request.id)
+                protocol.Error(code=protocol.ErrorCode.INTERNAL, message=describe(exc), id=request.id)
             )
             return
         logger.info(

@@ -127,3 +127,32 @@ def test_an_index_naming_a_file_outside_the_folder_is_refused(tmp_path: Path, re
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ModelLoadError, match="a file outside the checkpoint folder"):
         load_model(folder)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("max_denoising_steps", 1_000_000, "max_denoising_steps"),  # the red team's: ready, then every request refused
+        ("stability_threshold", 1_000_000, "stability_threshold"),
+        ("eos_token_id", [1, 106, 50_000], "eos_token_id"),  # the red team's: every rewrite an internal IndexError
+        ("pad_token_id", 1 << 20, "pad_token_id"),
+        ("t_max", 1e9, "t_max"),
+        (
+            "sampler_config",
+            {"_cls_name": "EntropyBoundSamplerConfig", "entropy_bound": float("inf")},
+            "sampler_config.entropy_bound",
+        ),
+    ],
+)
+def test_the_models_own_sampler_settings_and_ids_are_checked_at_load(
+    tmp_path: Path, release_random_dir: Path, key: str, value: object, named: str
+) -> None:
+    """A setting the engine cannot serve, or an id outside the vocabulary, is a failed load naming the key, not a
+    model that loads as ready and then refuses or fails every request."""
+    folder = tmp_path / "model"
+    shutil.copytree(release_random_dir, folder)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    generation[key] = value
+    (folder / "generation_config.json").write_text(json.dumps(generation))
+    with pytest.raises(ModelLoadError, match=f"generation_config.json: {named}"):
+        load_model(folder)

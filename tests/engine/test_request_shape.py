@@ -48,3 +48,18 @@ def test_unknown_scope_is_refused() -> None:
 def test_the_shipped_model_has_the_hint() -> None:
     hints = json.loads((DEFAULT_MODEL_DIR / HINTS_FILE).read_text())
     assert hints["line_canvas_length"] == 16
+
+
+def test_every_seed_the_wire_accepts_is_one_torch_takes() -> None:
+    """``protocol.SEED_RANGE`` is ``torch.Generator.manual_seed``'s: its ends seed a generator, one past them fails
+    there (so the wire refuses it as ``bad_request`` rather than the model thread as ``internal``)."""
+    import torch
+
+    low, high = protocol.SEED_RANGE
+    for seed in (low, -1, 0, high):
+        torch.Generator().manual_seed(_request(seed=seed).seed or 0)
+    for seed in (low - 1, high + 1):
+        with pytest.raises((RuntimeError, ValueError)):
+            torch.Generator().manual_seed(seed)
+        with pytest.raises(ValueError, match="seed must be from"):
+            _request(seed=seed)

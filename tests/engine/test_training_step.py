@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
@@ -57,3 +60,13 @@ def test_each_row_is_cut_into_blocks_of_its_own_canvas() -> None:
     assert batch["start"][0, :12].tolist() == [0] * 4 + [4] * 8
     assert batch["start"][1, :14].tolist() == [0, 0, 2, 2, 2, 2, 6, 6, 6, 6, 10, 10, 10, 10]
     assert len(set(batch["block"][1, 10:14].tolist())) == 1 and batch["block"][1, 9] != batch["block"][1, 10]
+
+
+def test_a_trained_fixture_that_did_not_learn_its_answer_fails_with_its_loss(tmp_path: Path) -> None:
+    """The memorized checkpoints are kept only once the engine answers them as the tests expect (a fresh clone's
+    checkpoint once answered "ppon    return" and a test failed on it): one that did not learn fails its build."""
+    from tests.support.models import build_memorized
+
+    with pytest.raises(RuntimeError, match=r"did not learn to answer .* steps, loss \d"):
+        build_memorized(tmp_path / "model", train_steps=1, check_seeds=[0])
+    assert not (tmp_path / "model").exists()

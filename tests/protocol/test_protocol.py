@@ -98,6 +98,7 @@ async def test_absurd_frame_length_is_fatal() -> None:
         (b"\xff\xfe\xfd", protocol.ErrorCode.BAD_REQUEST, "UTF-8"),
         (b"{", protocol.ErrorCode.BAD_REQUEST, "JSON"),
         (b'"hello"', protocol.ErrorCode.BAD_REQUEST, "object"),
+        (b"[" * 100_000, protocol.ErrorCode.BAD_REQUEST, "nested too deeply"),
         (b'{"type": "nope"}', protocol.ErrorCode.UNKNOWN_TYPE, "unknown message type"),
         (b'{"type": "cancel"}', protocol.ErrorCode.BAD_REQUEST, "$.id"),
         (
@@ -114,6 +115,21 @@ async def test_absurd_frame_length_is_fatal() -> None:
             b'{"type": "infill", "id": "1", "uri": "u", "prefix": "", "seed": true}',
             protocol.ErrorCode.BAD_REQUEST,
             "$.seed",
+        ),
+        (  # beyond what torch.Generator.manual_seed takes: an internal error before, bad_request now
+            b'{"type": "infill", "id": "1", "uri": "u", "prefix": "", "seed": 18446744073709551616}',
+            protocol.ErrorCode.BAD_REQUEST,
+            "seed must be from",
+        ),
+        (
+            b'{"type": "infill", "id": "1", "uri": "u", "prefix": "", "deadline_ms": 1000000000000000000000000}',
+            protocol.ErrorCode.BAD_REQUEST,
+            "deadline_ms must be from 0 to 3600000",
+        ),
+        (
+            b'{"type": "infill", "id": "1", "uri": "u", "prefix": "", "deadline_ms": -1}',
+            protocol.ErrorCode.BAD_REQUEST,
+            "deadline_ms must be from 0",
         ),
     ],
 )

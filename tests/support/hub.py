@@ -14,16 +14,20 @@ It is a stand-in because no machine here reaches the hub: the real huggingface_h
 * an unknown repository or file: 404 with the hub's ``X-Error-Code`` (``RepoNotFound``, ``EntryNotFound``).
 
 Every request is recorded (:attr:`StandInHub.requests`). Faults for the resume tests: ``refuse`` (file names
-answered 403 on GET) and ``cut_once`` (file name -> bytes sent before the connection is dropped, once)."""
+answered 403 on GET, once every other file the engine's ``pull`` asks for has been asked for: huggingface_hub
+cancels the downloads not yet started when one fails, so an earlier refusal would leave a different part of the
+snapshot each run) and ``cut_once`` (file name -> bytes sent before the connection is dropped, once)."""
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import http.server
 import json
 import re
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,6 +76,20 @@ class StandInHub:
         """The files requested with ``method``, in order."""
         with self._lock:
             return [r.file for r in self.requests if r.method == method and r.file is not None]
+
+    def wait_for_the_others(self, repo_id: str, timeout_s: float = 30.0) -> None:
+        """Until every file of ``repo_id`` that ``pull`` downloads, other than the refused ones, has been asked for
+        (at most ``timeout_s``)."""
+        from diffgemma_engine.hub import LOAD_PATTERNS
+
+        wanted = {
+            file.name
+            for file in self.repos[repo_id].iterdir()
+            if file.name not in self.refuse and any(fnmatch.fnmatch(file.name, p) for p in LOAD_PATTERNS)
+        }
+        deadline = time.monotonic() + timeout_s
+        while not wanted <= set(self.fetched("GET")) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def record(self, request: Request) -> None:
         with self._lock:
@@ -153,6 +171,7 @@ def _handler(hub: StandInHub) -> type[http.server.BaseHTTPRequestHandler]:
             if "/" in name or not file.is_file():
                 return self._error(404, "EntryNotFound", {"X-Repo-Commit": commit})
             if body and name in hub.refuse:
+                hub.wait_for_the_others(repo_id)
                 return self._error(403, "Forbidden")
             data = file.read_bytes()
             lfs = name.endswith(LFS_SUFFIXES)

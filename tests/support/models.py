@@ -7,6 +7,8 @@ multi-line middle, so that end-to-end tests can check the exact text that reache
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -18,6 +20,7 @@ from diffgemma_engine.prompt import PromptParts, build_fim_prompt, special_ids_f
 from diffgemma_engine.training.configs import build_config, save_checkpoint, set_generation_defaults
 
 CANVAS = 32
+LAST_LOSSES = 20
 MEMORIZED_PREFIX = "def add(a, b):\n"
 MEMORIZED_SUFFIX = "\n\nprint(add(1, 2))\n"
 MEMORIZED_MIDDLE = "    total = a + b\n    return total"
@@ -33,27 +36,89 @@ def build_random(out_dir: Path, steps: int = 8, seed: int = 0) -> Path:
     return out_dir
 
 
-def build_memorized(out_dir: Path, train_steps: int = 1000, seed: int = 0) -> Path:
+def build_memorized(
+    out_dir: Path, train_steps: int = 1000, seed: int = 0, check_seeds: Sequence[int] = range(8)
+) -> Path:
     """A checkpoint that completes ``MEMORIZED_PREFIX``/``MEMORIZED_SUFFIX`` with ``MEMORIZED_MIDDLE``.
 
     Its sampler is the real one (temperature 0.8 -> 0.4), so an answer is a draw: after 500 steps 1 in 200 draws
-    was wrong (tests flaked); after 1,000 steps 0 in 1,400 were.
+    was wrong (tests flaked); after 1,000 steps 0 in 1,400 were. ``train_until_answered`` checks the engine's own
+    answers before the checkpoint is kept.
     """
-    torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)
-    model = DiffusionGemmaForBlockDiffusion(build_config("test", len(tokenizer), canvas_length=CANVAS))
-    special = special_ids_from(tokenizer.get_vocab().get)
-    assert special is not None
 
-    def encode(text: str) -> list[int]:
-        return tokenizer.encode(text, add_special_tokens=False)
+    def train(out: Path, steps: int, attempt_seed: int) -> float:
+        torch.manual_seed(attempt_seed)
+        tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)
+        model = DiffusionGemmaForBlockDiffusion(build_config("test", len(tokenizer), canvas_length=CANVAS))
+        special = special_ids_from(tokenizer.get_vocab().get)
+        assert special is not None
 
-    prompt = build_fim_prompt(PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX), encode, special, 512)
-    middle = encode(MEMORIZED_MIDDLE) + [vocab.SPECIAL_IDS[vocab.EOS]]
-    train_to_answer(model, prompt.ids, middle, pad_id=vocab.SPECIAL_IDS[vocab.PAD], steps=train_steps)
-    set_generation_defaults(model, steps=16)
-    save_checkpoint(model, DEFAULT_MODEL_DIR, out_dir)
-    return out_dir
+        def encode(text: str) -> list[int]:
+            return tokenizer.encode(text, add_special_tokens=False)
+
+        prompt = build_fim_prompt(PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX), encode, special, 512)
+        middle = encode(MEMORIZED_MIDDLE) + [vocab.SPECIAL_IDS[vocab.EOS]]
+        loss = train_to_answer(model, prompt.ids, middle, pad_id=vocab.SPECIAL_IDS[vocab.PAD], steps=steps)
+        set_generation_defaults(model, steps=16)
+        save_checkpoint(model, DEFAULT_MODEL_DIR, out)
+        return loss
+
+    document = PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX)
+    return train_until_answered(out_dir, train, document, MEMORIZED_MIDDLE, train_steps, seed, check_seeds)
+
+
+CHECK_DTYPES = ("auto", "float32")
+"""Each answer is checked as stored (bfloat16 for the release format) and in float32, as tests load it."""
+TRAIN_ATTEMPTS = 3
+
+
+def wrong_answer(folder: Path, document: PromptParts, expected: str, seeds: Sequence[int]) -> str | None:
+    """The first of the engine's answers for ``document`` (its own load and infill, as served) that is not
+    ``expected``, over ``seeds`` and ``CHECK_DTYPES`` (None: every one is)."""
+    from diffgemma_engine import protocol
+    from diffgemma_engine.infill import run_infill
+    from diffgemma_engine.model import load_model
+
+    for dtype in CHECK_DTYPES:
+        loaded = load_model(folder, device="cpu", dtype=dtype)
+        for seed in seeds:
+            request = protocol.Infill(
+                id=f"check-{seed}",
+                uri="",
+                prefix=document.prefix,
+                suffix=document.suffix,
+                language_id=document.language,
+                seed=seed,
+            )
+            text = run_infill(loaded, request)[0]
+            if text != expected:
+                return f"{dtype} seed {seed}: {text!r}"  # one miss decides: the checkpoint is trained again
+    return None
+
+
+def train_until_answered(
+    out_dir: Path,
+    train: Callable[[Path, int, int], float],
+    document: PromptParts,
+    expected: str,
+    steps: int,
+    seed: int,
+    seeds: Sequence[int],
+) -> Path:
+    """``train(out_dir, steps, seed)`` until the saved checkpoint answers ``document`` with ``expected`` for each of
+    ``seeds`` (tests use seed 0 and unseeded draws) in each of ``CHECK_DTYPES`` (``wrong_answer``): a miss trains
+    again from the next seed with more steps, and after ``TRAIN_ATTEMPTS`` the build fails with its loss and answer,
+    rather than leave a test to fail on its answer."""
+    report = []
+    for attempt in range(TRAIN_ATTEMPTS):
+        attempt_steps = steps * (1 + attempt)
+        loss = train(out_dir, attempt_steps, seed + attempt)
+        wrong = wrong_answer(out_dir, document, expected, seeds)
+        if wrong is None:
+            return out_dir
+        report.append(f"seed {seed + attempt}, {attempt_steps} steps, loss {loss:.4f}: {wrong}")
+        shutil.rmtree(out_dir)
+    raise RuntimeError(f"the checkpoint did not learn to answer {expected!r}: " + " | ".join(report))
 
 
 def train_to_answer(
@@ -63,11 +128,12 @@ def train_to_answer(
     pad_id: int,
     steps: int,
     balanced: bool = False,
-) -> None:
+) -> float:
     """Train ``model`` with the DiffusionGemma objective until its canvas for ``prompt`` is ``answer`` then padding:
     one corruption level per step (uniform random tokens, mostly heavy, so the first denoising steps start from
     noise), two-pass self-conditioning half the time, cross-entropy over the whole canvas (with ``balanced``, the
-    answer's positions and the padding's weigh alike: on a 256-token canvas the padding would drown the answer)."""
+    answer's positions and the padding's weigh alike: on a 256-token canvas the padding would drown the answer).
+    Returns the mean loss of the last steps."""
     canvas = model.config.canvas_length
     target = torch.tensor([answer + [pad_id] * (canvas - len(answer))])
     prompt_ids = torch.tensor([prompt])
@@ -78,7 +144,7 @@ def train_to_answer(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the same weights wherever it is built: one thread sums its floats in one order
     try:
-        _train_steps(model, prompt_ids, target, len(answer), optimizer, scheduler, text_config, steps, balanced)
+        return _train_steps(model, prompt_ids, target, len(answer), optimizer, scheduler, text_config, steps, balanced)
     finally:
         torch.set_num_threads(threads)
 
@@ -93,10 +159,11 @@ def _train_steps(
     text_config: object,
     steps: int,
     balanced: bool,
-) -> None:
-    """``train_to_answer``'s loop."""
+) -> float:
+    """``train_to_answer``'s loop; the mean loss of its last ``LAST_LOSSES`` steps."""
     canvas = target.shape[1]
     vocab_size = model.config.get_text_config(decoder=True).vocab_size
+    recent: list[float] = []
     for _ in range(steps):
         t = 1 - torch.rand(1) ** 2
         noisy = torch.where(torch.rand(target.shape) < t, torch.randint(0, vocab_size, target.shape), target)
@@ -121,4 +188,6 @@ def _train_steps(
         loss.backward()
         optimizer.step()
         scheduler.step()
+        recent.append(float(loss))
     model.eval()
+    return sum(recent[-LAST_LOSSES:]) / max(len(recent[-LAST_LOSSES:]), 1)

@@ -201,18 +201,24 @@ INSERTED = "    return a + b"
 
 def build_release_memorized(out_dir: Path, train_steps: int = 400, seed: int = 0) -> Path:
     """A release-format checkpoint trained to answer ``RAW_ANSWER`` (then ``<turn|>``) to the engine's chat
-    prompt for ``ANSWERED_PREFIX``/``ANSWERED_SUFFIX``, laid out by the engine's own code."""
+    prompt for ``ANSWERED_PREFIX``/``ANSWERED_SUFFIX``, laid out by the engine's own code; kept only once the
+    engine answers it so (``train_until_answered``)."""
     from diffgemma_engine.model import DEFAULT_MAX_PROMPT_TOKENS
     from diffgemma_engine.prompt import PromptParts, layout_for
-    from tests.support.models import train_to_answer
+    from tests.support.models import train_to_answer, train_until_answered
 
-    model, tokenizer = _new_model(seed)
-    layout = layout_for(tokenizer)
     parts = PromptParts(prefix=ANSWERED_PREFIX, suffix=ANSWERED_SUFFIX, language=ANSWERED_LANGUAGE)
-    prompt = layout.prompt(parts, DEFAULT_MAX_PROMPT_TOKENS).ids
-    answer = [*tokenizer.encode(RAW_ANSWER, add_special_tokens=False), CONTROL_IDS["<turn|>"]]
-    train_to_answer(model, prompt, answer, pad_id=CONTROL_IDS["<pad>"], steps=train_steps, balanced=True)
-    return save_release_format(model.eval(), tokenizer, out_dir)
+
+    def train(out: Path, steps: int, attempt_seed: int) -> float:
+        model, tokenizer = _new_model(attempt_seed)
+        prompt = layout_for(tokenizer).prompt(parts, DEFAULT_MAX_PROMPT_TOKENS).ids
+        answer = [*tokenizer.encode(RAW_ANSWER, add_special_tokens=False), CONTROL_IDS["<turn|>"]]
+        loss = train_to_answer(model, prompt, answer, pad_id=CONTROL_IDS["<pad>"], steps=steps, balanced=True)
+        save_release_format(model.eval(), tokenizer, out)
+        return loss
+
+    # 48 steps of a 256-token canvas per answer: the seed the tests use, and one more, in both dtypes
+    return train_until_answered(out_dir, train, parts, RAW_ANSWER, train_steps, seed, seeds=range(2))
 
 
 CONTROL_IDS = {token: token_id for token_id, token in CONTROL_TOKENS.items()}
