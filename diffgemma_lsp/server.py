@@ -21,7 +21,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.workspace import TextDocument
 
 from diffgemma_lsp import __version__
-from diffgemma_lsp.backends.base import Backend, BackendState
+from diffgemma_lsp.backends.base import Backend, BackendState, EngineUnavailable
 from diffgemma_lsp.backends.connect import connect
 from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.document import LineWorkspace
@@ -45,6 +45,12 @@ logger = logging.getLogger(__name__)
 
 PROGRESS_CREATE_TIMEOUT_S = 5.0
 """How long a rewrite waits for the client to accept its progress token before going on without progress."""
+ENGINE_WAIT_S = 300.0
+"""How long an explicit request (Rewrite selection, an invoked completion) waits for an engine that is starting or
+loading its model before it gives up, saying so: the release's 48 GiB take minutes to read from a slow disk. The
+wait shows cancellable progress."""
+WAIT_TITLE = f"Waiting for the completion model to load (up to {ENGINE_WAIT_S / 60:.0f} min)"
+WAIT_CANCELLED = "cancelled while waiting for the engine"
 
 
 class DiffgemmaProtocol(LanguageServerProtocol):
@@ -95,6 +101,8 @@ class DiffgemmaServer(LanguageServer):
         """The rewrites in flight, one per document."""
         self._progress_token: str | None = None
         self._outage_reported = False
+        self._backend_wait: asyncio.Future[None] | None = None
+        """The wait for the backend that explicit requests share (one progress for all of them)."""
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """Log server errors; never a popup for one bad message (pygls shows one by default)."""
@@ -153,6 +161,44 @@ class DiffgemmaServer(LanguageServer):
                     type=types.MessageType.Warning,
                     message=f"diffgemma: {detail}. Completions are off until it is back.",
                 )
+            )
+
+    async def until_backend_ready(self) -> str | None:
+        """For an explicit request: wait while the backend starts or loads (at most ``ENGINE_WAIT_S``, with one
+        cancellable progress shared by every request waiting). None once it can answer (or when there is no
+        backend: the request says so itself); else why it gave up (``WAIT_CANCELLED`` when the user cancelled)."""
+        backend = self.start_backend()
+        if backend is None or backend.state is BackendState.READY:
+            return None
+        if self._backend_wait is None or self._backend_wait.done():
+            self._backend_wait = asyncio.ensure_future(self._show_backend_wait(backend))
+        try:
+            await asyncio.shield(self._backend_wait)  # one request cancelled ($/cancelRequest) leaves the others
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return WAIT_CANCELLED
+        except EngineUnavailable as exc:
+            return str(exc)
+        return None
+
+    async def _show_backend_wait(self, backend: Backend) -> None:
+        waiting = asyncio.ensure_future(backend.wait_ready(ENGINE_WAIT_S))
+
+        def cancel() -> None:
+            waiting.cancel()
+
+        async with self.cancellable_progress(WAIT_TITLE, cancel):
+            await waiting
+
+    def gave_up_waiting(self, what: str, why: str) -> None:
+        """Tell the user that an explicit request (``what``) got no answer because the backend never became ready
+        (not when the user cancelled the wait)."""
+        logger.warning("no %s: %s", what, why)
+        if why != WAIT_CANCELLED:
+            self.window_show_message(
+                types.ShowMessageParams(type=types.MessageType.Warning, message=f"diffgemma: no {what}: {why}")
             )
 
     def backend_answered(self) -> None:
@@ -284,6 +330,9 @@ async def completion(ls: DiffgemmaServer, params: types.CompletionParams) -> typ
     if ls.rewriter.busy(params.text_document.uri):
         return types.CompletionList(is_incomplete=True, items=[])  # it would supersede the rewrite in the engine
     invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+    if invoked and ls.settings.enable and (why := await ls.until_backend_ready()) is not None:
+        ls.gave_up_waiting("completion", why)
+        return types.CompletionList(is_incomplete=True, items=[])
     found = await ls.completer.complete(ls.settings, params.text_document.uri, params.position, automatic=not invoked)
     snippets = _snippet_support(ls)
     items = [completion_item(context, text, snippets) for context, text in found]  # one canvas: at most one
@@ -299,6 +348,9 @@ async def inline_completion(
         return types.InlineCompletionList(items=[])  # it would supersede the rewrite in the engine
     automatic = params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
     candidates = 1 if automatic else ls.settings.candidates
+    if not automatic and ls.settings.enable and (why := await ls.until_backend_ready()) is not None:
+        ls.gave_up_waiting("completion", why)
+        return types.InlineCompletionList(items=[])
     found = await ls.completer.complete(ls.settings, params.text_document.uri, params.position, automatic, candidates)
     return types.InlineCompletionList(items=[inline_item(context, text) for context, text in found])
 
@@ -351,6 +403,10 @@ async def rewrite_selection(ls: DiffgemmaServer, *args: object) -> dict[str, obj
     if not can_apply:
         reason = "the editor takes no edits from the server (workspace/applyEdit)"
         return await ls.apply_rewrite(None, Outcome(reason=reason, show=types.MessageType.Warning))
+    if ls.settings.rewrite_enabled and ls.open_document(arguments.uri) is not None:
+        if (why := await ls.until_backend_ready()) is not None:  # the engine is starting or loading: wait for it
+            show = None if why == WAIT_CANCELLED else types.MessageType.Warning
+            return await ls.apply_rewrite(None, Outcome(reason=f"no rewrite: {why}", show=show))
     started = ls.rewriter.start(ls.settings, arguments, versioned)
     if isinstance(started, Outcome):
         return await ls.apply_rewrite(None, started)
