@@ -21,7 +21,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.workspace import TextDocument
 
 from diffgemma_lsp import __version__
-from diffgemma_lsp.backends.base import Backend, BackendState, EngineUnavailable
+from diffgemma_lsp.backends.base import Backend, BackendState, EngineNotReady, EngineUnavailable
 from diffgemma_lsp.backends.connect import connect
 from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.document import LineWorkspace
@@ -51,6 +51,16 @@ loading its model before it gives up, saying so: the release's 48 GiB take minut
 wait shows cancellable progress."""
 WAIT_TITLE = f"Waiting for the completion model to load (up to {ENGINE_WAIT_S / 60:.0f} min)"
 WAIT_CANCELLED = "cancelled while waiting for the engine"
+
+
+@attrs.frozen
+class GaveUp:
+    """Why an explicit request stopped waiting for the backend."""
+
+    reason: str
+    told: bool = False
+    """The user knows already: they cancelled the wait, or the outage report said why (a model that failed to
+    load)."""
 
 
 class DiffgemmaProtocol(LanguageServerProtocol):
@@ -163,10 +173,10 @@ class DiffgemmaServer(LanguageServer):
                 )
             )
 
-    async def until_backend_ready(self) -> str | None:
+    async def until_backend_ready(self) -> GaveUp | None:
         """For an explicit request: wait while the backend starts or loads (at most ``ENGINE_WAIT_S``, with one
         cancellable progress shared by every request waiting). None once it can answer (or when there is no
-        backend: the request says so itself); else why it gave up (``WAIT_CANCELLED`` when the user cancelled)."""
+        backend: the request says so itself); else why it gave up."""
         backend = self.start_backend()
         if backend is None or backend.state is BackendState.READY:
             return None
@@ -178,9 +188,11 @@ class DiffgemmaServer(LanguageServer):
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
-            return WAIT_CANCELLED
-        except EngineUnavailable as exc:
-            return str(exc)
+            return GaveUp(WAIT_CANCELLED, told=True)
+        except EngineNotReady as exc:
+            return GaveUp(str(exc))
+        except EngineUnavailable as exc:  # its model failed to load: the outage report says so
+            return GaveUp(str(exc), told=True)
         return None
 
     async def _show_backend_wait(self, backend: Backend) -> None:
@@ -192,14 +204,13 @@ class DiffgemmaServer(LanguageServer):
         async with self.cancellable_progress(WAIT_TITLE, cancel):
             await waiting
 
-    def gave_up_waiting(self, what: str, why: str) -> None:
-        """Tell the user that an explicit request (``what``) got no answer because the backend never became ready
-        (not when the user cancelled the wait)."""
-        logger.warning("no %s: %s", what, why)
-        if why != WAIT_CANCELLED:
-            self.window_show_message(
-                types.ShowMessageParams(type=types.MessageType.Warning, message=f"diffgemma: no {what}: {why}")
-            )
+    def gave_up_waiting(self, what: str, gave_up: GaveUp) -> None:
+        """Log, and tell the user unless they know, that an explicit request (``what``) got no answer because the
+        backend did not become ready."""
+        logger.warning("no %s: %s", what, gave_up.reason)
+        if not gave_up.told:
+            message = f"diffgemma: no {what}: {gave_up.reason}"
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
 
     def backend_answered(self) -> None:
         """A request was answered: an outage reported before is over (an engine that accepts connections and
@@ -330,8 +341,8 @@ async def completion(ls: DiffgemmaServer, params: types.CompletionParams) -> typ
     if ls.rewriter.busy(params.text_document.uri):
         return types.CompletionList(is_incomplete=True, items=[])  # it would supersede the rewrite in the engine
     invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
-    if invoked and ls.settings.enable and (why := await ls.until_backend_ready()) is not None:
-        ls.gave_up_waiting("completion", why)
+    if invoked and ls.settings.enable and (gave_up := await ls.until_backend_ready()) is not None:
+        ls.gave_up_waiting("completion", gave_up)
         return types.CompletionList(is_incomplete=True, items=[])
     found = await ls.completer.complete(ls.settings, params.text_document.uri, params.position, automatic=not invoked)
     snippets = _snippet_support(ls)
@@ -348,8 +359,8 @@ async def inline_completion(
         return types.InlineCompletionList(items=[])  # it would supersede the rewrite in the engine
     automatic = params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
     candidates = 1 if automatic else ls.settings.candidates
-    if not automatic and ls.settings.enable and (why := await ls.until_backend_ready()) is not None:
-        ls.gave_up_waiting("completion", why)
+    if not automatic and ls.settings.enable and (gave_up := await ls.until_backend_ready()) is not None:
+        ls.gave_up_waiting("completion", gave_up)
         return types.InlineCompletionList(items=[])
     found = await ls.completer.complete(ls.settings, params.text_document.uri, params.position, automatic, candidates)
     return types.InlineCompletionList(items=[inline_item(context, text) for context, text in found])
@@ -404,9 +415,9 @@ async def rewrite_selection(ls: DiffgemmaServer, *args: object) -> dict[str, obj
         reason = "the editor takes no edits from the server (workspace/applyEdit)"
         return await ls.apply_rewrite(None, Outcome(reason=reason, show=types.MessageType.Warning))
     if ls.settings.rewrite_enabled and ls.open_document(arguments.uri) is not None:
-        if (why := await ls.until_backend_ready()) is not None:  # the engine is starting or loading: wait for it
-            show = None if why == WAIT_CANCELLED else types.MessageType.Warning
-            return await ls.apply_rewrite(None, Outcome(reason=f"no rewrite: {why}", show=show))
+        if (gave_up := await ls.until_backend_ready()) is not None:  # starting or loading: wait for it
+            show = None if gave_up.reason == WAIT_CANCELLED else types.MessageType.Warning
+            return await ls.apply_rewrite(None, Outcome(reason=f"no rewrite: {gave_up.reason}", show=show))
     started = ls.rewriter.start(ls.settings, arguments, versioned)
     if isinstance(started, Outcome):
         return await ls.apply_rewrite(None, started)
