@@ -71,8 +71,10 @@ async def test_a_rewrite_and_an_invoked_completion_asked_while_the_engine_starts
         assert isinstance(item.text_edit, types.TextEdit) and item.text_edit.new_text == MEMORIZED_MIDDLE
     finally:
         os.kill(engine.process.pid, signal.SIGCONT)
-        await client.shutdown_session()
-        engine.stop()
+        try:
+            await client.shutdown_session()
+        finally:
+            engine.stop()
 
 
 async def test_a_wait_for_an_engine_that_never_comes_gives_up_saying_so(short_tmp: Path) -> None:
