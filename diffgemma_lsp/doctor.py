@@ -16,6 +16,7 @@ from pathlib import Path
 import attrs
 
 from diffgemma_engine import protocol
+from diffgemma_lsp.settings import Settings
 
 TIMEOUT_S = 10.0
 LOAD_WAIT_S = 60.0
@@ -42,6 +43,45 @@ def memory_plan(model: str | None, device: str) -> dict[str, object]:
         return {"error": (done.stderr.strip().splitlines() or [f"plan exited with {done.returncode}"])[-1]}
     plan = json.loads(done.stdout)
     return {"weights_gib": plan["weights_gib"], "recommendation": plan["recommendation"], "devices": plan["devices"]}
+
+
+def step_ms_of(report: dict[str, object]) -> float:
+    """Time per denoising step: the test completion's (the model's own canvas) when there is one, else the recent
+    requests' median (0: none timed yet)."""
+    probe = report.get("probe")
+    if isinstance(probe, dict) and probe.get("steps"):
+        return float(probe["denoise_ms"]) / int(probe["steps"])
+    value = report.get("step_ms_p50", 0.0)
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def pace_advice(step_ms: float, max_steps: int, min_steps: int, deadline_ms: int) -> str:
+    """Whether completions keep up with typing at ``step_ms`` a step under ``deadline_ms``, and what to change when
+    they do not (a deadline never cuts below ``min_steps``: a slow machine gets late completions, not noise)."""
+    if step_ms <= 0 or max_steps <= 0:
+        return "no completion timed yet (--probe times one)"
+    floor_ms, whole_ms = step_ms * min_steps, step_ms * max_steps
+    if deadline_ms and floor_ms > deadline_ms:
+        return (
+            f"completions cannot keep up with typing: the {min_steps} steps an answer needs take about "
+            f"{floor_ms:.0f} ms, more than the deadline (deadlineMs {deadline_ms}), so each comes late. Use a GPU "
+            "(doctor --plan shows what fits), a smaller canvas (canvasLength), or a smaller model; raise deadlineMs "
+            "to say you will wait; fewer steps (the steps setting) are faster but answers fall apart below "
+            f"{min_steps} (benchmarks/README.md)"
+        )
+    if deadline_ms and whole_ms > deadline_ms:
+        fit = max(min_steps, int(deadline_ms // step_ms))
+        return f"keeps up: the deadline cuts the schedule to about {fit} of {max_steps} steps (at least {min_steps})"
+    return f"keeps up: the whole schedule ({max_steps} steps) takes about {whole_ms:.0f} ms"
+
+
+def idle_exit_text(idle_exit_s: object) -> str:
+    """The engine's idle exit, as doctor shows it."""
+    if not isinstance(idle_exit_s, int | float) or idle_exit_s == 0:
+        return "never"
+    if idle_exit_s < 0:
+        return "decided once the model has loaded (auto)"
+    return f"after {idle_exit_s / 60:.0f} min without clients"
 
 
 class LoadFailed(Exception):
@@ -141,7 +181,16 @@ def render(report: dict[str, object]) -> str:
             f"recent latency  p50 {report['recent_ms_p50']} ms, p95 {report['recent_ms_p95']} ms "
             f"over {report['recent_count']} completions",
             f"last error      {report['last_error'] or 'none'}",
+            f"idle exit       {idle_exit_text(report.get('idle_exit_s'))}",
         ]
+        max_steps, min_steps = report.get("max_steps"), report.get("min_steps")
+        if "pace" in report and isinstance(max_steps, int) and isinstance(min_steps, int):
+            step_ms = step_ms_of(report)
+            lines += [
+                f"time per step   {step_ms:.1f} ms; a completion runs {min_steps} to {max_steps} steps: "
+                f"{step_ms * min_steps:.0f} to {step_ms * max_steps:.0f} ms",
+                f"keeping up      {report['pace']}",
+            ]
     if "features" in report:
         features = report["features"]
         assert isinstance(features, list)
@@ -177,6 +226,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--device", default="auto", help="... on this device (the device setting)")
     parser.add_argument("--quantization", default="", help="... with this quantization (the quantization setting)")
     parser.add_argument("--probe", action="store_true", help="also time one test completion")
+    parser.add_argument(
+        "--deadline-ms",
+        type=int,
+        default=Settings().deadline_ms,
+        help="the deadlineMs setting, to say whether completions keep up with it",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--plan", action="store_true", help="also show the model's memory plan (always shown when its load failed)"
@@ -184,6 +239,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     socket_path = args.engine_socket or protocol.socket_path_for(args.model, args.device, args.quantization)
     report, status = asyncio.run(gather(socket_path.expanduser(), args.probe))
+    if report.get("ready"):
+        max_steps, min_steps = report.get("max_steps"), report.get("min_steps")
+        if isinstance(max_steps, int) and isinstance(min_steps, int):
+            report["pace"] = pace_advice(step_ms_of(report), max_steps, min_steps, args.deadline_ms)
     served = report.get("model_id")
     model = args.model or (served if isinstance(served, str) and served not in ("", "default") else None)
     failed_load = "failed to load" in str(report.get("problem", ""))

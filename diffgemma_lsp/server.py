@@ -23,7 +23,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.workspace import TextDocument
 
 from diffgemma_lsp import __version__
-from diffgemma_lsp.backends.base import Backend, BackendState
+from diffgemma_lsp.backends.base import Backend, BackendState, EngineNotReady, EngineUnavailable
 from diffgemma_lsp.backends.connect import connect
 from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.document import LineWorkspace
@@ -47,6 +47,22 @@ logger = logging.getLogger(__name__)
 
 PROGRESS_CREATE_TIMEOUT_S = 5.0
 """How long a rewrite waits for the client to accept its progress token before going on without progress."""
+ENGINE_WAIT_S = 300.0
+"""How long an explicit request (Rewrite selection, an invoked completion) waits for an engine that is starting or
+loading its model before it gives up, saying so: the release's 48 GiB take minutes to read from a slow disk. The
+wait shows cancellable progress."""
+WAIT_TITLE = f"Waiting for the completion model to load (up to {ENGINE_WAIT_S / 60:.0f} min)"
+WAIT_CANCELLED = "cancelled while waiting for the engine"
+
+
+@attrs.frozen
+class GaveUp:
+    """Why an explicit request stopped waiting for the backend."""
+
+    reason: str
+    told: bool = False
+    """The user knows already: they cancelled the wait, or the outage report said why (a model that failed to
+    load)."""
 
 
 _STEPPED_BY: contextvars.ContextVar[Future[Any] | None] = contextvars.ContextVar("stepped_by", default=None)
@@ -146,6 +162,8 @@ class DiffgemmaServer(LanguageServer):
         """The rewrites in flight, one per document."""
         self._progress_token: str | None = None
         self._outage_reported = False
+        self._backend_wait: asyncio.Future[None] | None = None
+        """The wait for the backend that explicit requests share (one progress for all of them)."""
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """Log server errors; never a popup for one bad message (pygls shows one by default)."""
@@ -205,6 +223,45 @@ class DiffgemmaServer(LanguageServer):
                     message=f"diffgemma: {detail}. Completions are off until it is back.",
                 )
             )
+
+    async def until_backend_ready(self) -> GaveUp | None:
+        """For an explicit request: wait while the backend starts or loads (at most ``ENGINE_WAIT_S``, with one
+        cancellable progress shared by every request waiting). None once it can answer (or when there is no
+        backend: the request says so itself); else why it gave up."""
+        backend = self.start_backend()
+        if backend is None or backend.state is BackendState.READY:
+            return None
+        if self._backend_wait is None or self._backend_wait.done():
+            self._backend_wait = asyncio.ensure_future(self._show_backend_wait(backend))
+        try:
+            await asyncio.shield(self._backend_wait)  # one request cancelled ($/cancelRequest) leaves the others
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return GaveUp(WAIT_CANCELLED, told=True)
+        except EngineNotReady as exc:
+            return GaveUp(str(exc))
+        except EngineUnavailable as exc:  # its model failed to load: the outage report says so
+            return GaveUp(str(exc), told=True)
+        return None
+
+    async def _show_backend_wait(self, backend: Backend) -> None:
+        waiting = asyncio.ensure_future(backend.wait_ready(ENGINE_WAIT_S))
+
+        def cancel() -> None:
+            waiting.cancel()
+
+        async with self.cancellable_progress(WAIT_TITLE, cancel):
+            await waiting
+
+    def gave_up_waiting(self, what: str, gave_up: GaveUp) -> None:
+        """Log, and tell the user unless they know, that an explicit request (``what``) got no answer because the
+        backend did not become ready."""
+        logger.warning("no %s: %s", what, gave_up.reason)
+        if not gave_up.told:
+            message = f"diffgemma: no {what}: {gave_up.reason}"
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
 
     def backend_answered(self) -> None:
         """A request was answered: an outage reported before is over (an engine that accepts connections and
@@ -336,6 +393,9 @@ async def completion(ls: DiffgemmaServer, params: types.CompletionParams) -> typ
     if ls.rewriter.busy(params.text_document.uri):
         return types.CompletionList(is_incomplete=True, items=[])  # it would supersede the rewrite in the engine
     invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+    if invoked and ls.settings.enable and (gave_up := await ls.until_backend_ready()) is not None:
+        ls.gave_up_waiting("completion", gave_up)
+        return types.CompletionList(is_incomplete=True, items=[])
     found = await ls.completer.complete(ls.settings, params.text_document.uri, params.position, automatic=not invoked)
     snippets = _snippet_support(ls)
     items = [completion_item(context, text, snippets) for context, text in found]  # one canvas: at most one
@@ -351,6 +411,9 @@ async def inline_completion(
         return types.InlineCompletionList(items=[])  # it would supersede the rewrite in the engine
     automatic = params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
     candidates = 1 if automatic else ls.settings.candidates
+    if not automatic and ls.settings.enable and (gave_up := await ls.until_backend_ready()) is not None:
+        ls.gave_up_waiting("completion", gave_up)
+        return types.InlineCompletionList(items=[])
     found = await ls.completer.complete(ls.settings, params.text_document.uri, params.position, automatic, candidates)
     return types.InlineCompletionList(items=[inline_item(context, text) for context, text in found])
 
@@ -403,6 +466,10 @@ async def rewrite_selection(ls: DiffgemmaServer, *args: object) -> dict[str, obj
     if not can_apply:
         reason = "the editor takes no edits from the server (workspace/applyEdit)"
         return await ls.apply_rewrite(None, Outcome(reason=reason, show=types.MessageType.Warning))
+    if ls.settings.rewrite_enabled and ls.open_document(arguments.uri) is not None:
+        if (gave_up := await ls.until_backend_ready()) is not None:  # starting or loading: wait for it
+            show = None if gave_up.reason == WAIT_CANCELLED else types.MessageType.Warning
+            return await ls.apply_rewrite(None, Outcome(reason=f"no rewrite: {gave_up.reason}", show=show))
     started = ls.rewriter.start(ls.settings, arguments, versioned)
     if isinstance(started, Outcome):
         return await ls.apply_rewrite(None, started)

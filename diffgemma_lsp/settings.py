@@ -68,6 +68,9 @@ class Settings:
     GPUs offload the rest)."""
     quantization: str = attrs.field(default="", validator=attrs.validators.in_(QUANTIZATIONS))
     """Weights of an engine this server starts: "" (the checkpoint's own), none, int8 (torchao) or fp8 (CUDA 8.9+)."""
+    engine_idle_exit_minutes: int | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
+    """An engine this server starts exits after this many minutes without clients; 0: never; None (null): by what
+    reloading costs, 15 minutes for a model that loads in 10 s or less, 8 hours for a slower one."""
     canvas_length: int = attrs.field(default=0, validator=_at_most(protocol.MAX_CANVAS_LENGTH))
     """Tokens in the canvas (the longest completion); 0: the model's own."""
     steps: int = attrs.field(default=0, validator=_at_most(protocol.MAX_STEPS))
@@ -186,6 +189,8 @@ def parse_settings(raw: object) -> tuple[Settings, list[str]]:
         try:
             if kind == str | None:
                 values[name] = None if value is None else _check_type(value, str)
+            elif kind == int | None:
+                values[name] = None if value is None else _check_type(value, int)
             else:
                 values[name] = _check_type(value, kind)
             attrs.evolve(base, **{name: values[name]})  # runs the field's validator

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from . import protocol
+from .idle import parse_idle_exit  # light: the standard library
 from .jobs import DEFAULT_MAX_BATCH, DEFAULT_MAX_PENDING, JobQueue  # light, as the two below
 from .logfile import private_file_handler
 from .plan import DEFAULT_PROMPT_TOKENS, PRECISIONS  # light: attrs and the standard library
@@ -279,7 +280,11 @@ def main(argv: list[str] | None = None) -> None:
         "candidates and rewrites with held text; default: eager",
     )
     serve_parser.add_argument(
-        "--idle-exit", type=float, default=0.0, help="exit after this many seconds without clients (0: never)"
+        "--idle-exit",
+        type=parse_idle_exit,
+        default=0.0,
+        help="exit after this many seconds without clients (0: never), or auto: 15 minutes for a model that loads "
+        "in 10 s or less, 8 hours for a slower one (default: never)",
     )
     serve_parser.add_argument(
         "--exist-ok", action="store_true", help="exit 0 (not 3) when another engine already serves the socket"

@@ -21,6 +21,7 @@ import attrs
 from . import protocol
 from .canvas.caches import stack_rows
 from .canvas.denoise import StopCheck, denoise_canvas
+from .clock import hold_deadline
 from .errors import BadRequestError
 from .infill import check_request, finish_row, start_canvas, timed_prompt_ids, timed_start_row
 from .model import LoadedModel
@@ -80,7 +81,7 @@ def run_batch(loaded: LoadedModel, rows: Sequence[Row]) -> list[tuple[str, proto
         settings,
         position_ids=positions,
         decoder_mask=decoder_mask,
-        row_checks=[row.should_stop for row in rows],
+        row_checks=[hold_deadline(row.should_stop, loaded.step_floor(steps)) for row in rows],
         step=loaded.step,
         start=start_canvas(loaded, [row.request for row in rows], starts),
     )

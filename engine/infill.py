@@ -23,7 +23,7 @@ import torch
 
 from . import protocol
 from .canvas.denoise import StartCanvas, StopCheck, run_canvas, start_step
-from .clock import StepClock
+from .clock import StepClock, hold_deadline
 from .errors import BadRequestError
 from .model import LoadedModel
 from .prompt import Prompt, char_budget_cut, parts_of, text_encoder
@@ -180,12 +180,24 @@ def strength_of(request: protocol.Infill) -> float:
     return request.strength if request.start else 1.0
 
 
-def budget_steps(clock: StepClock, canvas_length: int, steps: int, strength: float, time_left_ms: float) -> int:
+def budget_steps(
+    clock: StepClock, canvas_length: int, steps: int, strength: float, time_left_ms: float, floor: int = 1
+) -> int:
     """The schedule's length (``max_steps``) whose run from ``start_step(strength, ...)`` down to 1 is expected to
-    fit in ``time_left_ms``: ``steps`` when it fits, else a shorter schedule, whole."""
+    fit in ``time_left_ms``: ``steps`` when it fits, else a shorter schedule, whole, but never shorter than
+    ``floor`` (``LoadedModel.step_floor``): a deadline that cannot afford the floor makes the answer later."""
     run = start_step(strength, steps)
     affordable = clock.step_budget(canvas_length, run, time_left_ms)
-    return steps if affordable >= run else max(1, int(affordable / strength))
+    schedule = steps if affordable >= run else max(1, int(affordable / strength))
+    return max(schedule, min(floor, steps))
+
+
+def floored(should_stop: StopCheck | None, floor: int, strength: float) -> StopCheck | None:
+    """``should_stop`` with its deadline held until the run of a ``floor``-step schedule from ``strength`` has been
+    done (``engine.clock.hold_deadline``); a cancel or a newer request still stops it at once."""
+    if should_stop is None:
+        return None
+    return hold_deadline(should_stop, start_step(strength, floor))
 
 
 def run_infill(
@@ -202,8 +214,10 @@ def run_infill(
     temperature schedule fits in it instead of being cut off part-way.
     """
     canvas_length, steps = check_request(loaded, request)
+    floor = loaded.step_floor(steps)
     if time_left_ms is not None:
-        steps = budget_steps(loaded.clock, canvas_length, steps, strength_of(request), time_left_ms)
+        steps = budget_steps(loaded.clock, canvas_length, steps, strength_of(request), time_left_ms, floor)
+    should_stop = floored(should_stop, floor, strength_of(request))
     row, start_ms = timed_start_row(loaded, request, canvas_length)
     ids, tokenize_ms = timed_prompt_ids(loaded, request)
     generator = None

@@ -26,7 +26,7 @@ from .checkpoint_files import (
     stored_dtype,
     text_config_of,
 )
-from .clock import StepClock
+from .clock import StepClock, default_min_steps, floor_for
 from .errors import ModelLoadError
 from .folder_limits import check_folder
 from .generation_limits import check_generation
@@ -63,6 +63,9 @@ class LoadedModel:
     load_ms: float
     line_canvas_length: int | None = None
     """The canvas for ``scope = "line"`` requests (None: the model's own canvas)."""
+    min_steps: int = 0
+    """The fewest of the schedule's ``sampler.max_steps`` steps a deadline leaves a completion (its answer means
+    nothing below it): ``diffgemma.json`` ``min_steps``, else ``engine.clock.default_min_steps``; 0: that default."""
     quantized: quantize.QuantizedReport | None = None
     """What a quantized load converted and saved (None: not quantized)."""
     max_rows: int = MAX_ROWS
@@ -79,6 +82,11 @@ class LoadedModel:
 
     def __post_init__(self) -> None:
         self.step = DecoderStep(self.model)
+        self.min_steps = min(self.min_steps or default_min_steps(self.sampler.max_steps), self.sampler.max_steps)
+
+    def step_floor(self, steps: int) -> int:
+        """The fewest steps a deadline leaves a schedule of ``steps`` (``engine.clock.floor_for``)."""
+        return floor_for(steps, self.min_steps, self.sampler.max_steps)
 
     def info(self) -> ModelInfo:
         """What the socket side reports of this model (``engine.model_info``); the step's state is read live."""
@@ -89,6 +97,8 @@ class LoadedModel:
             canvas_length=self.canvas_length,
             max_prompt_tokens=self.max_prompt_tokens,
             layout=self.layout.name,
+            max_steps=self.sampler.max_steps,
+            min_steps=self.min_steps,
             compile_state=lambda: self.step.state if self.loop is None else f"loop {self.loop.state}",
         )
 
@@ -115,7 +125,11 @@ def decode_text(tokenizer: PreTrainedTokenizerBase, ids: list[int], *, skip_spec
     return text
 
 
-HINT_RANGES = {"max_prompt_tokens": (16, 1 << 20), "line_canvas_length": (1, protocol.MAX_CANVAS_LENGTH)}
+HINT_RANGES = {
+    "max_prompt_tokens": (16, 1 << 20),
+    "line_canvas_length": (1, protocol.MAX_CANVAS_LENGTH),
+    "min_steps": (1, protocol.MAX_STEPS),
+}
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
@@ -259,17 +273,19 @@ def load_model(
         load_ms=(time.perf_counter() - start) * 1000.0,
         prefix_cache=PrefixCache(model, slots=limits.cache_slots),
         line_canvas_length=int(line_canvas_length) if line_canvas_length else None,
+        min_steps=int(hints.get("min_steps", 0)),
         max_rows=limits.rows,
         quantized=quantized,
     )
     logger.info(
-        "loaded %s on %s (%s, layout %s, canvas %d, %d steps) in %.0f ms",
+        "loaded %s on %s (%s, layout %s, canvas %d, %d steps, at least %d under a deadline) in %.0f ms",
         loaded.model_id,
         devices if devices.single else f"{devices} ({_placed(where)})",
         torch_dtype,
         loaded.layout.name,
         loaded.canvas_length,
         sampler.max_steps,
+        loaded.min_steps,
         loaded.load_ms,
     )
     logger.info("memory left after loading: up to %d cached prompts, %d canvas rows at once", *attrs.astuple(limits))

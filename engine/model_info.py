@@ -27,5 +27,9 @@ class ModelInfo:
     """The longest prompt the engine lays out."""
     layout: str
     """The prompt layout's name (FIM sentinels, or a chat order)."""
+    max_steps: int = 0
+    """The schedule's steps at the model's own canvas."""
+    min_steps: int = 0
+    """The fewest of them a deadline leaves a completion."""
     compile_state: Callable[[], str]
     """The denoising step's state now: eager, compiling, compiled or failed (it changes while the engine runs)."""

@@ -307,6 +307,16 @@ class Stats:
     """The denoising step: ``eager`` (not compiling), ``compiling`` (served eagerly meanwhile), ``compiled``, or
     ``failed: <reason>`` (served eagerly); with ``serve --loop captured``, ``loop warming`` (served eagerly
     meanwhile), ``loop captured`` or ``loop failed: <reason>``."""
+    step_ms_p50: float = 0.0
+    """Denoising time per step over the last completed requests (0: none yet)."""
+    max_steps: int = 0
+    """The model's schedule: steps per completion at its own canvas."""
+    min_steps: int = 0
+    """The fewest of those a deadline leaves a completion (its answer means little below)."""
+    load_ms: float = 0.0
+    """How long loading the model took."""
+    idle_exit_s: float = 0.0
+    """The engine exits after this long without clients (0: never; -1: decided once the model has loaded)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import protocol
 from .errors import EngineError, describe
+from .idle import idle_exit_after
 from .jobs import Job, JobQueue
 from .model_info import ModelInfo
 from .stats import ReplyLog, rss_mb
@@ -87,9 +88,11 @@ def is_listening(path: Path) -> bool:
 class EngineServer:
     """Accepts clients, hands their infill jobs to the model thread, and writes back the replies."""
 
-    def __init__(self, queue: JobQueue, idle_exit_s: float = 0.0) -> None:
+    def __init__(self, queue: JobQueue, idle_exit_s: float | None = 0.0) -> None:
         self.queue = queue
         self.idle_exit_s = idle_exit_s
+        """Exit after this long without clients (0: never; None: ``auto``, decided when the model has loaded from
+        how long loading took: ``engine.idle``)."""
         self.loaded: ModelInfo | None = None
         self.load_error: str | None = None
         self._connection_ids = itertools.count(1)
@@ -200,7 +203,7 @@ class EngineServer:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, self.stop)
         watchdogs = [asyncio.create_task(self._socket_watchdog())]
-        if self.idle_exit_s > 0:
+        if self.idle_exit_s is None or self.idle_exit_s > 0:
             watchdogs.append(asyncio.create_task(self._idle_watchdog()))
         await self._stopped.wait()
         for watchdog in watchdogs:
@@ -229,9 +232,14 @@ class EngineServer:
 
     async def _idle_watchdog(self) -> None:
         while True:
-            await asyncio.sleep(min(1.0, self.idle_exit_s))
-            if not self._writers and time.monotonic() - self._last_activity > self.idle_exit_s:
-                logger.info("no client for %.0f s: exiting", self.idle_exit_s)
+            idle_exit_s = self.idle_exit_s
+            await asyncio.sleep(min(1.0, idle_exit_s or 1.0))
+            if idle_exit_s is None:
+                continue  # auto, and the model is still loading: decided when it has loaded
+            if idle_exit_s <= 0:
+                return
+            if not self._writers and time.monotonic() - self._last_activity > idle_exit_s:
+                logger.info("no client for %.0f s: exiting", idle_exit_s)
                 self.stop()
                 return
 
@@ -240,6 +248,9 @@ class EngineServer:
     def model_loaded(self, loaded: ModelInfo) -> None:
         """Tell the clients that connected during loading."""
         self.loaded = loaded
+        if self.idle_exit_s is None:
+            self.idle_exit_s = idle_exit_after(loaded.load_ms)
+            logger.info("loaded in %.1f s: exit after %.0f s without clients", loaded.load_ms / 1000, self.idle_exit_s)
         ready = protocol.Ready(
             model_id=loaded.model_id,
             device=loaded.device,
@@ -429,4 +440,9 @@ class EngineServer:
             last_error=self.load_error or self.replies.last_error,
             rss_mb=round(rss_mb(), 1),
             compiled=loaded.compile_state() if loaded else "",
+            step_ms_p50=round(self.replies.step_percentile(0.5), 2),
+            max_steps=loaded.max_steps if loaded else 0,
+            min_steps=loaded.min_steps if loaded else 0,
+            load_ms=round(loaded.load_ms, 1) if loaded else 0.0,
+            idle_exit_s=self.idle_exit_s if self.idle_exit_s is not None else -1.0,
         )

@@ -30,6 +30,8 @@ class ReplyLog:
         self.started = time.monotonic()
         self.counts: collections.Counter[str] = collections.Counter()
         self.recent_ms: collections.deque[float] = collections.deque(maxlen=RECENT)
+        self.recent_step_ms: collections.deque[float] = collections.deque(maxlen=RECENT)
+        """Denoising time per step of the same requests."""
         self.last_error = ""
 
     def record(self, reply: protocol.Result | protocol.Error) -> None:
@@ -39,14 +41,24 @@ class ReplyLog:
             timings = reply.timings
             if reply.stop in (protocol.StopReason.EOS, protocol.StopReason.LENGTH, protocol.StopReason.DEADLINE):
                 self.recent_ms.append(timings.total_ms)
+                if timings.steps:
+                    self.recent_step_ms.append(timings.denoise_ms / timings.steps)
         else:
             self.counts[reply.code.value] += 1
             self.last_error = f"{reply.code.value}: {reply.message}"
 
     def percentile(self, fraction: float) -> float:
         """A percentile of the recent engine times (0 when there are none)."""
-        if not self.recent_ms:
-            return 0.0
-        if len(self.recent_ms) == 1:
-            return self.recent_ms[0]
-        return statistics.quantiles(self.recent_ms, n=100, method="inclusive")[round(fraction * 100) - 1]
+        return _percentile(self.recent_ms, fraction)
+
+    def step_percentile(self, fraction: float) -> float:
+        """A percentile of the recent times per denoising step (0 when there are none)."""
+        return _percentile(self.recent_step_ms, fraction)
+
+
+def _percentile(values: collections.deque[float], fraction: float) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]

@@ -8,6 +8,7 @@ latest-wins, post-processing, reuse) is the same for both.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Callable
 from typing import Protocol
@@ -37,6 +38,10 @@ class EngineUnavailable(Exception):
     """No ready backend to ask; the caller answers empty."""
 
 
+class EngineNotReady(EngineUnavailable):
+    """An explicit request waited for the backend to become ready (``Backend.wait_ready``) and gave up."""
+
+
 class EngineRequestError(Exception):
     """The backend refused one request."""
 
@@ -64,13 +69,30 @@ class StateReporter:
     def __init__(self, state: BackendState, on_state: StateListener | None) -> None:
         self.state = state
         self.on_state = on_state
+        self._state_waiters: list[asyncio.Future[None]] = []
 
     def _set_state(self, state: BackendState, detail: str = "") -> None:
         if state is self.state and not detail:
             return
         self.state = state
+        waiters, self._state_waiters = self._state_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
         if self.on_state is not None:
             self.on_state(state, detail)
+
+    async def _next_state(self, timeout_s: float) -> None:
+        """Until the state changes (or reports again), or ``timeout_s`` passes."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._state_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, max(0.0, timeout_s))
+        except TimeoutError:
+            pass
+        finally:
+            if waiter in self._state_waiters:
+                self._state_waiters.remove(waiter)
 
 
 class Backend(Protocol):
@@ -105,6 +127,13 @@ class Backend(Protocol):
 
     def pending_count(self) -> int:
         """Requests sent and not yet answered."""
+        ...
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        """Until the backend can answer: at once where it can, or where it is only tried by a request (the remote
+        server); else while it starts or loads, at most ``timeout_s``. ``EngineNotReady`` when that passes,
+        ``EngineUnavailable`` when it will not become ready (its model failed to load). Cancelling stops the wait,
+        not the backend."""
         ...
 
     def as_rewrite(self, request: protocol.Infill) -> protocol.Infill:

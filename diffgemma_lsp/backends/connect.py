@@ -21,8 +21,13 @@ from diffgemma_lsp.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-IDLE_EXIT_S = 900
-"""An engine started here exits after this long without any client."""
+AUTO_IDLE_EXIT = "auto"
+"""The engine's ``--idle-exit`` that decides from how long its model took to load (``diffgemma_engine.idle``)."""
+
+
+def idle_exit_argument(minutes: int | None) -> str:
+    """``--idle-exit`` for the ``engineIdleExitMinutes`` setting: seconds (0: never), or auto for None."""
+    return AUTO_IDLE_EXIT if minutes is None else str(minutes * 60)
 
 
 def engine_log_path() -> Path:
@@ -32,9 +37,14 @@ def engine_log_path() -> Path:
 
 
 def engine_command(
-    socket_path: Path, model: str | None, device: str, log_path: Path | None = None, quantization: str = ""
+    socket_path: Path,
+    model: str | None,
+    device: str,
+    log_path: Path | None = None,
+    quantization: str = "",
+    idle_exit_minutes: int | None = None,
 ) -> list[str]:
-    """The command line of an engine for ``socket_path``."""
+    """The command line of an engine for ``socket_path`` (``idle_exit_minutes``: the setting, None for auto)."""
     command = [
         sys.executable,
         "-m",
@@ -47,7 +57,7 @@ def engine_command(
         "--device",
         device,
         "--idle-exit",
-        str(IDLE_EXIT_S),
+        idle_exit_argument(idle_exit_minutes),
         "--exist-ok",
     ]
     if model:
@@ -104,11 +114,13 @@ class StartedEngine:
         return f"the engine exited with status {status} (no output; see {self.folder})"
 
 
-def spawn_engine(socket_path: Path, model: str | None, device: str, quantization: str = "") -> StartedEngine:
+def spawn_engine(
+    socket_path: Path, model: str | None, device: str, quantization: str = "", idle_exit_minutes: int | None = None
+) -> StartedEngine:
     """Start an engine in its own session; its stdout never reaches the LSP's stdout, and its error output goes
     to ``engine.stderr`` beside its log (read by ``StartedEngine.exit_reason`` if it exits before serving)."""
     folder = _log_folder()
-    command = engine_command(socket_path, model, device, folder / "engine.log", quantization)
+    command = engine_command(socket_path, model, device, folder / "engine.log", quantization, idle_exit_minutes)
     logger.info("starting engine: %s", " ".join(command))
     stderr = os.open(folder / STDERR_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -132,13 +144,15 @@ def local_backend(
     quantization: str,
     on_state: StateListener | None,
     client_name: str = "diffgemma-lsp",
+    idle_exit_minutes: int | None = None,
 ) -> EngineClient:
     """A started client of the engine on ``engine_socket`` (None: the one for ``model``, ``device`` and
-    ``quantization``), which starts that engine when none runs there."""
+    ``quantization``), which starts that engine when none runs there (exiting after ``idle_exit_minutes`` without
+    clients; None: by what reloading costs)."""
     socket_path = engine_socket or protocol.socket_path_for(model, device, quantization)
 
     async def start_engine() -> ExitCheck:
-        return spawn_engine(socket_path, model, device, quantization).exit_reason
+        return spawn_engine(socket_path, model, device, quantization, idle_exit_minutes).exit_reason
 
     client = EngineClient(socket_path, start_engine, on_state, client_name=client_name)
     client.start()
@@ -161,4 +175,11 @@ def connect(settings: Settings, engine_socket: Path | None, on_state: StateListe
         )
         remote.start()
         return remote
-    return local_backend(engine_socket, settings.model, settings.device, settings.quantization, on_state)
+    return local_backend(
+        engine_socket,
+        settings.model,
+        settings.device,
+        settings.quantization,
+        on_state,
+        idle_exit_minutes=settings.engine_idle_exit_minutes,
+    )

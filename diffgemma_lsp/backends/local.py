@@ -22,6 +22,7 @@ from diffgemma_engine import protocol
 from diffgemma_lsp.backends.base import (
     OLD_ENGINE,
     BackendState,
+    EngineNotReady,
     EngineRequestError,
     EngineUnavailable,
     RewriteUnsupported,
@@ -261,6 +262,21 @@ class EngineClient(StateReporter):
     def new_id(self) -> str:
         """A request id unique on this connection."""
         return str(next(self._ids))
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        """Until the engine has loaded its model and this client is connected to it (starting the engine when none
+        runs), at most ``timeout_s``: ``EngineNotReady`` then; ``EngineUnavailable`` at once when its model failed
+        to load or the engine could not start (it is not started again)."""
+        self.start()
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + timeout_s
+        while self.load_failure is None and not (self.state is BackendState.READY and self._writer is not None):
+            left = give_up - loop.time()
+            if left <= 0:
+                raise EngineNotReady(f"the engine was not ready after {timeout_s:.0f} s (it is {self.state.value})")
+            await self._next_state(left)
+        if self.load_failure is not None:
+            raise EngineUnavailable(self.load_failure)
 
     def as_rewrite(self, request: protocol.Infill) -> protocol.Infill:
         """``request`` as it is, once the handshake said the engine starts canvases from text; an engine that

@@ -37,7 +37,10 @@ from diffgemma_lsp.fim_formats import CHAT, SUFFIX_FIELD, format_named
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 64
-"""``max_tokens`` when the settings leave the canvas to the model (0)."""
+"""``max_tokens`` for a completions format when the settings leave the canvas to the model (0): such a server may
+decode token by token, and OpenAI's default is 16. The ``chat`` format sends none then, so that the server's
+canvas is the model's own (256 for the release on vLLM), as the engine's and ``diffgemma-lsp openai``'s is for a
+chat checkpoint: a fenced answer needs the room."""
 MAX_ANSWER_BYTES = 1 << 20
 """A completions answer larger than this is refused unread (a completion is a few hundred tokens)."""
 SLACK_S = 5.0
@@ -76,6 +79,10 @@ class OpenAIBackend(StateReporter):
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(headers=self._headers())
 
+    async def wait_ready(self, timeout_s: float) -> None:
+        """At once: the server is tried by each request (an unreachable one fails that request, saying why)."""
+        self.start()
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
@@ -105,7 +112,9 @@ class OpenAIBackend(StateReporter):
     def request_body(self, request: protocol.Infill) -> dict[str, Any]:
         """The request body for ``request`` in the configured prompt format: ``/v1/completions``, or
         ``/v1/chat/completions`` for ``chat``."""
-        body: dict[str, Any] = {"max_tokens": request.canvas_length or DEFAULT_MAX_TOKENS, "stream": False}
+        body: dict[str, Any] = {"stream": False}
+        if request.canvas_length or self.prompt_format != CHAT:
+            body["max_tokens"] = request.canvas_length or DEFAULT_MAX_TOKENS
         if self.model:
             body["model"] = self.model
         if request.candidates > 1:

@@ -42,6 +42,7 @@ from diffgemma_lsp.endpoint.wire import (
     ApiError,
     completion_body,
     cut_at_stop,
+    cut_to_tokens,
     models_body,
     new_completion_id,
     parse_completion_request,
@@ -142,9 +143,13 @@ async def models(request: web.Request) -> web.Response:
     return web.json_response(models_body(model_name(request.app[ENGINE])))
 
 
-def canvas_for(max_tokens: int | None, model_canvas: int) -> int:
-    """The canvas for a request: the model's own, shorter when the client wants fewer tokens (0: the model's)."""
-    if max_tokens is None or (model_canvas and max_tokens >= model_canvas):
+def canvas_for(max_tokens: int | None, model_canvas: int, layout: str = protocol.FIM_LAYOUT) -> int:
+    """The canvas for a request (0: the model's own): a FIM checkpoint's is shorter when the client wants fewer
+    tokens. A chat checkpoint's is always its own: its answer comes wrapped (a code fence, a line of prose) in tokens
+    a FIM client's ``max_tokens`` does not count (Zed asks for 64 where the release's canvas is 256), and a shorter
+    canvas is not what it was trained to answer in; ``max_tokens`` then bounds what is returned instead
+    (``cut_to_tokens``)."""
+    if max_tokens is None or layout == protocol.CHAT_LAYOUT or (model_canvas and max_tokens >= model_canvas):
         return 0
     return max_tokens
 
@@ -173,7 +178,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         uri=f"openai:{completion_id}",
         prefix=protocol.valid_text(prefix),
         suffix=protocol.valid_text(suffix),
-        canvas_length=canvas_for(wanted.max_tokens, engine.hello.canvas_length),
+        canvas_length=canvas_for(wanted.max_tokens, engine.hello.canvas_length, engine.layout),
         deadline_ms=request.app[DEADLINE_MS],
         max_steps=request.app[MAX_STEPS],
         scope=protocol.cursor_scope(prefix),
@@ -195,9 +200,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
     for edit in infill_edits(engine, infill, result, ""):
         # This API cannot replace text: pure text to insert at the cursor.
         text, stopped = cut_at_stop(edit.insertion(suffix) if edit is not None else "", wanted.stop)
+        text, shortened = cut_to_tokens(text, wanted.max_tokens if engine.layout == protocol.CHAT_LAYOUT else None)
         if choices and (not text or any(text == seen for seen, _ in choices)):
             continue  # candidates that came out the same (or empty) after post-processing
-        choices.append((text, "stop" if stopped or result.stop is protocol.StopReason.EOS else "length"))
+        finished = not shortened and (stopped or result.stop is protocol.StopReason.EOS)
+        choices.append((text, "stop" if finished else "length"))
     answer = completion_body(
         completion_id, model_name(engine), choices, result.timings.prompt_tokens, result.timings.new_tokens
     )

@@ -15,6 +15,8 @@ from typing import Any
 
 import attrs
 
+from diffgemma_lsp.context import CHARS_PER_TOKEN
+
 MAX_STOP_SEQUENCES = 4
 MAX_CHOICES = 4
 
@@ -93,6 +95,19 @@ def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
     """``text`` up to the first stop sequence, and whether one was found."""
     cut = min((index for sequence in stop if (index := text.find(sequence)) >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def cut_to_tokens(text: str, max_tokens: int | None) -> tuple[str, bool]:
+    """``text`` cut to about ``max_tokens`` tokens (``CHARS_PER_TOKEN`` characters each: the language server has no
+    tokenizer) at the end of its last whole line within them (the first line at least), and whether it was cut. For
+    a chat checkpoint, whose canvas is its own whatever the client asks (``endpoint.server.canvas_for``)."""
+    limit = max_tokens * CHARS_PER_TOKEN if max_tokens is not None else len(text)
+    if len(text) <= limit:
+        return text, False
+    end = text.rfind("\n", 0, limit + 1)
+    if end <= 0:
+        end = text.find("\n")
+    return (text[:end], True) if end > 0 else (text, False)
 
 
 def new_completion_id() -> str:

@@ -25,6 +25,7 @@ JSON_TYPES = {
     "float": "number",
     "str": "string",
     "str | None": ["string", "null"],
+    "int | None": ["integer", "null"],
 }
 
 

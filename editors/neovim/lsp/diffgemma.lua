@@ -1,7 +1,7 @@
 -- diffgemma-lsp: multi-line code completion from a local DiffusionGemma model.
 -- A Neovim 0.11+ LSP config: put this file at <runtimepath>/lsp/diffgemma.lua, then `vim.lsp.enable("diffgemma")`.
 -- Settings (camelCase) go in init_options: enable, model, device, canvasLength, steps, contextTokens,
--- debounceMs, deadlineMs, rewriteEnabled, rewriteStrength, rewriteSteps.
+-- debounceMs, deadlineMs, engineIdleExitMinutes, rewriteEnabled, rewriteStrength, rewriteSteps.
 return {
   cmd = { "diffgemma-lsp", "--stdio" },
   filetypes = {
