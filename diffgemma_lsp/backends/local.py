@@ -3,7 +3,8 @@ ids, cancel, reconnect).
 
 One ``EngineClient`` per language server. It keeps a connection open, starting the engine when none runs,
 and reconnects (restarting the engine if need be) after the connection drops. Until the engine is ready,
-``infill`` raises ``EngineUnavailable`` at once, so completions answer empty instead of waiting.
+``infill`` raises ``EngineUnavailable`` at once, so automatic completions answer empty instead of waiting;
+explicit requests (a rewrite, an invoked completion) wait first with ``wait_ready``.
 """
 
 from __future__ import annotations
@@ -267,6 +268,8 @@ class EngineClient(StateReporter):
         """Until the engine has loaded its model and this client is connected to it (starting the engine when none
         runs), at most ``timeout_s``: ``EngineNotReady`` then; ``EngineUnavailable`` at once when its model failed
         to load or the engine could not start (it is not started again)."""
+        if self.load_failure is not None:
+            raise EngineUnavailable(self.load_failure)
         self.start()
         loop = asyncio.get_running_loop()
         give_up = loop.time() + timeout_s
