@@ -88,6 +88,9 @@ class EngineClient(StateReporter):
         self._closed = False
         self._answers = 0
         """Requests the engine has answered (result or refusal) since this client started."""
+        self._refused: str | None = None
+        """Why the last connection was refused as unsafe (another user's socket or engine): waiting does not make
+        it safe, so an explicit request is told at once (the background reconnects go on)."""
 
     @property
     def model_id(self) -> str:
@@ -131,6 +134,7 @@ class EngineClient(StateReporter):
                     self.load_failure = str(exc)
                     self._set_state(BackendState.FAILED, self.load_failure)
                     return
+                self._refused = str(exc) if isinstance(exc, protocol.UnsafeSocketError) else None
                 self._set_state(BackendState.FAILED, f"cannot reach the engine: {exc}")
                 await _backoff(attempt)
                 attempt += 1
@@ -178,6 +182,7 @@ class EngineClient(StateReporter):
             raise OSError(f"unexpected handshake reply {reply.TYPE!r}")
         self.hello = reply
         self._writer = writer
+        self._refused = None
         logger.info("connected to engine on %s (model %s, ready %s)", self.socket_path, reply.model_id, reply.ready)
         self._set_state(BackendState.READY if reply.ready else BackendState.LOADING)
         return reader
@@ -274,6 +279,8 @@ class EngineClient(StateReporter):
         loop = asyncio.get_running_loop()
         give_up = loop.time() + timeout_s
         while self.load_failure is None and not (self.state is BackendState.READY and self._writer is not None):
+            if self._refused is not None:
+                raise EngineUnavailable(f"cannot reach the engine: {self._refused}")
             left = give_up - loop.time()
             if left <= 0:
                 raise EngineNotReady(f"the engine was not ready after {timeout_s:.0f} s (it is {self.state.value})")

@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 
 from diffgemma_engine import protocol, vocab
 from diffgemma_engine.infill import build_prompt, check_request
-from diffgemma_engine.model import DEFAULT_MODEL_DIR, load_model
+from diffgemma_engine.model import DEFAULT_MODEL_DIR, LoadedModel, load_model
 from diffgemma_engine.training.data import EOS, MIDDLE_KINDS, PAD, Example, ExampleMaker
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine"
@@ -41,6 +41,14 @@ def _prefix_ids(ids: list[int]) -> list[int]:
     """The ids between ``<fim_prefix>`` and ``<fim_middle>`` of an SPM prompt."""
     start = len(ids) - 1 - ids[::-1].index(vocab.SPECIAL_IDS[vocab.FIM_PREFIX])
     return ids[start + 1 : -1]
+
+
+def _first_line_tokens(loaded: LoadedModel, ids: list[int]) -> int:
+    """How many of ``ids`` it takes to reach past the first line break (all of them for a single line)."""
+    for count in range(1, len(ids) + 1):
+        if "\n" in loaded.decode(ids[:count]):
+            return count
+    return len(ids)
 
 
 def _at_a_word(example: Example) -> bool:
@@ -74,10 +82,12 @@ def test_the_prompt_ends_with_the_tokens_the_engine_would_send(examples: list[Ex
         trained = example.ids[: example.prompt_len]
         assert served[-1] == trained[-1] == vocab.SPECIAL_IDS[vocab.FIM_MIDDLE]
         # the prefix's tokens (after <fim_prefix>), the partial word at the cursor last. The two budgets cut the
-        # far end at different line boundaries: the shorter prefix, but for its first two tokens (at the seam a
-        # line break may merge with the indentation after it), is the end of the longer
+        # far end at different line boundaries: the shorter prefix, but for its first line (at the seam a line
+        # break may merge with the indentation after it, and a long indentation splits into tokens differently
+        # after one), is the end of the longer
         shorter, longer = sorted((_prefix_ids(served), _prefix_ids(trained)), key=len)
-        assert longer[len(longer) - len(shorter) + 2 :] == shorter[2:], example.prefix[-40:]
+        seam = max(2, _first_line_tokens(loaded, shorter))
+        assert longer[len(longer) - len(shorter) + seam :] == shorter[seam:], example.prefix[-40:]
         long_enough += len(shorter) >= 16
         canvas, _ = check_request(loaded, request)
         assert example.canvas == canvas, (example.kind, example.prefix[-30:])
