@@ -193,7 +193,7 @@ def load_model(
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
 
     folder = hub.checkpoint_folder(model_dir)  # a hub id's cached snapshot; every weight file whole
-    check_folder(folder)  # every file within its cap and the config's sizes bounded, before anything reads them
+    config = check_folder(folder)  # every file within its cap and the config's sizes bounded, before anything reads
     hints = read_hints(folder)  # before the weights: a bad hint fails in milliseconds
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise ModelLoadError(
@@ -202,7 +202,7 @@ def load_model(
         )
     start = time.perf_counter()
     devices = placement.pick_devices(device)
-    torch_dtype = placement.pick_dtype(dtype, stored_dtype(read_json_object(folder / "config.json")), devices.first)
+    torch_dtype = placement.pick_dtype(dtype, stored_dtype(config), devices.first)
     settings = quantize.load_settings(quantization, devices.names, folder)  # refused here, before any weight
     precision = settings.method if settings.method != "none" else placement.precision_of(torch_dtype)
     if devices.single and devices.first != "cpu":  # an accelerator: refused at once rather than out of memory later
