@@ -262,7 +262,7 @@ def load_model(
     loaded = LoadedModel(
         model=model,
         tokenizer=tokenizer,
-        model_id=str(folder.resolve()) if model_dir is not None else "default",
+        model_id=protocol.model_identity(str(model_dir)) if model_dir is not None else "default",  # a hub id as written
         device=torch_device,
         layout=layout,
         eos_ids=eos_ids,
@@ -279,7 +279,7 @@ def load_model(
     )
     logger.info(
         "loaded %s on %s (%s, layout %s, canvas %d, %d steps, at least %d under a deadline) in %.0f ms",
-        loaded.model_id,
+        folder if loaded.model_id in ("default", str(folder.resolve())) else f"{folder} ({loaded.model_id})",
         devices if devices.single else f"{devices} ({_placed(where)})",
         torch_dtype,
         loaded.layout.name,

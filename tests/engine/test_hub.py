@@ -88,9 +88,27 @@ def test_pull_then_infill_and_serve_by_id_with_no_network(
         assert isinstance(result, protocol.Result), result
         assert result.timings.steps > 0
         assert f"loaded {folder}" in engine.log()
+        assert _served_model(engine.socket_path) == RELEASE_ID  # named by its id, not by its snapshot's hash
     finally:
         engine.stop()
     assert len(hub.requests) == asked
+
+
+def _served_model(socket_path: Path) -> str:
+    """The ``model_id`` the engine's handshake names."""
+    import asyncio
+
+    async def ask() -> str:
+        client = await RawClient.connect(socket_path, hello=False)
+        try:
+            await client.send(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="test", pid=os.getpid()))
+            reply = await client.receive()
+            assert isinstance(reply, protocol.HelloOk), reply
+            return reply.model_id
+        finally:
+            await client.close()
+
+    return asyncio.run(ask())
 
 
 def _serve_one(socket_path: Path) -> protocol.Message:
