@@ -171,6 +171,14 @@ def _placed(where: dict[str, str]) -> str:
     return ", ".join(f"{device}: {count} blocks" for device, count in counts.items())
 
 
+def _load_name(folder: Path, model_id: str) -> str:
+    """How the load's log line names the model: ``default`` (not the engine's install path), the folder, or the folder
+    with the hub id it was pulled as."""
+    if model_id == "default" or model_id == str(folder.resolve()):
+        return model_id
+    return f"{folder} ({model_id})"
+
+
 def load_model(
     model_dir: str | Path | None,
     device: str | None = None,
@@ -279,7 +287,7 @@ def load_model(
     )
     logger.info(
         "loaded %s on %s (%s, layout %s, canvas %d, %d steps, at least %d under a deadline) in %.0f ms",
-        folder if loaded.model_id in ("default", str(folder.resolve())) else f"{folder} ({loaded.model_id})",
+        _load_name(folder, loaded.model_id),
         devices if devices.single else f"{devices} ({_placed(where)})",
         torch_dtype,
         loaded.layout.name,
