@@ -24,8 +24,8 @@ setup: $(BIN)/diffgemma-lsp  ## create .venv and install the project with its te
 serve: setup  ## set up, then start the engine on the shipped default model (Ctrl-C stops it)
 	$(BIN)/diffgemma-engine serve
 
-test: setup  ## run the whole test suite (unit, protocol, engine, end-to-end)
-	@$(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; \
+test: setup  ## run the whole test suite (unit, protocol, engine, end-to-end); prints the 25 slowest tests
+	@$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here" >&2; exit 1; fi; exit $$rc
 
 test-editors: setup  ## the real-editor tests CI skips: Neovim 0.12 ghost text, Helix, VS Code (installs them first)

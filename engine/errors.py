@@ -34,12 +34,6 @@ class ModelLoadError(EngineError):
     CODE = ErrorCode.MODEL_ERROR
 
 
-class NotReadyError(EngineError):
-    """The model is still loading."""
-
-    CODE = ErrorCode.NOT_READY
-
-
 class BusyError(EngineError):
     """The queue is full."""
 
