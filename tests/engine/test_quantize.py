@@ -334,6 +334,11 @@ def test_int8_gives_the_memorized_answer_of_its_float_model(release_memorized_di
     parts = PromptParts(prefix=ANSWERED_PREFIX, suffix=ANSWERED_SUFFIX, language=ANSWERED_LANGUAGE)
     ids = layout_for(tokenizer).prompt(parts, DEFAULT_MAX_PROMPT_TOKENS).ids
 
+    # Near-greedy: int8 moves the logits in their last bits, and under the released temperatures (0.8 -> 0.4) that
+    # alone can change a draw (CI: the int8 answer left bfloat16's at its 13th token); what int8 must keep is the
+    # float model's choice of token.
+    near_greedy = SamplerSettings(t_min=1e-3, t_max=1e-3)
+
     def answer(model: torch.nn.Module) -> list[int]:
         with quantize.grad_mode_for(model)():
             cache = DynamicCache(config=model.config.get_text_config(decoder=True))
@@ -341,7 +346,7 @@ def test_int8_gives_the_memorized_answer_of_its_float_model(release_memorized_di
             # denoise_canvas is decorated with inference_mode; its body is what the engine would run under no_grad
             run = denoise_canvas.__wrapped__
             canvas = model.config.canvas_length  # the canvas it was trained on, which its fixture checks it answers on
-            tokens = run(model, cache, 1, canvas, SamplerSettings(), torch.Generator().manual_seed(0)).tokens[0]
+            tokens = run(model, cache, 1, canvas, near_greedy, torch.Generator().manual_seed(0)).tokens[0]
         config = model.generation_config
         return cut_at_eos(tokens.tolist(), set(config.eos_token_id), config.pad_token_id)[0]
 
