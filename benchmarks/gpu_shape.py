@@ -10,7 +10,7 @@ beside (``floor_ms``: the weights a step reads over the memory bandwidth measure
 
 * ``eager``: the engine's loop (``engine.canvas.denoise.run_canvas``), with and without prefix reuse (then one
   more token, as after a keystroke);
-* ``static``: the capturable step (``engine.canvas.static_step``) run op by op: fixed shapes, no host sync inside;
+* ``static``: the capturable step (``engine.canvas.static``) run op by op: fixed shapes, no host sync inside;
 * ``captured``: the same step compiled as one graph with ``mode="reduce-overhead"``: on a GPU, a CUDA graph replayed
   once a step (the compile and its warm-up are timed apart, as ``compile_s``).
 
@@ -39,7 +39,7 @@ from benchmarks.report import RESULTS, write_json
 from diffgemma_engine.canvas.caches import PrefixCache, encode_prompt
 from diffgemma_engine.canvas.denoise import run_canvas
 from diffgemma_engine.canvas.sampler import SamplerSettings
-from diffgemma_engine.canvas.static_step import StaticPrompt, compile_step, denoise_static, prompt_bucket
+from diffgemma_engine.canvas.static import StaticPrompt, compile_step, denoise_static, prompt_bucket
 from diffgemma_engine.training.configs import text_only_config
 
 RELEASE = dict(  # google/diffusiongemma-26B-A4B-it config.json (text part)

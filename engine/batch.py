@@ -20,7 +20,8 @@ import attrs
 
 from . import protocol
 from .canvas.caches import stack_rows
-from .canvas.denoise import StopCheck, denoise_canvas
+from .canvas.denoise import denoise_canvas
+from .canvas.loop import StopCheck
 from .clock import hold_deadline
 from .errors import BadRequestError
 from .infill import check_request, finish_row, start_canvas, timed_prompt_ids, timed_start_row

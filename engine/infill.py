@@ -22,7 +22,9 @@ import attrs
 import torch
 
 from . import protocol
-from .canvas.denoise import StartCanvas, StopCheck, run_canvas, start_step
+from .canvas.denoise import run_canvas
+from .canvas.loop import StopCheck
+from .canvas.start import StartCanvas, start_step
 from .clock import StepClock, hold_deadline
 from .errors import BadRequestError
 from .model import LoadedModel

@@ -16,8 +16,8 @@ import torch
 from . import hub, loadable, placement, plan, protocol, quantize, text_only
 from .canvas.caches import DEFAULT_SLOTS, PrefixCache
 from .canvas.captured import CapturedLoop
+from .canvas.compiled import DecoderStep
 from .canvas.sampler import SamplerSettings
-from .canvas.step import DecoderStep
 from .checkpoint_files import (
     DEFAULT_MODEL_DIR,  # noqa: F401 - the shipped model, which tests name from here
     HINTS_FILE,

@@ -65,14 +65,15 @@ KINDS: tuple[str, ...] = ("routed_experts", "linear", "embedding", "vision", "ot
 MLP, router, self-conditioning); the token embedding, tied to the LM head; the vision tower and its embedder; the
 rest (norms, scales)."""
 STEP_VOCAB_TENSORS = 3.0
-"""Vocabulary-sized (rows x canvas x vocab) float32 tensors alive at the peak of one eager denoising step: this
-step's scaled logits (kept: the next step's self-conditioning), its probabilities, and the accepted rows' copy
-that ``engine.canvas.sampler.draw_tokens`` turns into their cumulative distribution in place. The entropy is taken
-without log-probabilities and the previous step's tensors are let go before sampling (it was 5 before).
-Measured with a dispatch-mode tracker on the small checkpoints (``tests/engine/test_plan.py``); ``exact``
-sampling holds more."""
-SELF_CONDITIONING_COPY = 0.5
-"""A bfloat16 model keeps the previous logits once more, cast for self-conditioning: half a float32 tensor."""
+"""Vocabulary-sized (rows x canvas x vocab) float32 tensors alive at the peak of one eager denoising step of a
+float32 model: this step's scaled logits (kept: the next step's self-conditioning), its probabilities, and the
+previous step's logits while the decoder reads them, or the accepted rows' copy that
+``engine.canvas.sampler.draw_tokens`` turns into their cumulative distribution in place. The entropy is taken
+without log-probabilities and the previous step's logits are let go once the decoder has read them
+(``engine.canvas.step.StepState.take_self_conditioning``; it was 5 before). Measured with a dispatch-mode tracker on
+the small checkpoints (``tests/engine/test_plan.py``); ``exact`` sampling holds more."""
+HALF_PRECISION_SAVING = 0.5
+"""A bfloat16 model's logits, kept for self-conditioning, are half a float32 tensor (the scores are float32)."""
 DEFAULT_PROMPT_TOKENS = 2048
 PREFIX_CACHE_SLOTS = 16
 """Documents whose encoded prompt the engine keeps (``engine.canvas.caches.DEFAULT_SLOTS``)."""
@@ -342,7 +343,7 @@ def request_memory(
         if prompt_tokens > keep:  # engine.canvas.caches.decoder_view copies the window out of the master
             copies += size * keep
     step_tensor = canvas_length * vocab_size * 4
-    step_tensors = STEP_VOCAB_TENSORS + (SELF_CONDITIONING_COPY if dtype != "float32" else 0.0)
+    step_tensors = STEP_VOCAB_TENSORS - (HALF_PRECISION_SAVING if dtype != "float32" else 0.0)
     return RequestMemory(
         dtype=dtype,
         canvas_length=canvas_length,

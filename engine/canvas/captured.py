@@ -2,8 +2,8 @@
 shape, compiled and warmed up in the background, on the buffers serving then fills.
 
 The shapes are known when the model loads: one row, the model's canvas and its line canvas, and the prompt
-buckets (``static_step.prompt_bucket``) up to the engine's prompt budget. A background thread compiles the step
-(``static_step.compile_step``; ``mode="reduce-overhead"`` records a CUDA graph on a GPU) and denoises one canvas of
+buckets (``static.prompt_bucket``) up to the engine's prompt budget. A background thread compiles the step
+(``static.compile_step``; ``mode="reduce-overhead"`` records a CUDA graph on a GPU) and denoises one canvas of
 each shape on the very ``StaticPrompt`` buffers serving will load (a CUDA graph reads its inputs at the addresses
 it was recorded with). Until then, and for any shape it did not warm (a batch, several candidates, a rewrite's
 held positions, a schedule with other constants), the engine's eager loop serves: nothing waits for a compile.
@@ -26,9 +26,11 @@ from ..checkpoint_files import text_config_of
 from ..placement import execution_device
 from ..quantize import grad_mode
 from .caches import encode_prompt
-from .denoise import Denoised, StartCanvas, StopCheck
+from .loop import Denoised, StopCheck
 from .sampler import SamplerSettings
-from .static_step import StaticPrompt, Step, compile_step, denoise_static, prompt_bucket
+from .start import StartCanvas
+from .static import StaticPrompt, compile_step, denoise_static, prompt_bucket
+from .step import Step
 
 if TYPE_CHECKING:
     from transformers import DiffusionGemmaForBlockDiffusion
@@ -105,7 +107,7 @@ class CapturedLoop:
         row_checks: Sequence[StopCheck] | None = None,
         start: StartCanvas | None = None,
     ) -> Denoised:
-        """``static_step.denoise_static`` on the warmed graph of these views' shape (``serves`` said yes)."""
+        """``static.denoise_static`` on the warmed graph of these views' shape (``serves`` said yes)."""
         longest = max(view.get_seq_length() for view in views)
         prompt = self._prompts[(len(views), canvas_length, prompt_bucket(longest))]
         with grad_mode(self.model)():  # the buffers are inference tensors, written in place

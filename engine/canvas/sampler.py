@@ -1,14 +1,22 @@
-"""The sampler: the denoising schedule's settings, what a step's logits give it, and which tokens it accepts.
+"""The sampler: the denoising schedule's settings, what a step's logits give it, which tokens it accepts and draws,
+and when a row stops. transformers states its sampler and stopper as small named pieces too
+(``generation_diffusion_gemma.py``); these are the engine's, each used by the one step (``engine.canvas.step``):
 
-One step's logits become :class:`Scores` (temperature, argmax, probabilities, entropy, each computed once); the
-lowest-entropy positions within the bound are accepted (:func:`accept_mask`) and only they draw a token
-(:func:`sample_accepted`, :func:`draw_tokens`). Torch only.
+* scoring: one step's logits become :class:`Scores` (temperature, argmax, probabilities, entropy, each computed
+  once), with ``generate``'s arithmetic (:func:`exact_scores`) or a cheaper entropy (:func:`score_logits`);
+* acceptance: the lowest-entropy positions within the bound (:func:`accept_mask`);
+* drawing: :class:`ExactSampler` (``generate``'s random stream, its numbers drawn outside the step by
+  :meth:`StepNoise.draw`, so the step has no host in it) or :class:`AcceptedOnlySampler` (a draw only where a
+  token is accepted: less work on a CPU, another random stream);
+* stopping: :func:`settled`, stable and confident.
+
+Torch only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -51,6 +59,104 @@ def score_logits(logits: torch.Tensor, temperature: torch.Tensor | float = 1.0) 
     return Scores(logits, logits.argmax(dim=-1), probs, entropy)
 
 
+def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """``torch.distributions.Categorical(logits=logits).entropy()``, the same arithmetic, without the argument
+    check (an ``.all()`` read by the host)."""
+    normalized = logits - logits.logsumexp(dim=-1, keepdim=True)
+    probs = torch.softmax(normalized, dim=-1)
+    clamped = torch.clamp(normalized, min=torch.finfo(normalized.dtype).min)
+    return -(clamped * probs).sum(-1)
+
+
+def exact_scores(logits: torch.Tensor, temperature: torch.Tensor | float = 1.0) -> Scores:
+    """:class:`Scores` with ``generate``'s arithmetic: its temperature, float32 softmax and ``Categorical``
+    entropy (the same tokens for the same seed)."""
+    logits = logits / temperature
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    return Scores(logits, torch.argmax(logits, dim=-1), probs, categorical_entropy(logits))
+
+
+@dataclass
+class StepNoise:
+    """One step's random numbers for :class:`ExactSampler`, drawn outside the step with the request's generator."""
+
+    exponential: torch.Tensor  # (B * C, V) float32: the variates ``torch.multinomial`` would draw
+    renoise: torch.Tensor  # (B, C) long: the random tokens for positions not accepted
+
+    @classmethod
+    def draw(
+        cls, batch: int, canvas_length: int, vocab_size: int, device: torch.device, generator: torch.Generator | None
+    ) -> StepNoise:
+        """What ``generate``'s step draws, in its order: the multinomial's variates, then the renoising tokens."""
+        exponential = torch.empty((batch * canvas_length, vocab_size), dtype=torch.float32, device=device)
+        exponential.exponential_(1, generator=generator)
+        renoise = torch.randint(0, vocab_size, (batch, canvas_length), device=device, generator=generator)
+        return cls(exponential, renoise)
+
+
+class Sampler(Protocol):
+    """How a step scores its logits and draws its tokens."""
+
+    def scores(self, logits: torch.Tensor, temperature: torch.Tensor) -> Scores:
+        """The step's :class:`Scores` from the decoder's logits (B, C, V)."""
+        ...
+
+    def draw(
+        self, scores: Scores, canvas: torch.Tensor, accepted: torch.Tensor, noise: StepNoise | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sample, renoise), both (B, C): the tokens the ``accepted`` positions take, and the others' noise."""
+        ...
+
+
+class ExactSampler:
+    """``generate``'s sampler: a multinomial draw at every position, as ``argmax(p / q)`` over the exponential
+    variates ``q`` that ``torch.multinomial`` draws (:class:`StepNoise`, drawn outside the step in the same order),
+    so the same seed gives the same tokens and the step reads nothing back on the host."""
+
+    def scores(self, logits: torch.Tensor, temperature: torch.Tensor) -> Scores:
+        return exact_scores(logits, temperature)
+
+    def draw(
+        self, scores: Scores, canvas: torch.Tensor, accepted: torch.Tensor, noise: StepNoise | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if noise is None:
+            raise ValueError("the exact sampler's numbers are drawn before the step (StepNoise.draw)")
+        probs = scores.probs
+        sample = (probs.view(-1, probs.shape[-1]) / noise.exponential).argmax(dim=-1).view(canvas.shape)
+        return sample, noise.renoise
+
+
+@dataclass
+class AcceptedOnlySampler:
+    """The fast sampler: a draw only where a token is accepted (:func:`draw_accepted`), then the renoising
+    tokens, both from ``generator`` inside the step (the accepted positions' ``nonzero`` is a host read)."""
+
+    generator: torch.Generator | None
+
+    def scores(self, logits: torch.Tensor, temperature: torch.Tensor) -> Scores:
+        return score_logits(logits, temperature)
+
+    def draw(
+        self, scores: Scores, canvas: torch.Tensor, accepted: torch.Tensor, noise: StepNoise | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        sample = draw_accepted(scores, canvas, accepted, self.generator)
+        vocab_size = scores.logits.shape[-1]
+        renoise = torch.randint(0, vocab_size, canvas.shape, device=canvas.device, generator=self.generator)
+        return sample, renoise
+
+
+def settled(
+    history: torch.Tensor, best: torch.Tensor, entropy: torch.Tensor, settings: SamplerSettings
+) -> torch.Tensor:
+    """The stopper: the (B,) rows whose ``best`` (B, C) equals each of the last steps' (``history``, (S, B, C)) and
+    whose mean entropy is under the confidence threshold."""
+    if settings.stability_threshold == 0:
+        stable = torch.ones(best.shape[0], dtype=torch.bool, device=best.device)
+    else:
+        stable = (history == best[None]).all(dim=-1).all(dim=0)
+    return stable & (entropy.mean(dim=-1) < settings.confidence_threshold)
+
+
 def sample_accepted(
     scores: Scores, canvas: torch.Tensor, bound: float, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,11 +168,18 @@ def sample_accepted(
     token-for-token agreement with ``generate``.
     """
     accepted = accept_mask(scores.entropy, bound)
+    return draw_accepted(scores, canvas, accepted, generator), accepted
+
+
+def draw_accepted(
+    scores: Scores, canvas: torch.Tensor, accepted: torch.Tensor, generator: torch.Generator | None
+) -> torch.Tensor:
+    """``canvas`` with a token drawn (:func:`draw_tokens`) at each ``accepted`` position."""
     sample = canvas.clone()
     rows = accepted.nonzero(as_tuple=True)
     if rows[0].numel():
         sample[rows] = draw_tokens(scores.probs[rows], generator)
-    return sample, accepted
+    return sample
 
 
 def draw_tokens(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

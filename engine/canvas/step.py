@@ -1,148 +1,250 @@
-"""One denoising step's dense work: the decoder's forward pass, then the scores the sampler reads from its logits.
+"""The denoising step, stated once: every way the engine runs a canvas calls :func:`denoise_step`.
 
-On these small models a step is bound by its many small operations, not by arithmetic: eager PyTorch runs
-thousands of operator calls a step, and on one thread the vocabulary-sized element-wise work (soft-capping,
-temperature, softmax, entropy) is a large share of it. ``torch.compile`` fuses that work into a few vectorised
-kernels and drops most of the per-operation cost.
+A step takes the loop's state (:class:`StepState`: canvas, answer so far, self-conditioning logits, stability
+history, finished rows, the schedule's counter) to the next one, against the encoded prompt
+(:class:`DecoderInputs`)::
 
-This module is the mechanism only; the caller decides to compile and hands in the warm-up (gpt-fast's shape:
-``engine.worker`` passes ``engine.canvas.warmup.trace_serving_shapes``). Compiling is slow, most of it dynamo
-tracing transformers' Python, which holds the GIL: the engine does not wait for it (:class:`DecoderStep` runs
-eagerly until a background thread has compiled and warmed up the graphs, then switches), but completions served
-meanwhile are slow. It pays in an engine that runs for long. The graphs are built with dynamic shapes, so prompt
-and canvas lengths do not recompile; a call that would need a graph the warm-up did not build runs eagerly
-instead of compiling on the model thread. A compile that fails (no C++ compiler, an unsupported operator) leaves
-the engine eager, with the reason in ``state`` and the log.
+    1. scores <- the decoder's logits for the canvas (self-conditioned on the last step's), at the temperature
+       t_min + (t_max - t_min) * step / N, scored by the sampler                        (B, C, V) -> Scores
+    2. held positions (a rewrite's kept segments) are certain of their tokens
+    3. accepted <- the lowest-entropy positions whose summed entropy stays within the bound
+    4. sample, renoise <- the sampler's draws
+    5. canvas <- sample where accepted, renoise elsewhere, the held tokens where held
+    6. rows already finished keep their canvas and answer (their logits are the next step's self-conditioning,
+       which only they read, and what they compute is not kept)
+    7. finished |= stable over the last S steps and confident (``sampler.settled``)
+
+What varies is passed in (:class:`StepParts`): how the logits are computed and scored (the model's forward, eager,
+or ``engine.canvas.compiled.DecoderStep`` once compiled), and the sampler (``sampler.ExactSampler``, whose random
+numbers are drawn before the step, or ``sampler.AcceptedOnlySampler``). The ways to run it:
+
+* eagerly, op by op (``step_of``): the CPU's loop, with the fast sampler;
+* with the decoder pass compiled (``DecoderStep``, dynamic shapes, in the background);
+* the whole step compiled as one graph per serving shape, a CUDA graph on a GPU
+  (``engine.canvas.captured.compile_step``): with the exact sampler, nothing in the step reads back to the host.
+
+The host loop around it, which asks for cancels between steps, is ``engine.canvas.loop.run_steps``.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from transformers import DynamicCache
 
-from .sampler import Scores, score_logits
+from .sampler import Sampler, SamplerSettings, Scores, StepNoise, accept_mask, settled
+from .start import StartCanvas, first_canvas, first_step
 
 if TYPE_CHECKING:
     from transformers import DiffusionGemmaForBlockDiffusion
 
-logger = logging.getLogger(__name__)
+MaskMapping = Mapping[str, torch.Tensor | None]
 
-MaskMapping = dict[str, torch.Tensor | None]
-Forward = Callable[[torch.Tensor, torch.Tensor | None, MaskMapping, DynamicCache, torch.Tensor], torch.Tensor]
-"""(canvas, self-conditioning logits or None, decoder mask mapping, encoder cache, positions) -> logits."""
+PIN_LOGIT = -1.0e4
+"""A held position's logits: this for every token but its own (0), a one-hot softmax in any float dtype."""
 
 
-def eager_forward(model: DiffusionGemmaForBlockDiffusion) -> Forward:
-    """The model's own forward for one denoising step: what ``DiffusionGemmaForBlockDiffusion.generate`` calls."""
+class DecoderInputs(Protocol):
+    """The encoded prompt a canvas attends to, fixed through its steps (``PromptView``, or
+    ``engine.canvas.static.StaticPrompt``'s buffers)."""
+
+    @property
+    def cache(self) -> DynamicCache:
+        """The decoder's view of the encoder's keys and values."""
+        ...
+
+    @property
+    def masks(self) -> MaskMapping:
+        """Per layer type, what each canvas position sees."""
+        ...
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """(B, C) int32: each row's canvas positions, after its own prompt."""
+        ...
+
+
+@dataclass
+class PromptView:
+    """:class:`DecoderInputs` over a ``DynamicCache`` as long as the prompt (the eager loop's)."""
+
+    cache: DynamicCache
+    masks: MaskMapping
+    positions: torch.Tensor
+
+
+@dataclass
+class StepState:
+    """The denoising loop's tensors between steps."""
+
+    canvas: torch.Tensor  # (B, C) long: the tokens the next step denoises
+    best: torch.Tensor  # (B, C) long: the last step's argmax (the answer so far)
+    self_conditioning: torch.Tensor | None  # (B, C, V) embedding dtype: the last step's logits (None or zeros before)
+    conditioned: torch.Tensor | None  # (B,) bool: rows whose ``self_conditioning`` holds logits (None: all do)
+    history: torch.Tensor  # (S, B, C) long: the last S steps' ``best`` (S: the stability threshold; -1 unset)
+    finished: torch.Tensor  # (B,) bool: rows that settled, or that a row check stopped
+    remaining: torch.Tensor  # () int32: the step of the schedule the next step runs, counting down to 1
+    total: torch.Tensor  # () int32: the schedule's length N (a tensor: one graph serves every step count)
+    held: torch.Tensor | None = None  # (B, C) bool: positions held at ``held_tokens`` (a rewrite's kept segments)
+    held_tokens: torch.Tensor | None = None  # (B, C) long; both None when nothing is held
+
+    def take_self_conditioning(self) -> torch.Tensor | None:
+        """The last step's logits, for the decoder. The eager loop's state (``conditioned`` None) gives them up
+        here, so that the step lets them go once the decoder has read them: one vocabulary-sized tensor fewer while
+        it samples (``engine.plan.STEP_VOCAB_TENSORS``). A fixed-shape state keeps its buffer."""
+        logits = self.self_conditioning
+        if self.conditioned is None:
+            self.self_conditioning = None
+        return logits
+
+
+ScorePass = Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor | None, DecoderInputs, torch.Tensor], Scores]
+"""(canvas, self-conditioning logits, their (B,) mask, prompt, temperature) -> the step's scores."""
+
+
+def model_forward(model: DiffusionGemmaForBlockDiffusion) -> Callable[..., torch.Tensor]:
+    """The model's own decoder pass for one step: what ``DiffusionGemmaForBlockDiffusion.generate`` calls."""
 
     def forward(
         canvas: torch.Tensor,
         self_conditioning: torch.Tensor | None,
-        mask: MaskMapping,
-        cache: DynamicCache,
-        position_ids: torch.Tensor,
+        conditioned: torch.Tensor | None,
+        inputs: DecoderInputs,
     ) -> torch.Tensor:
         logits: torch.Tensor = model(
             decoder_input_ids=canvas,
             self_conditioning_logits=self_conditioning,
-            decoder_attention_mask=mask,
-            cache=cache,
-            decoder_position_ids=position_ids,
+            self_conditioning_mask=conditioned,
+            decoder_attention_mask=inputs.masks,
+            cache=inputs.cache,
+            decoder_position_ids=inputs.positions,
         ).logits
         return logits
 
     return forward
 
 
-class DecoderStep:
-    """``step(canvas, self_conditioning, mask, cache, positions, temperature) -> Scores``.
+def eager_scores(model: DiffusionGemmaForBlockDiffusion, sampler: Sampler) -> ScorePass:
+    """Step 1 run op by op: the model's forward, then ``sampler.scores``."""
+    forward = model_forward(model)
 
-    Eager until ``start_compiling`` has compiled and warmed up the graphs, then compiled. ``state`` is ``eager``
-    (not compiling), ``compiling``, ``compiled``, or ``failed: <reason>``. Only steps with self-conditioning
-    logits (all but the first of a canvas) use the compiled graphs.
-    """
-
-    def __init__(
-        self,
-        model: DiffusionGemmaForBlockDiffusion,
-        compiled: Callable[..., Scores] | None = None,
-        stance: str = "eager_on_recompile",
-    ) -> None:
-        self.model = model
-        self.state = "eager" if compiled is None else "compiled"
-        self.compile_s = 0.0
-        self.forward = eager_forward(model)
-        self._compiled = compiled
-        self._stance = stance
-        """A shape the warm-up did not cover runs eagerly: compiling it on the model thread would stall it."""
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def __call__(
-        self,
+    def score(
         canvas: torch.Tensor,
         self_conditioning: torch.Tensor | None,
-        mask: MaskMapping,
-        cache: DynamicCache,
-        position_ids: torch.Tensor,
+        conditioned: torch.Tensor | None,
+        inputs: DecoderInputs,
         temperature: torch.Tensor,
     ) -> Scores:
-        compiled = self._compiled
-        if compiled is None or self_conditioning is None:
-            return self.eager(canvas, self_conditioning, mask, cache, position_ids, temperature)
-        with torch.compiler.set_stance(self._stance):
-            return compiled(canvas, self_conditioning, mask, cache, position_ids, temperature)
+        return sampler.scores(forward(canvas, self_conditioning, conditioned, inputs), temperature)
 
-    def eager(
-        self,
-        canvas: torch.Tensor,
-        self_conditioning: torch.Tensor | None,
-        mask: MaskMapping,
-        cache: DynamicCache,
-        position_ids: torch.Tensor,
-        temperature: torch.Tensor,
-    ) -> Scores:
-        """The step without compiling: the model's forward, then :func:`score_logits`."""
-        return score_logits(self.forward(canvas, self_conditioning, mask, cache, position_ids), temperature)
+    return score
 
-    def without_fallback(self) -> DecoderStep:
-        """The same compiled graphs, raising where serving would fall back to eager (a test of their coverage)."""
-        if self._compiled is None:
-            raise RuntimeError(f"nothing compiled ({self.state})")
-        return DecoderStep(self.model, self._compiled, stance="fail_on_recompile")
 
-    def start_compiling(self, warm_up: Callable[[DecoderStep], None]) -> None:
-        """Compile, then run ``warm_up`` on a step over the compiled graphs (it traces the shapes to serve), in a
-        background thread; the eager forward serves until then."""
-        if self._thread is not None:
-            return
-        self.state = "compiling"
-        self._thread = threading.Thread(target=self._compile, args=(warm_up,), name="diffgemma-compile", daemon=True)
-        self._thread.start()
+@dataclass(frozen=True)
+class StepParts:
+    """What a step is run with: its scoring pass, its sampler, the schedule, and the embeddings' dtype (the
+    self-conditioning logits are kept in it)."""
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until compiling has ended (compiled or failed); False on timeout or when never started."""
-        return self._thread is not None and self._ready.wait(timeout)
+    score: ScorePass
+    sampler: Sampler
+    settings: SamplerSettings
+    embed_dtype: torch.dtype
 
-    def _compile(self, warm_up: Callable[[DecoderStep], None]) -> None:
-        started = time.perf_counter()
-        try:
-            compiled = torch.compile(self.eager, dynamic=True)
-            warm_up(DecoderStep(self.model, compiled, stance="default"))  # tracing: each new shape compiles
-        except Exception as exc:  # noqa: BLE001 - any compile failure leaves the engine eager, and says why
-            reason = str(exc).splitlines()[0] if str(exc) else ""
-            self.state = f"failed: {type(exc).__name__}: {reason}"
-            logger.warning("torch.compile of the decoder failed; serving eagerly (%s)", self.state)
-        else:
-            self._compiled = compiled
-            self.state = "compiled"
-            logger.info("decoder compiled in %.1f s; steps now run the compiled graph", time.perf_counter() - started)
-        finally:
-            self.compile_s = round(time.perf_counter() - started, 1)
-            self._ready.set()
+
+def pin_scores(scores: Scores, held: torch.Tensor, tokens: torch.Tensor) -> Scores:
+    """``scores`` certain of ``tokens`` at the ``held`` positions (B, C): their logits one-hot (``PIN_LOGIT``
+    elsewhere, so the next step's self-conditioning sees the token), their argmax the token, their entropy 0 (no
+    weight in the bound or the stopper). Their probabilities are left: what is drawn there is replaced anyway.
+    The logits are changed in place (the step's own tensor: no second vocabulary-sized copy)."""
+    logits = scores.logits
+    own = torch.where(held, 0.0, logits.gather(-1, tokens[..., None]).squeeze(-1)).to(logits.dtype)
+    logits.masked_fill_(held[..., None], PIN_LOGIT).scatter_(-1, tokens[..., None], own[..., None])
+    best = torch.where(held, tokens, scores.best)
+    return Scores(logits, best, scores.probs, scores.entropy.masked_fill(held, 0.0))
+
+
+def denoise_step(parts: StepParts, inputs: DecoderInputs, state: StepState, noise: StepNoise | None) -> StepState:
+    """One denoising step (the numbered list in this module's docstring), a function of the state, the prompt and
+    (for the exact sampler) the step's random numbers. No decision in it is the host's. The step owns ``state``:
+    the caller uses the state it returns, not this one (``StepState.take_self_conditioning``)."""
+    settings = parts.settings
+    temperature = settings.t_min + (settings.t_max - settings.t_min) * (state.remaining / state.total)
+    scores = parts.score(state.canvas, state.take_self_conditioning(), state.conditioned, inputs, temperature)  # 1
+    if state.held is not None and state.held_tokens is not None:  # 2
+        scores = pin_scores(scores, state.held, state.held_tokens)
+    accepted = accept_mask(scores.entropy, settings.entropy_bound)  # 3
+    sample, renoise = parts.sampler.draw(scores, state.canvas, accepted, noise)  # 4
+    canvas = torch.where(accepted, sample, renoise)  # 5
+    if state.held is not None and state.held_tokens is not None:
+        canvas = torch.where(state.held, state.held_tokens, canvas)
+    done = state.finished[:, None]  # 6
+    best = torch.where(done, state.best, scores.best)
+    canvas = torch.where(done, state.canvas, canvas)
+    history = torch.cat([state.history[1:], best[None]])
+    finished = state.finished | settled(state.history, best, scores.entropy, settings)  # 7
+    return StepState(
+        canvas=canvas,
+        best=best,
+        self_conditioning=scores.logits.to(parts.embed_dtype),
+        conditioned=None if state.conditioned is None else torch.ones_like(state.conditioned),
+        history=history,
+        finished=finished,
+        remaining=state.remaining - 1,
+        total=state.total,
+        held=state.held,
+        held_tokens=state.held_tokens,
+    )
+
+
+Step = Callable[[DecoderInputs, StepState, StepNoise | None], StepState]
+"""A way of running :func:`denoise_step` with its parts bound: eager, or compiled."""
+
+
+def step_of(parts: StepParts) -> Step:
+    """:func:`denoise_step` with ``parts``, run op by op."""
+    return functools.partial(denoise_step, parts)
+
+
+def initial_state(
+    batch: int,
+    canvas_length: int,
+    vocab_size: int,
+    settings: SamplerSettings,
+    embed_dtype: torch.dtype,
+    device: torch.device,
+    generator: torch.Generator | None,
+    start: StartCanvas | None = None,
+    *,
+    fixed_shapes: bool = True,
+) -> StepState:
+    """The state before the first step: a canvas of noise drawn with ``generator`` (or a rewrite's renoised start),
+    nothing settled, at the schedule's first step.
+
+    With ``fixed_shapes`` (a compiled graph's state) the self-conditioning logits are zeros masked off until the
+    first step has run, and held positions are a tensor even when none is held; without, they are None, which the
+    model and the step skip (no vocabulary-sized tensor of zeros)."""
+    shape = (batch, canvas_length)
+    canvas = first_canvas(shape, vocab_size, device, generator, start)
+    held = held_tokens = None
+    if start is not None and start.fixed is not None and (fixed_shapes or bool(start.fixed.any())):
+        held, held_tokens = start.fixed.clone(), start.tokens.clone()
+    self_conditioning = conditioned = None
+    if fixed_shapes:
+        self_conditioning = torch.zeros((*shape, vocab_size), dtype=embed_dtype, device=device)
+        conditioned = torch.zeros(batch, dtype=torch.bool, device=device)
+    return StepState(
+        canvas=canvas,
+        best=canvas,
+        self_conditioning=self_conditioning,
+        conditioned=conditioned,
+        history=torch.full((settings.stability_threshold, *shape), -1, dtype=torch.long, device=device),
+        finished=torch.zeros(batch, dtype=torch.bool, device=device),
+        remaining=torch.tensor(first_step(start, settings.max_steps), dtype=torch.int32, device=device),
+        total=torch.tensor(settings.max_steps, dtype=torch.int32, device=device),
+        held=held,
+        held_tokens=held_tokens,
+    )

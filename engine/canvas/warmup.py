@@ -13,9 +13,9 @@ from ..checkpoint_files import text_config_of
 from ..placement import execution_device
 from ..quantize import grad_mode
 from .caches import PrefixCache, stack_rows
+from .compiled import DecoderStep
 from .denoise import denoise_canvas
 from .sampler import SamplerSettings
-from .step import DecoderStep
 
 WARM_UP_CANVAS = 37
 """The warm-up's canvas length, and its batch's row count (3): sizes that no model dimension is likely to equal.

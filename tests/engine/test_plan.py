@@ -135,7 +135,7 @@ def test_the_release_request_memory(release: ModelSpec) -> None:
     # 2048 tokens: the sliding layers hold 1023, the full ones all 2048
     assert request.kv_prompt_bytes == 25 * 1023 * 2 * 2 * 8 * 256 + 5 * 2048 * 2 * 2 * 2 * 512
     assert request.step_tensor_bytes == 256 * MIB  # 256 x 262,144 x 4 bytes
-    assert request.step_tensors == 3.5  # scaled logits, probabilities, the sampled rows' cdf; bf16 self-conditioning
+    assert request.step_tensors == 2.5  # scaled bf16 logits (the next self-conditioning), float32 scores, probs
     assert make_plan(release, []).requests["float32"].kv_bytes_per_token == 2 * per_token
 
 
@@ -364,7 +364,7 @@ def _step_peak(loaded) -> float:
 def test_the_step_keeps_as_many_vocabulary_sized_tensors_as_the_plan_assumes(release_model, random_model_dir) -> None:
     from diffgemma_engine.model import load_model
 
-    assert _step_peak(release_model) == planning.STEP_VOCAB_TENSORS + planning.SELF_CONDITIONING_COPY  # bfloat16
+    assert _step_peak(release_model) == planning.STEP_VOCAB_TENSORS - planning.HALF_PRECISION_SAVING  # bfloat16
     assert _step_peak(load_model(random_model_dir, "cpu", "float32")) == planning.STEP_VOCAB_TENSORS
 
 
@@ -420,7 +420,7 @@ def test_request_memory_caps_only_the_sliding_layers() -> None:
     long = request_memory(layers, canvas_length=4, vocab_size=10, prompt_tokens=20, rows=2)
     assert long.kv_prompt_bytes == 7 * 2 * 2 * 64 + 20 * 2 * 2 * 128
     assert long.kv_engine_document_bytes == 20 * long.kv_bytes_per_token + 7 * 2 * 2 * 64
-    assert long.step_tensor_bytes == 4 * 10 * 4 and long.step_bytes == round(3.5 * 160)
+    assert long.step_tensor_bytes == 4 * 10 * 4 and long.step_bytes == round(2.5 * 160)
     assert long.reserve_bytes == 2 * (long.kv_engine_document_bytes + long.step_bytes)
     assert request_memory(layers, canvas_length=4, vocab_size=10, prompt_tokens=5, dtype="float32").step_tensors == 3
 

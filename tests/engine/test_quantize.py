@@ -42,8 +42,8 @@ def _step_logits(model: torch.nn.Module, mode: object = None) -> torch.Tensor:
     from transformers import DynamicCache
 
     from diffgemma_engine.canvas.caches import encode_prompt
+    from diffgemma_engine.canvas.compiled import eager_forward
     from diffgemma_engine.canvas.sampler import score_logits
-    from diffgemma_engine.canvas.step import eager_forward
 
     generator = torch.Generator().manual_seed(0)
     vocab = model.config.text_config.vocab_size

@@ -16,9 +16,10 @@ from transformers import DiffusionGemmaForBlockDiffusion
 
 from diffgemma_engine import protocol
 from diffgemma_engine.batch import Row, compatible, run_batch
-from diffgemma_engine.canvas.denoise import StartCanvas, renoise_start, run_canvas, start_step
+from diffgemma_engine.canvas.compiled import DecoderStep
+from diffgemma_engine.canvas.denoise import run_canvas
 from diffgemma_engine.canvas.sampler import SamplerSettings, Scores
-from diffgemma_engine.canvas.step import DecoderStep
+from diffgemma_engine.canvas.start import StartCanvas, renoise_start, start_step
 from diffgemma_engine.clock import StepClock
 from diffgemma_engine.errors import BadRequestError
 from diffgemma_engine.infill import budget_steps, build_prompt, check_request, cut_at_eos, run_infill, start_row

@@ -1,4 +1,4 @@
-"""The capturable denoising step (``engine.canvas.static_step``): no host synchronisation inside it, an operator
+"""The capturable denoising step (``engine.canvas.static``): no host synchronisation inside it, an operator
 budget at the release's layer structure, and the eager exact loop's tokens, eager or compiled as one graph."""
 
 from __future__ import annotations
@@ -9,18 +9,13 @@ from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from benchmarks.gpu_shape import STRUCTURE, build
 from diffgemma_engine.canvas.caches import encode_prompt, stack_rows
-from diffgemma_engine.canvas.denoise import Denoised, StartCanvas, denoise_canvas
-from diffgemma_engine.canvas.sampler import SamplerSettings, sample_accepted
-from diffgemma_engine.canvas.static_step import (
-    StaticPrompt,
-    StepNoise,
-    compile_step,
-    denoise_static,
-    eager_step,
-    initial_state,
-    prompt_bucket,
-)
-from diffgemma_engine.canvas.step import DecoderStep
+from diffgemma_engine.canvas.compiled import DecoderStep
+from diffgemma_engine.canvas.denoise import denoise_canvas
+from diffgemma_engine.canvas.loop import Denoised
+from diffgemma_engine.canvas.sampler import SamplerSettings, StepNoise, sample_accepted
+from diffgemma_engine.canvas.start import StartCanvas
+from diffgemma_engine.canvas.static import StaticPrompt, compile_step, denoise_static, exact_step, prompt_bucket
+from diffgemma_engine.canvas.step import initial_state
 from diffgemma_engine.model import load_model
 from tests.support.host_sync import OperatorLog
 
@@ -143,7 +138,7 @@ def _one_step(model: DiffusionGemmaForBlockDiffusion, canvas: int = 32) -> Opera
     view = _encoded(model, 100)
     prompt = StaticPrompt.allocate(model, view, 1, prompt_bucket(100), canvas)
     prompt.load([view])
-    step = eager_step(model, EXACT)
+    step = exact_step(model, EXACT)
     with torch.inference_mode():
         state = initial_state(1, canvas, vocab, EXACT, torch.float32, torch.device("cpu"), None)
         state = step(prompt, state, StepNoise.draw(1, canvas, vocab, torch.device("cpu"), None))
