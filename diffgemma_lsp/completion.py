@@ -121,6 +121,7 @@ class Completer:
         language_id = document.language_id or ""
         answer = await self._ask(
             uri,
+            not automatic,
             prefix=context.prefix,
             suffix=context.suffix,
             extra=[protocol.Chunk(filename=chunk.name, text=chunk.text) for chunk in extra],
@@ -153,15 +154,18 @@ class Completer:
         await asyncio.sleep(debounce_ms / 1000)
         return self.latest.get(uri) is marker
 
-    async def _ask(self, uri: str, **fields: Any) -> tuple[Backend, protocol.Infill, protocol.Result] | None:
+    async def _ask(
+        self, uri: str, explicit: bool, **fields: Any
+    ) -> tuple[Backend, protocol.Infill, protocol.Result] | None:
         """One infill for ``uri``, latest-wins: a newer request for ``uri`` cancels this one in the backend too.
-        The backend, the request as sent and its result; None when there is nothing to show."""
+        The backend, the request as sent and its result; None when there is nothing to show. An ``explicit``
+        request (invoked by the user) waits for its answer past the deadline (``Backend.infill``)."""
         backend = self.backend()
         if backend is None:
             return None
         request = protocol.Infill(id=backend.new_id(), uri=uri, **fields)
         started = time.perf_counter()
-        call = asyncio.ensure_future(backend.infill(request))
+        call = asyncio.ensure_future(backend.infill(request, explicit=explicit))
         self.latest[uri] = call
         try:
             result = await call

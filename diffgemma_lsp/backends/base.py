@@ -142,7 +142,9 @@ class Backend(Protocol):
         it cannot serve it at all."""
         ...
 
-    async def infill(self, request: protocol.Infill) -> protocol.Result:
+    async def infill(self, request: protocol.Infill, *, explicit: bool = False) -> protocol.Result:
         """The answer to ``request``; ``EngineUnavailable`` when it cannot be had now, ``EngineRequestError``
-        when it is refused. Cancelling the caller cancels the work."""
+        when it is refused. Cancelling the caller cancels the work. An ``explicit`` request (the user asked for it)
+        waits as long as one without a deadline: the engine answers it after its floor of steps, which on a slow
+        machine or for several candidates comes after the deadline."""
         ...

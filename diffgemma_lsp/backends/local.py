@@ -40,7 +40,7 @@ STABLE_CONNECTION_S = 10.0
 """A connection that ends sooner without having answered a request counts as a failed attempt: the backoff
 goes on growing instead of starting over (an engine that drops every connection is not hammered)."""
 NO_DEADLINE_WAIT_S = 120.0
-"""How long a request without a deadline waits for its answer."""
+"""How long a request without a deadline, or one the user asked for, waits for its answer."""
 ANSWER_SLACK_S = 5.0
 """How much longer than its deadline a request waits before the engine counts as not answering."""
 
@@ -305,8 +305,9 @@ class EngineClient(StateReporter):
             )
         return request
 
-    async def infill(self, request: protocol.Infill) -> protocol.Result:
-        """Send ``request`` and wait for its result. Cancelling the caller cancels the engine's work."""
+    async def infill(self, request: protocol.Infill, *, explicit: bool = False) -> protocol.Result:
+        """Send ``request`` and wait for its result (``explicit``: see ``Backend.infill``). Cancelling the caller
+        cancels the engine's work."""
         writer = self._writer
         if self.load_failure is not None:
             raise EngineUnavailable(self.load_failure)
@@ -319,7 +320,8 @@ class EngineClient(StateReporter):
             raise EngineRequestError(exc.to_error()) from None
         future: asyncio.Future[protocol.Result] = asyncio.get_running_loop().create_future()
         self._pending[request.id] = future
-        wait_s = (request.deadline_ms / 1000 if request.deadline_ms else NO_DEADLINE_WAIT_S) + ANSWER_SLACK_S
+        deadline_s = request.deadline_ms / 1000 if request.deadline_ms and not explicit else NO_DEADLINE_WAIT_S
+        wait_s = deadline_s + ANSWER_SLACK_S
         try:
             writer.write(frame)
             await writer.drain()

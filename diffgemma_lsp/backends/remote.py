@@ -43,6 +43,8 @@ canvas is the model's own (256 for the release on vLLM), as the engine's and ``d
 chat checkpoint: a fenced answer needs the room."""
 MAX_ANSWER_BYTES = 1 << 20
 """A completions answer larger than this is refused unread (a completion is a few hundred tokens)."""
+NO_DEADLINE_S = 30.0
+"""How long a request without a deadline, or one the user asked for, may take."""
 SLACK_S = 5.0
 """An HTTP request may take this much longer than the request's deadline (network, queueing) before it fails."""
 
@@ -130,11 +132,13 @@ class OpenAIBackend(StateReporter):
             body["stop"] = [fmt.before, fmt.between] if fmt.before else [fmt.between]
         return body
 
-    async def infill(self, request: protocol.Infill) -> protocol.Result:
-        """One completion from the server; raises EngineUnavailable when it cannot be had now."""
+    async def infill(self, request: protocol.Infill, *, explicit: bool = False) -> protocol.Result:
+        """One completion from the server; raises EngineUnavailable when it cannot be had now (``explicit``: see
+        ``Backend.infill``)."""
         self.start()
         assert self._session is not None
-        timeout = aiohttp.ClientTimeout(total=(request.deadline_ms / 1000 if request.deadline_ms else 30.0) + SLACK_S)
+        deadline_s = request.deadline_ms / 1000 if request.deadline_ms and not explicit else NO_DEADLINE_S
+        timeout = aiohttp.ClientTimeout(total=deadline_s + SLACK_S)
         started = time.perf_counter()
         self._pending += 1
         try:

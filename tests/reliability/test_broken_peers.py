@@ -74,6 +74,44 @@ async def test_an_engine_that_never_answers_does_not_hold_a_request_forever(sock
         await client.close()
 
 
+LATE_S = 0.5 + ANSWER_SLACK_S + 1.5
+"""Past a 500 ms deadline and its slack: an engine whose floor of steps outlasts the deadline (the release on a CPU,
+or three candidates in one batch) answers this late."""
+
+
+async def _hello_then_late_answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await protocol.read_message(reader)
+    writer.write(protocol.encode(HELLO_OK))
+    await writer.drain()
+    while True:
+        message = await protocol.read_message(reader)
+        if isinstance(message, protocol.Infill):
+            await asyncio.sleep(LATE_S)
+            writer.write(protocol.encode(protocol.Result(id=message.id, text="late", stop=protocol.StopReason.EOS)))
+            await writer.drain()
+
+
+async def test_a_request_the_user_asked_for_waits_for_an_answer_past_the_deadline(socket_dir: Path) -> None:
+    """Before: an invoked completion (three candidates for the release-format checkpoint on this CPU, past its
+    deadline by its floor of steps) came back empty after the deadline plus the slack, though the engine was
+    working on it. A request typed into stays bounded by its deadline."""
+    path = socket_dir / "engine.sock"
+    async with serving(path, _hello_then_late_answers):
+        client = EngineClient(path)
+        client.start()
+        for _ in range(100):
+            if client.hello is not None:
+                break
+            await asyncio.sleep(0.05)
+        started = time.monotonic()
+        result = await client.infill(protocol.Infill(id="1", uri="u", prefix="x", deadline_ms=500), explicit=True)
+        assert result.text == "late" and time.monotonic() - started >= LATE_S
+        with pytest.raises(EngineUnavailable, match="did not answer"):
+            await client.infill(protocol.Infill(id="2", uri="u", prefix="x", deadline_ms=500))
+        print(f"explicit request answered after {LATE_S:.1f} s; a typed one gave up at {0.5 + ANSWER_SLACK_S:.1f} s")
+        await client.close()
+
+
 async def test_a_flapping_engine_is_reported_once(socket_dir: Path) -> None:
     path = socket_dir / "engine.sock"
     uri = "file:///work/flap.py"
