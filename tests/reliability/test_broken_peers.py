@@ -43,6 +43,17 @@ def socket_dir(short_tmp: Path) -> Path:
     return directory
 
 
+async def _connected(path: Path) -> EngineClient:
+    """A client of the engine at ``path``, once its handshake is done (or after 5 s)."""
+    client = EngineClient(path)
+    client.start()
+    for _ in range(100):
+        if client.hello is not None:
+            break
+        await asyncio.sleep(0.05)
+    return client
+
+
 async def test_an_engine_that_drops_every_connection_is_not_hammered(socket_dir: Path) -> None:
     path = socket_dir / "engine.sock"
     async with serving(path, _hello_then_drop) as connections:
@@ -58,12 +69,7 @@ async def test_an_engine_that_drops_every_connection_is_not_hammered(socket_dir:
 async def test_an_engine_that_never_answers_does_not_hold_a_request_forever(socket_dir: Path) -> None:
     path = socket_dir / "engine.sock"
     async with serving(path, _hello_then_silence):
-        client = EngineClient(path)
-        client.start()
-        for _ in range(100):
-            if client.hello is not None:
-                break
-            await asyncio.sleep(0.05)
+        client = await _connected(path)
         started = time.monotonic()
         with pytest.raises(EngineUnavailable, match="did not answer"):
             request = protocol.Infill(id="1", uri="u", prefix="x", deadline_ms=500)
@@ -97,12 +103,7 @@ async def test_a_request_the_user_asked_for_waits_for_an_answer_past_the_deadlin
     working on it. A request typed into stays bounded by its deadline."""
     path = socket_dir / "engine.sock"
     async with serving(path, _hello_then_late_answers):
-        client = EngineClient(path)
-        client.start()
-        for _ in range(100):
-            if client.hello is not None:
-                break
-            await asyncio.sleep(0.05)
+        client = await _connected(path)
         started = time.monotonic()
         result = await client.infill(protocol.Infill(id="1", uri="u", prefix="x", deadline_ms=500), explicit=True)
         assert result.text == "late" and time.monotonic() - started >= LATE_S
