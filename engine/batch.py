@@ -22,11 +22,11 @@ from . import protocol
 from .canvas.caches import stack_rows
 from .canvas.denoise import denoise_canvas
 from .canvas.loop import StopCheck
+from .canvas.runtime import grad_mode
 from .clock import hold_deadline
 from .errors import BadRequestError
 from .infill import check_request, finish_row, start_canvas, timed_prompt_ids, timed_start_row
 from .model import LoadedModel
-from .quantize import grad_mode
 
 
 @attrs.frozen(kw_only=True)

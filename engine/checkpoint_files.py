@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ModelLoadError
 
 if TYPE_CHECKING:
-    from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig
+    from transformers import DiffusionGemmaConfig
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 MAX_SETTINGS_FILE_BYTES = 1 << 20
@@ -61,15 +61,6 @@ def stored_dtype(config: dict[str, Any]) -> str | None:
     if dtype is None and isinstance(text, dict):
         dtype = text.get("dtype") or text.get("torch_dtype")
     return str(dtype) if dtype is not None else None
-
-
-def text_config_of(config: DiffusionGemmaConfig) -> DiffusionGemmaTextConfig:
-    """``config.text_config``, which transformers types as a config, a dict or None: a built ``DiffusionGemmaConfig``
-    always holds a ``DiffusionGemmaTextConfig`` there (``TypeError`` otherwise)."""
-    text = config.text_config
-    if text is None or isinstance(text, dict):
-        raise TypeError(f"the model's config.text_config is {type(text).__name__}, not a DiffusionGemmaTextConfig")
-    return text
 
 
 def canvas_length_of(config: DiffusionGemmaConfig) -> int:

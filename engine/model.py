@@ -17,6 +17,7 @@ from . import hub, loadable, placement, plan, protocol, quantize, text_only
 from .canvas.caches import DEFAULT_SLOTS, PrefixCache
 from .canvas.captured import CapturedLoop
 from .canvas.compiled import DecoderStep
+from .canvas.runtime import execution_device, text_config_of
 from .canvas.sampler import SamplerSettings
 from .checkpoint_files import (
     DEFAULT_MODEL_DIR,  # noqa: F401 - the shipped model, which tests name from here
@@ -24,7 +25,6 @@ from .checkpoint_files import (
     canvas_length_of,
     read_json_object,
     stored_dtype,
-    text_config_of,
 )
 from .clock import StepClock, default_min_steps, floor_for
 from .errors import ModelLoadError
@@ -233,7 +233,7 @@ def load_model(
         quantize.finish_load(model, settings.method, pre_quantized=settings.pre_quantized)
         quantized = quantize.verify_quantized(model, settings.method)
         logger.info("%s", quantized.summary())
-    torch_device = placement.execution_device(model)  # the map's first accelerator: where inputs and caches go
+    torch_device = execution_device(model)  # the map's first accelerator: where inputs and caches go
     generation = model.generation_config
     assert isinstance(generation, DiffusionGemmaGenerationConfig)  # from_pretrained loads generation_config_class
     eos = generation.eos_token_id if generation.eos_token_id is not None else tokenizer.eos_token_id

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .canvas.runtime import DISK
 from .errors import ModelLoadError
 from .loadable import environment
 
 if TYPE_CHECKING:
     import torch
 
-DISK = "disk"
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -184,20 +184,6 @@ def load_kwargs(where: Mapping[str, str], offload_folder: Path | None, **others:
     return {**placed, **others}
 
 
-def execution_device(model: torch.nn.Module) -> torch.device:
-    """Where the model's inputs and the engine's own tensors (prompt, canvas, caches, sampler) go: its device,
-    or for a model spread by a device map the first accelerator in it (accelerate runs the modules offloaded to
-    the CPU or disk there), else the CPU. Not ``model.device``: that is the first parameter's, ``meta`` when it
-    was offloaded to disk."""
-    import torch
-
-    spread = getattr(model, "hf_device_map", None)
-    if not spread:
-        return next(iter(model.parameters())).device
-    running = [name for name in map(_device, spread.values()) if name not in ("cpu", DISK)]
-    return torch.device(running[0] if running else "cpu")
-
-
 def free_bytes(device: torch.device) -> int:
     """Memory still free on ``device`` (CUDA: the driver's count; MPS: its recommended limit less what it holds;
     the CPU: ``MemAvailable``)."""
@@ -210,11 +196,6 @@ def free_bytes(device: torch.device) -> int:
     from . import plan
 
     return plan.cpu_memory().bytes
-
-
-def _device(value: object) -> str:
-    """A device map's value as a device name (accelerate writes CUDA devices as bare indices)."""
-    return f"cuda:{value}" if isinstance(value, int) else str(value)
 
 
 def precision_of(dtype: torch.dtype) -> str:

@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import shards
+from .canvas.runtime import text_config_of
 from .checkpoint_files import (
     DEFAULT_MODEL_DIR,
     MAX_INDEX_FILE_BYTES,
     canvas_length_of,
     read_json_object,
     stored_dtype,
-    text_config_of,
 )
 from .errors import ModelLoadError, describe
 from .folder_limits import check_folder

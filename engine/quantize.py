@@ -36,18 +36,17 @@ and an explicit conflicting one is refused (:func:`resolve_method`).
 from __future__ import annotations
 
 import ctypes
-import functools
 import json
 import logging
 import re
-import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import attrs
 
 from . import loadable
+from .canvas.runtime import grad_mode_for
 from .errors import ModelLoadError
 from .quantize_policy import EXPERT_WEIGHTS, UNQUANTIZED_MODULES, stays_unquantized
 
@@ -294,39 +293,6 @@ def is_quantized_tensor(tensor: object) -> bool:
     return isinstance(tensor, torch.Tensor) and tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
-def grad_mode_for(model: torch.nn.Module) -> GradMode:
-    """The autograd mode the engine may run ``model`` under: ``torch.inference_mode``, or ``torch.no_grad`` for a
-    model with torchao tensors (whose eager experts fail under inference mode). Use as ``with grad_mode_for(m)():``
-    or as a decorator factory."""
-    import torch
-
-    if any(type(tensor).__module__.startswith("torchao") for tensor in _tensors(model)):
-        return torch.no_grad
-    return torch.inference_mode
-
-
-_GRAD_MODES: weakref.WeakKeyDictionary[torch.nn.Module, GradMode] = weakref.WeakKeyDictionary()
-
-
-def grad_mode(model: torch.nn.Module) -> GradMode:
-    """:func:`grad_mode_for`, worked out once per model (it walks every tensor)."""
-    mode = _GRAD_MODES.get(model)
-    if mode is None:
-        mode = _GRAD_MODES[model] = grad_mode_for(model)
-    return mode
-
-
-def under_grad_mode(function: Callable[Concatenate[ModelT, P], R]) -> Callable[Concatenate[ModelT, P], R]:
-    """Run ``function(model, ...)`` (the model passed first, by position) under its model's :func:`grad_mode`."""
-
-    @functools.wraps(function)
-    def run(model: ModelT, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        with grad_mode(model)():
-            return function(model, *args, **kwargs)
-
-    return run
-
-
 def finish_load(model: PreTrainedModel, method: str, *, pre_quantized: bool = False) -> None:
     """What a quantized load needs after ``from_pretrained``, before :func:`verify_quantized`.
 
@@ -462,12 +428,6 @@ class QuantizedReport:
 
 def _mib(count: int) -> str:
     return f"{count / (1 << 20):.1f} MiB"
-
-
-def _tensors(model: torch.nn.Module) -> Iterator[torch.Tensor]:
-    for module in model.modules():
-        yield from (tensor for tensor in module._parameters.values() if tensor is not None)
-        yield from (tensor for tensor in module._buffers.values() if tensor is not None)
 
 
 def _leaves(tensor: torch.Tensor) -> Iterator[torch.Tensor]:

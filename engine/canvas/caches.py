@@ -27,8 +27,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from ..placement import execution_device
-from ..quantize import grad_mode
+from .runtime import execution_device, grad_mode
 
 if TYPE_CHECKING:
     from transformers import DiffusionGemmaForBlockDiffusion, PreTrainedConfig

@@ -22,11 +22,9 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import DynamicCache
 
-from ..checkpoint_files import text_config_of
-from ..placement import execution_device
-from ..quantize import grad_mode
 from .caches import encode_prompt
 from .loop import Denoised, StopCheck
+from .runtime import execution_device, grad_mode, text_config_of
 from .sampler import SamplerSettings
 from .start import StartCanvas
 from .static import StaticPrompt, compile_step, denoise_static, prompt_bucket

@@ -31,12 +31,10 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 from transformers import DynamicCache
 
-from ..checkpoint_files import text_config_of
-from ..placement import execution_device
-from ..quantize import grad_mode, under_grad_mode
 from .caches import PrefixCache, encode_prompt
 from .compiled import DecoderStep
 from .loop import Denoised, StopCheck, run_steps
+from .runtime import execution_device, grad_mode, text_config_of, under_grad_mode
 from .sampler import AcceptedOnlySampler, ExactSampler, Sampler, SamplerSettings, StepNoise
 from .start import StartCanvas, first_step
 from .step import PromptView, ScorePass, StepParts, eager_scores, initial_state, step_of

@@ -33,11 +33,9 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicSlidingWindowLayer
 
-from ..checkpoint_files import text_config_of
-from ..placement import execution_device
-from ..quantize import under_grad_mode
 from .caches import attention_layer, keys_values
 from .loop import Denoised, StopCheck, run_steps
+from .runtime import execution_device, text_config_of, under_grad_mode
 from .sampler import ExactSampler, SamplerSettings, StepNoise
 from .start import StartCanvas, first_step
 from .step import DecoderInputs, Step, StepParts, StepState, eager_scores, initial_state, step_of

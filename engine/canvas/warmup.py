@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from ..checkpoint_files import text_config_of
-from ..placement import execution_device
-from ..quantize import grad_mode
 from .caches import PrefixCache, stack_rows
 from .compiled import DecoderStep
 from .denoise import denoise_canvas
+from .runtime import execution_device, grad_mode, text_config_of
 from .sampler import SamplerSettings
 
 WARM_UP_CANVAS = 37

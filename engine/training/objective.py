@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from ..checkpoint_files import text_config_of
+from ..canvas.runtime import text_config_of
 from .data import PAD, Example
 
 if TYPE_CHECKING:

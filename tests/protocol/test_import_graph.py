@@ -111,6 +111,20 @@ def test_the_canvas_maths_imports_no_service_request_or_wire_module() -> None:
             assert not reached & above, (module, reached & above)
 
 
+def test_the_canvas_maths_imports_nothing_from_loading() -> None:
+    """Issue 28: the canvas stood on the loader for three one-line helpers; they are ``canvas/runtime.py`` now, and
+    the loader imports them from there."""
+    loading = {"placement", "quantize", "quantize_policy", "checkpoint_files", "plan", "loadable", "hub"}
+    loading |= {"text_only", "shards", "folder_limits", "generation_limits", "errors"}
+    graph = import_graph()
+    canvas = [module for module in graph if module.startswith("diffgemma_engine.canvas.")]
+    assert len(canvas) >= 10, canvas
+    for module in canvas:
+        reached = {target.removeprefix("diffgemma_engine.") for target in graph[module]}
+        assert not reached & loading, (module, reached & loading)
+        assert all(target.startswith("diffgemma_engine.canvas") for target in graph[module] if "engine" in target)
+
+
 def test_the_language_server_reaches_into_the_engine_only_for_torch_free_modules() -> None:
     allowed = {"diffgemma_engine.protocol", "diffgemma_engine.prompt", "diffgemma_engine.budget"}
     allowed |= {"diffgemma_engine.logfile", "diffgemma_engine", "diffgemma_engine.hub"}  # hub: doctor's cache look
