@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_CACHE = ROOT / ".cache" / "test-models"
@@ -54,13 +55,15 @@ def _cached_checkpoint(name: str, build) -> Path:
         digest.update(path.read_bytes())
     digest.update(transformers.__version__.encode())
     target = MODEL_CACHE / f"{name}-{digest.hexdigest()[:12]}"
-    if not (target / "config.json").is_file():
-        scratch = Path(tempfile.mkdtemp(dir=MODEL_CACHE.parent if MODEL_CACHE.parent.exists() else None))
-        build(scratch / name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(target, ignore_errors=True)
-        (scratch / name).rename(target)
-        shutil.rmtree(scratch, ignore_errors=True)
+    MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+    # Runs sharing this checkout (or pytest-xdist's workers) build a checkpoint once: the others wait for it.
+    with FileLock(MODEL_CACHE / f"{target.name}.lock"):
+        if not (target / "config.json").is_file():
+            scratch = Path(tempfile.mkdtemp(dir=MODEL_CACHE))
+            build(scratch / name)
+            shutil.rmtree(target, ignore_errors=True)
+            (scratch / name).rename(target)
+            shutil.rmtree(scratch, ignore_errors=True)
     return target
 
 
