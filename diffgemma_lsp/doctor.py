@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from diffgemma_engine import protocol
+from diffgemma_engine import protocol, socket_paths
 from diffgemma_lsp.settings import Settings
 
 TIMEOUT_S = 10.0
@@ -105,7 +105,7 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
     """Connect, shake hands, ask for stats (and time one infill with ``probe``); returns (report, status)."""
     report: dict[str, object] = {"socket": str(socket_path)}
     try:
-        reader, writer = await asyncio.wait_for(protocol.open_engine(socket_path), TIMEOUT_S)
+        reader, writer = await asyncio.wait_for(socket_paths.open_engine(socket_path), TIMEOUT_S)
     except (OSError, TimeoutError) as exc:
         report["problem"] = f"no engine reachable on {socket_path}: {exc}"
         return report, 2
@@ -237,7 +237,7 @@ def main(argv: list[str]) -> int:
         "--plan", action="store_true", help="also show the model's memory plan (always shown when its load failed)"
     )
     args = parser.parse_args(argv)
-    socket_path = args.engine_socket or protocol.socket_path_for(args.model, args.device, args.quantization)
+    socket_path = args.engine_socket or socket_paths.socket_path_for(args.model, args.device, args.quantization)
     report, status = asyncio.run(gather(socket_path.expanduser(), args.probe))
     if report.get("ready"):
         max_steps, min_steps = report.get("max_steps"), report.get("min_steps")
@@ -248,7 +248,7 @@ def main(argv: list[str]) -> int:
     failed_load = "failed to load" in str(report.get("problem", ""))
     if args.plan or (failed_load and model is not None):
         report["plan"] = memory_plan(model, args.device)
-    if args.model and protocol.is_hub_id(args.model):  # how far a pull got (huggingface_hub; no torch)
+    if args.model and socket_paths.is_hub_id(args.model):  # how far a pull got (huggingface_hub; no torch)
         from diffgemma_engine.hub import cache_state
 
         report["hub_cache"] = cache_state(args.model).summary()

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from diffgemma_engine import protocol
+from diffgemma_engine import protocol, socket_paths
 from diffgemma_lsp.fim_formats import PROMPT_FORMATS
 
 KEY_ENV_PATTERN = r"([A-Z][A-Z0-9_]*API_KEY)?"
@@ -119,7 +119,7 @@ class Settings:
 def _check_model(value: str | None) -> None:
     """A folder (one that is here, or an absolute or ``~`` path: the engine says what is wrong with it) or a hub
     id; anything else is a typo the engine could only fail on."""
-    if value is None or protocol.is_hub_id(value) or os.path.isdir(value) or value.startswith(("/", "~")):
+    if value is None or socket_paths.is_hub_id(value) or os.path.isdir(value) or value.startswith(("/", "~")):
         return
     raise ValueError(
         f"expected a checkpoint folder or a hub id (owner/name, e.g. google/diffusiongemma-26B-A4B-it), got {value!r}"

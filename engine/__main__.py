@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import protocol
+from . import protocol, socket_paths
 from .idle import parse_idle_exit  # light: the standard library
 from .jobs import DEFAULT_MAX_BATCH, DEFAULT_MAX_PENDING, JobQueue  # light, as the two below
 from .logfile import private_file_handler
@@ -221,7 +221,7 @@ def plan_folder(model: str | None) -> Path | None:
     stderr when its weights are not all there), else the folder as given."""
     from . import hub
 
-    if model is None or not protocol.is_hub_id(model):
+    if model is None or not socket_paths.is_hub_id(model):
         return Path(model) if model is not None else None
     folder = hub.config_folder(model)
     if not (state := hub.snapshot_state(model, folder)).whole:
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.log_level, args.log_file)
     if args.command == "serve":
         if args.socket is None:
-            args.socket = protocol.default_socket_path()
+            args.socket = socket_paths.default_socket_path()
         sys.exit(asyncio.run(serve(args)))
     if args.command == "plan":
         sys.exit(plan(args))

@@ -16,7 +16,7 @@ import attrs
 from . import shards
 from .checkpoint_files import DEFAULT_MODEL_DIR, HINTS_FILE
 from .errors import ModelLoadError
-from .protocol import is_hub_id
+from .socket_paths import is_hub_id
 
 LOAD_PATTERNS: tuple[str, ...] = (
     "config.json",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import torch
 
-from . import hub, loadable, placement, plan, protocol, quantize, text_only
+from . import hub, loadable, placement, plan, protocol, quantize, quantize_check, socket_paths, text_only
 from .canvas.caches import DEFAULT_SLOTS, PrefixCache
 from .canvas.captured import CapturedLoop
 from .canvas.compiled import DecoderStep
@@ -66,7 +66,7 @@ class LoadedModel:
     min_steps: int = 0
     """The fewest of the schedule's ``sampler.max_steps`` steps a deadline leaves a completion (its answer means
     nothing below it): ``diffgemma.json`` ``min_steps``, else ``engine.clock.default_min_steps``; 0: that default."""
-    quantized: quantize.QuantizedReport | None = None
+    quantized: quantize_check.QuantizedReport | None = None
     """What a quantized load converted and saved (None: not quantized)."""
     max_rows: int = MAX_ROWS
     """Canvas rows denoised together (batched requests, or a request's candidates) that the memory left after
@@ -231,7 +231,7 @@ def load_model(
     quantized = None
     if settings.method != "none":
         quantize.finish_load(model, settings.method, pre_quantized=settings.pre_quantized)
-        quantized = quantize.verify_quantized(model, settings.method)
+        quantized = quantize_check.verify_quantized(model, settings.method)
         logger.info("%s", quantized.summary())
     torch_device = execution_device(model)  # the map's first accelerator: where inputs and caches go
     generation = model.generation_config
@@ -267,10 +267,11 @@ def load_model(
         layout = layout_for(tokenizer, chat_order=hints.get("chat_order", SUFFIX_FIRST))
     except ValueError as exc:  # no FIM tokens and no usable chat template
         raise ModelLoadError(f"cannot lay out prompts for the checkpoint in {folder}: {exc}") from exc
+    model_id = socket_paths.model_identity(str(model_dir)) if model_dir is not None else "default"  # hub id as is
     loaded = LoadedModel(
         model=model,
         tokenizer=tokenizer,
-        model_id=protocol.model_identity(str(model_dir)) if model_dir is not None else "default",  # a hub id as written
+        model_id=model_id,
         device=torch_device,
         layout=layout,
         eos_ids=eos_ids,

@@ -1,5 +1,5 @@
-"""Quantized loading: the ``from_pretrained`` arguments of each method, the fix-ups after it, and a check that the
-load really quantized.
+"""Quantized loading: the ``from_pretrained`` arguments of each method and the fix-ups after it (the check that the
+load really quantized is ``diffgemma_engine.quantize_check``).
 
 What this model needs that a quantizer's defaults do not give (measured with transformers 5.24, torchao 0.18.0 and
 torch 2.13.0+cpu on the release-format checkpoints of ``tests/support/release_format.py``):
@@ -14,7 +14,7 @@ torch 2.13.0+cpu on the release-format checkpoints of ``tests/support/release_fo
   ``Int8Tensor``, which implements ``select`` and ``linear`` but neither ``transpose`` (the default ``grouped_mm``
   experts) nor ``bmm`` (``batched_mm``): the experts run ``experts_implementation="eager"``, and that path fails under
   ``torch.inference_mode`` (``Cannot set version_counter for inference tensor``, from ``Int8Tensor``'s ``select`` of
-  one expert) but runs under ``torch.no_grad``: see :func:`grad_mode_for`. Quantized at ``from_pretrained``, each
+  one expert) but runs under ``torch.no_grad``: see ``grad_mode_for``. Quantized at ``from_pretrained``, each
   tensor is converted once as it is read and then tied, so encoder and decoder keep one copy; quantizing after the
   load would convert the encoder's and the decoder's names separately. torchao's C++ extensions in the 0.18.0 wheel
   are CUDA builds (``_C_cutlass_90a``, ``_C_mxfp8`` need ``libtorch_cuda``) and do not load with a CPU torch; the
@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import attrs
 
 from . import loadable
-from .canvas.runtime import grad_mode_for
 from .errors import ModelLoadError
 from .quantize_policy import EXPERT_WEIGHTS, UNQUANTIZED_MODULES, stays_unquantized
 
@@ -294,7 +293,7 @@ def is_quantized_tensor(tensor: object) -> bool:
 
 
 def finish_load(model: PreTrainedModel, method: str, *, pre_quantized: bool = False) -> None:
-    """What a quantized load needs after ``from_pretrained``, before :func:`verify_quantized`.
+    """What a quantized load needs after ``from_pretrained``, before ``quantize_check.verify_quantized``.
 
     fp8: tie the encoder's float8 scales to the decoder's (the load tied only what existed before the swap).
     torchao, quantized on the fly on CPU: copy the tensors left plain out of the checkpoint's memory map. In bfloat16
@@ -360,209 +359,3 @@ def save_quantized(model: PreTrainedModel, folder: Path, **kwargs: Any) -> None:
         model.save_pretrained(folder, **kwargs)
     finally:
         del quantizer.get_state_dict_and_metadata
-
-
-# -- the check ---------------------------------------------------------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class QuantizedReport:
-    """What a load holds, per kind of weight (``engine.plan.KINDS``): bytes now, and what bfloat16 would hold.
-
-    Bytes are storage bytes, a tied tensor counted once and a tensor subclass by its inner tensors (data, scales,
-    zero points).
-    """
-
-    method: str
-    bytes_by_kind: dict[str, int]
-    bf16_bytes_by_kind: dict[str, int]
-    converted_bytes: int
-    """The tensors the policy converts (and their scales), as held."""
-    converted_bf16_bytes: int
-    converted_tensors: int
-    """Tensors the policy converts, each tied tensor once."""
-    experts_implementation: str | None
-    grad_mode: str
-
-    @property
-    def bytes(self) -> int:
-        return sum(self.bytes_by_kind.values())
-
-    @property
-    def bf16_bytes(self) -> int:
-        return sum(self.bf16_bytes_by_kind.values())
-
-    @property
-    def converted_saving(self) -> float:
-        """The fraction of the converted tensors' bfloat16 bytes saved."""
-        return 1.0 - self.converted_bytes / self.converted_bf16_bytes if self.converted_bf16_bytes else 0.0
-
-    def summary(self) -> str:
-        """One line for the engine's log."""
-        kinds = ", ".join(
-            f"{kind} {_mib(self.bf16_bytes_by_kind.get(kind, 0))} -> {_mib(size)}"
-            for kind, size in self.bytes_by_kind.items()
-        )
-        saving = f"converted tensors {self.converted_saving:.0%} smaller; " if self.method != "none" else ""
-        return (
-            f"{self.method}: weights {_mib(self.bf16_bytes)} in bfloat16 -> {_mib(self.bytes)} ({kinds}); "
-            f"{saving}experts {self.experts_implementation}, {self.grad_mode}"
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """For ``doctor`` and ``state``."""
-        return {
-            "method": self.method,
-            "bytes": self.bytes,
-            "bf16_bytes": self.bf16_bytes,
-            "bytes_by_kind": dict(self.bytes_by_kind),
-            "bf16_bytes_by_kind": dict(self.bf16_bytes_by_kind),
-            "converted_bytes": self.converted_bytes,
-            "converted_bf16_bytes": self.converted_bf16_bytes,
-            "converted_saving": round(self.converted_saving, 4),
-            "converted_tensors": self.converted_tensors,
-            "experts_implementation": self.experts_implementation,
-            "grad_mode": self.grad_mode,
-        }
-
-
-def _mib(count: int) -> str:
-    return f"{count / (1 << 20):.1f} MiB"
-
-
-def _leaves(tensor: torch.Tensor) -> Iterator[torch.Tensor]:
-    """The plain tensors that hold ``tensor``'s data (itself, or a subclass's inner tensors)."""
-    import torch
-
-    if type(tensor) not in (torch.Tensor, torch.nn.Parameter) and hasattr(tensor, "__tensor_flatten__"):
-        names, _ = tensor.__tensor_flatten__()
-        for name in names:
-            yield from _leaves(getattr(tensor, name))
-    else:
-        yield tensor
-
-
-def _storage_key(leaf: torch.Tensor) -> tuple[int, int]:
-    storage = leaf.untyped_storage()
-    return storage.data_ptr(), storage.nbytes()
-
-
-def verify_quantized(model: PreTrainedModel, method: str) -> QuantizedReport:
-    """Check a model right after its load (and :func:`finish_load`) against ``method``; ``ModelLoadError`` when
-
-    * a tensor the policy converts is left plain, the routed experts first (the load would save next to nothing),
-      or a tensor the policy keeps was converted;
-    * encoder and decoder no longer share one copy of a tensor (the quantized model would hold two);
-    * the converted tensors are not smaller than bfloat16 would be (the load would save nothing);
-    * the experts run an implementation the method's tensors do not support.
-
-    ``none`` checks only that nothing is quantized and the ties hold.
-    """
-    import torch
-
-    from .plan import kind_of
-
-    if method not in QUANTIZATIONS:
-        raise ModelLoadError(f"unknown quantization {method!r}: use one of {', '.join(QUANTIZATIONS)}")
-    modules = dict(model.named_modules())
-    seen_tensors: set[int] = set()
-    seen_storage: set[tuple[int, int]] = set()
-    held: dict[str, int] = {}
-    bf16: dict[str, int] = {}
-    converted_bytes = converted_bf16 = converted_count = 0
-    left_plain: list[str] = []
-    wrongly_converted: list[str] = []
-    for name, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
-        if id(tensor) in seen_tensors:
-            continue
-        seen_tensors.add(id(tensor))
-        owner = modules.get(name.rpartition(".")[0])
-        kind = kind_of(
-            name.removesuffix("_scale_inv"),
-            linear=isinstance(owner, torch.nn.Linear),
-            embedding=isinstance(owner, torch.nn.Embedding),
-        )
-        size = 0
-        for leaf in _leaves(tensor):
-            key = _storage_key(leaf)
-            if key not in seen_storage:
-                seen_storage.add(key)
-                size += key[1]
-        scale = name.endswith("_scale_inv")  # fp8's scales: no bfloat16 counterpart
-        plain_size = 0 if scale else 2 * tensor.numel()
-        held[kind] = held.get(kind, 0) + size
-        bf16[kind] = bf16.get(kind, 0) + plain_size
-        is_buffer = not isinstance(tensor, torch.nn.Parameter)
-        should = not is_buffer and tensor.dim() >= 2 and converted(name)
-        if should or (scale and converted(name)):
-            converted_bytes += size
-            converted_bf16 += plain_size
-        if scale:
-            continue
-        if should:
-            converted_count += 1
-        quantized = is_quantized_tensor(tensor)
-        if method != "none" and should and not quantized:
-            left_plain.append(name)
-        elif quantized and (method == "none" or not should):
-            wrongly_converted.append(name)
-    _check_ties(model)
-    if left_plain:
-        experts = [name for name in left_plain if name.rpartition(".")[2] in EXPERT_WEIGHTS]
-        what = "the routed experts are" if experts else "some text weights are"
-        raise ModelLoadError(
-            f"{method}: {what} not quantized ({len(left_plain)} of {converted_count} tensors left plain, e.g. "
-            f"{', '.join((experts or left_plain)[:3])}): the load would save next to nothing. A quantizer's default "
-            "skip list (every tied key) or one that misses the fused expert tensors does this"
-        )
-    if wrongly_converted:
-        raise ModelLoadError(
-            f"{method}: {len(wrongly_converted)} tensors that stay bfloat16 by engine.quantize_policy were converted "
-            f"(e.g. {', '.join(wrongly_converted[:3])})"
-        )
-    if method != "none" and converted_bytes >= converted_bf16:
-        raise ModelLoadError(
-            f"{method}: the converted tensors hold {converted_bytes} bytes, bfloat16 would hold {converted_bf16}: "
-            "the load would save nothing"
-        )
-    implementation = getattr(model.config, "_experts_implementation", None)
-    needed = EXPERTS_IMPLEMENTATION.get(method)
-    if needed is not None and implementation != needed:
-        raise ModelLoadError(
-            f"{method}: the experts run {implementation!r}, which its tensors do not support; load with "
-            f"experts_implementation={needed!r}"
-        )
-    grad_mode = grad_mode_for(model)
-    return QuantizedReport(
-        method=method,
-        bytes_by_kind=held,
-        bf16_bytes_by_kind=bf16,
-        converted_bytes=converted_bytes,
-        converted_bf16_bytes=converted_bf16,
-        converted_tensors=converted_count,
-        experts_implementation=implementation,
-        grad_mode=grad_mode.__name__,
-    )
-
-
-def _check_ties(model: PreTrainedModel) -> None:
-    """Every tensor the config ties (the encoder's text stack to the decoder) is one object with its source, or at
-    least one storage. The map is recomputed from the model as it is now: a swapped module's new tensors count."""
-    tensors: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
-    tensors.update(model.named_buffers(remove_duplicate=False))
-    pairs = [
-        (target, source)
-        for target, source in model.get_expanded_tied_weights_keys(all_submodels=True).items()
-        if target in tensors and source in tensors
-    ]
-    untied = []
-    for target, source in pairs:
-        a, b = tensors[target], tensors[source]
-        if a is not b and [_storage_key(x) for x in _leaves(a)] != [_storage_key(x) for x in _leaves(b)]:
-            untied.append(target)
-    if untied:
-        raise ModelLoadError(
-            f"encoder and decoder no longer share one copy of {len(untied)} of {len(pairs)} tied tensors (e.g. "
-            f"{', '.join(untied[:3])}): the model would hold the text stack twice. Quantizing after the load, or a "
-            "tie map computed before a module swap, does this"
-        )

@@ -21,7 +21,7 @@ import stat
 import time
 from pathlib import Path
 
-from . import protocol
+from . import protocol, socket_paths
 from .errors import EngineError, describe
 from .idle import idle_exit_after
 from .jobs import Job, JobQueue
@@ -46,7 +46,7 @@ class AlreadyRunningError(RuntimeError):
 def prepare_socket_dir(path: Path) -> None:
     """Create the socket's directory 0700, or check the one there: a real directory (never a symlink followed)
     of this user's; the default runtime directory is made private if it is not, any other is refused if others
-    can write to it (``protocol.UnsafeSocketError``)."""
+    can write to it (``socket_paths.UnsafeSocketError``)."""
     directory = path.parent
     directory.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -56,18 +56,20 @@ def prepare_socket_dir(path: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as exc:  # ELOOP: a symlink; ENOTDIR: a file
-        raise protocol.UnsafeSocketError(f"socket directory {directory} is not a real directory: {exc}") from None
+        raise socket_paths.UnsafeSocketError(f"socket directory {directory} is not a real directory: {exc}") from None
     try:
         info = os.fstat(fd)
         if info.st_uid != os.getuid():
-            raise protocol.UnsafeSocketError(
+            raise socket_paths.UnsafeSocketError(
                 f"socket directory {directory} belongs to uid {info.st_uid}, not to this user: another user made it"
             )
         mode = stat.S_IMODE(info.st_mode)
-        if mode & 0o077 and directory == protocol.runtime_dir():
+        if mode & 0o077 and directory == socket_paths.runtime_dir():
             os.fchmod(fd, 0o700)  # on the directory itself, not on whatever a path would lead to now
         elif mode & 0o022:
-            raise protocol.UnsafeSocketError(f"socket directory {directory} can be written by others (mode {mode:o})")
+            raise socket_paths.UnsafeSocketError(
+                f"socket directory {directory} can be written by others (mode {mode:o})"
+            )
         elif mode & 0o077:
             logger.warning("socket directory %s is not private (mode %o)", directory, mode)
     finally:
@@ -295,7 +297,7 @@ class EngineServer:
         connection = next(self._connection_ids)
         self._last_activity = time.monotonic()
         try:
-            uid = protocol.peer_uid(writer.get_extra_info("socket"))
+            uid = socket_paths.peer_uid(writer.get_extra_info("socket"))
         except OSError:  # the peer is already gone
             writer.close()
             return

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import attrs
 
-from diffgemma_engine import protocol
+from diffgemma_engine import socket_paths
 from diffgemma_lsp.backends.base import Backend, BackendState, StateListener
 from diffgemma_lsp.backends.local import EngineClient, ExitCheck
 from diffgemma_lsp.backends.remote import OpenAIBackend
@@ -149,7 +149,7 @@ def local_backend(
     """A started client of the engine on ``engine_socket`` (None: the one for ``model``, ``device`` and
     ``quantization``), which starts that engine when none runs there (exiting after ``idle_exit_minutes`` without
     clients; None: by what reloading costs)."""
-    socket_path = engine_socket or protocol.socket_path_for(model, device, quantization)
+    socket_path = engine_socket or socket_paths.socket_path_for(model, device, quantization)
 
     async def start_engine() -> ExitCheck:
         return spawn_engine(socket_path, model, device, quantization, idle_exit_minutes).exit_reason

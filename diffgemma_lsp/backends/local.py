@@ -19,7 +19,7 @@ from pathlib import Path
 
 import attrs
 
-from diffgemma_engine import protocol
+from diffgemma_engine import protocol, socket_paths
 from diffgemma_lsp.backends.base import (
     OLD_ENGINE,
     BackendState,
@@ -134,7 +134,7 @@ class EngineClient(StateReporter):
                     self.load_failure = str(exc)
                     self._set_state(BackendState.FAILED, self.load_failure)
                     return
-                self._refused = str(exc) if isinstance(exc, protocol.UnsafeSocketError) else None
+                self._refused = str(exc) if isinstance(exc, socket_paths.UnsafeSocketError) else None
                 self._set_state(BackendState.FAILED, f"cannot reach the engine: {exc}")
                 await _backoff(attempt)
                 attempt += 1
@@ -155,7 +155,7 @@ class EngineClient(StateReporter):
                 attempt += 1
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await protocol.open_engine(self.socket_path)
+        return await socket_paths.open_engine(self.socket_path)
 
     async def _connect(self) -> asyncio.StreamReader:
         """Open the socket (starting the engine if nothing listens) and shake hands."""

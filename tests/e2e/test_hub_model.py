@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import protocol
+from diffgemma_engine import socket_paths
 from tests.e2e.test_lsp_engine import _engine_pid, _kill_engine
 from tests.support.hub import serve_hub
 from tests.support.lsp import complete_when_ready, open_document, start_client
@@ -39,7 +39,7 @@ async def test_a_hub_id_in_the_model_setting_serves_completions_from_the_cache(
         assert pulled.returncode == 0, pulled.stderr
         asked = len(hub.requests)
 
-        socket_path = protocol.socket_path_for(RELEASE_ID)  # the id's own engine, as the server picks it
+        socket_path = socket_paths.socket_path_for(RELEASE_ID)  # the id's own engine, as the server picks it
         client = await start_client(
             [sys.executable, "-m", "diffgemma_lsp", "--stdio"],
             init_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, "model": RELEASE_ID}},

@@ -14,7 +14,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
-from diffgemma_engine import protocol
+from diffgemma_engine import socket_paths
 from tests.support.lsp import (
     complete,
     complete_when_ready,
@@ -269,7 +269,10 @@ async def test_changing_the_model_setting_switches_engines(
     command.remove("--engine-socket")
     settings = {"debounceMs": 0, "extraContextTokens": 0, "model": str(memorized_model_dir)}
     client = await start_client(command, init_options={"diffgemma": settings})
-    sockets = [protocol.socket_path_for(str(memorized_model_dir)), protocol.socket_path_for(str(random_model_dir))]
+    sockets = [
+        socket_paths.socket_path_for(str(memorized_model_dir)),
+        socket_paths.socket_path_for(str(random_model_dir)),
+    ]
     try:
         open_document(client, URI, SOURCE)
         result = await complete_when_ready(client, URI, *CURSOR)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffgemma_engine import loadable, quantize
+from diffgemma_engine import loadable, quantize, quantize_check
+from diffgemma_engine.canvas.runtime import grad_mode_for
 from diffgemma_engine.errors import ModelLoadError
 from diffgemma_engine.quantize_policy import stays_unquantized
 
@@ -49,7 +50,7 @@ def _step_logits(model: torch.nn.Module, mode: object = None) -> torch.Tensor:
     vocab = model.config.text_config.vocab_size
     ids = torch.randint(256, vocab - 3, (1, PROMPT_TOKENS), generator=generator)
     canvas = torch.randint(256, vocab - 3, (1, CANVAS), generator=generator)
-    with (mode or quantize.grad_mode_for(model))():
+    with (mode or grad_mode_for(model))():
         cache = DynamicCache(config=model.config.get_text_config(decoder=True))
         length = encode_prompt(model, ids, cache)
         positions = torch.arange(length, length + CANVAS, dtype=torch.int32).unsqueeze(0)
@@ -128,8 +129,8 @@ def test_int8_without_torchao_names_the_pip_command(release_random_dir: Path) ->
 
 @needs_torchao
 def test_int8_converts_the_experts_keeps_one_tied_copy_and_is_smaller(bf16_model, int8_model) -> None:
-    plain = quantize.verify_quantized(bf16_model, "none")
-    report = quantize.verify_quantized(int8_model, "int8")
+    plain = quantize_check.verify_quantized(bf16_model, "none")
+    report = quantize_check.verify_quantized(int8_model, "int8")
     encoder, decoder = _experts(int8_model)
     assert type(decoder.gate_up_proj).__name__ == "Int8Tensor"
     assert type(decoder.down_proj).__name__ == "Int8Tensor"
@@ -154,8 +155,8 @@ def test_int8_converts_the_experts_keeps_one_tied_copy_and_is_smaller(bf16_model
 
 @needs_torchao
 def test_int8_runs_under_no_grad_and_not_under_inference_mode(bf16_model, int8_model) -> None:
-    assert quantize.grad_mode_for(bf16_model) is torch.inference_mode
-    assert quantize.grad_mode_for(int8_model) is torch.no_grad
+    assert grad_mode_for(bf16_model) is torch.inference_mode
+    assert grad_mode_for(int8_model) is torch.no_grad
     logits = _step_logits(int8_model)
     assert logits.shape == (1, CANVAS, int8_model.config.text_config.vocab_size)
     assert torch.isfinite(logits).all()
@@ -194,7 +195,7 @@ def test_transformers_default_skip_list_quantizes_nothing_and_is_refused(release
     encoder, decoder = _experts(model)
     assert type(decoder.gate_up_proj.data) is torch.Tensor  # the trap: "quantized", yet plain
     with pytest.raises(ModelLoadError, match="routed experts are not quantized.*save next to nothing"):
-        quantize.verify_quantized(model, "int8")
+        quantize_check.verify_quantized(model, "int8")
 
 
 @needs_torchao
@@ -206,13 +207,13 @@ def test_quantizing_after_the_load_unties_the_encoder_and_is_refused(release_ran
     encoder, decoder = _experts(model)
     assert encoder.gate_up_proj is not decoder.gate_up_proj
     with pytest.raises(ModelLoadError, match="no longer share one copy"):
-        quantize.verify_quantized(model, "int8")
+        quantize_check.verify_quantized(model, "int8")
 
 
 @needs_torchao
 def test_the_plain_model_is_not_taken_for_a_quantized_one(bf16_model) -> None:
     with pytest.raises(ModelLoadError, match="routed experts are not quantized"):
-        quantize.verify_quantized(bf16_model, "int8")
+        quantize_check.verify_quantized(bf16_model, "int8")
 
 
 @needs_torchao
@@ -235,7 +236,7 @@ def test_an_int8_checkpoint_saves_smaller_and_reloads_as_it_was(
             quantize.resolve_method(conflicting, saved)
 
     reloaded = _load(saved, None)
-    quantize.verify_quantized(reloaded, "int8")
+    quantize_check.verify_quantized(reloaded, "int8")
     encoder, decoder = _experts(reloaded)
     assert encoder.gate_up_proj is decoder.gate_up_proj
     assert torch.equal(decoder.gate_up_proj.qdata, _experts(int8_model)[1].gate_up_proj.qdata)
@@ -262,7 +263,7 @@ def test_finish_load_lets_the_checkpoint_files_go(release_random_dir: Path, tmp_
     assert mapped(), "the load is expected to map the checkpoint's files"
     quantize.finish_load(model, settings.method)
     assert not mapped()
-    quantize.verify_quantized(model, "int8")  # still tied, still quantized
+    quantize_check.verify_quantized(model, "int8")  # still tied, still quantized
 
 
 # -- fp8: the load path, on CPU with CUDA faked (its kernels need a GPU; no forward pass here) ------------------
@@ -283,10 +284,10 @@ def test_fp8_ties_its_scales_only_after_finish_load(release_random_dir: Path, mo
     assert encoder.gate_up_proj is decoder.gate_up_proj
     assert encoder.gate_up_proj_scale_inv is not decoder.gate_up_proj_scale_inv  # never loaded: garbage
     with pytest.raises(ModelLoadError, match="no longer share one copy.*scale_inv"):
-        quantize.verify_quantized(model, "fp8")
+        quantize_check.verify_quantized(model, "fp8")
     quantize.finish_load(model, "fp8")
     assert encoder.gate_up_proj_scale_inv is decoder.gate_up_proj_scale_inv
-    report = quantize.verify_quantized(model, "fp8")
+    report = quantize_check.verify_quantized(model, "fp8")
     assert report.converted_saving >= 0.40, report.summary()
     assert report.bytes_by_kind["embedding"] == report.bf16_bytes_by_kind["embedding"]
 
@@ -340,7 +341,7 @@ def test_int8_gives_the_memorized_answer_of_its_float_model(release_memorized_di
     near_greedy = SamplerSettings(t_min=1e-3, t_max=1e-3)
 
     def answer(model: torch.nn.Module) -> list[int]:
-        with quantize.grad_mode_for(model)():
+        with grad_mode_for(model)():
             cache = DynamicCache(config=model.config.get_text_config(decoder=True))
             encode_prompt(model, torch.tensor([ids]), cache)
             # denoise_canvas is decorated with inference_mode; its body is what the engine would run under no_grad

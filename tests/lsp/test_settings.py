@@ -8,7 +8,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from diffgemma_engine.protocol import default_socket_path, socket_path_for
+from diffgemma_engine.socket_paths import default_socket_path, socket_path_for
 from diffgemma_lsp.settings import WIRE_KEYS, Settings, parse_settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -127,7 +127,12 @@ def test_the_canvas_maths_imports_nothing_from_loading() -> None:
 
 def test_the_language_server_reaches_into_the_engine_only_for_torch_free_modules() -> None:
     allowed = {"diffgemma_engine.protocol", "diffgemma_engine.prompt", "diffgemma_engine.budget"}
-    allowed |= {"diffgemma_engine.logfile", "diffgemma_engine", "diffgemma_engine.hub"}  # hub: doctor's cache look
+    allowed |= {
+        "diffgemma_engine.socket_paths",
+        "diffgemma_engine.logfile",
+        "diffgemma_engine",
+        "diffgemma_engine.hub",
+    }  # hub: doctor's cache look
     for module, targets in import_graph().items():
         if module.startswith("diffgemma_lsp"):
             engine = {target for target in targets if target.startswith("diffgemma_engine")}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import protocol
+from diffgemma_engine import socket_paths
 from tests.support.lsp import RawLsp, server_command
 
 pytestmark = pytest.mark.e2e
@@ -90,18 +90,18 @@ def foreign_dir(short_tmp: Path) -> Iterator[Path]:
 def test_a_clients_checks_refuse_symlinks_foreign_and_shared_directories(short_tmp: Path) -> None:
     own = short_tmp / "own"
     own.mkdir(mode=0o700)
-    protocol.check_socket_dir(own)  # fine
+    socket_paths.check_socket_dir(own)  # fine
     link = short_tmp / "link"
     link.symlink_to(own)
-    with pytest.raises(protocol.UnsafeSocketError, match="symbolic link"):
-        protocol.check_socket_dir(link)
+    with pytest.raises(socket_paths.UnsafeSocketError, match="symbolic link"):
+        socket_paths.check_socket_dir(link)
     shared = short_tmp / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
-    with pytest.raises(protocol.UnsafeSocketError, match="written by others"):
-        protocol.check_socket_dir(shared)
+    with pytest.raises(socket_paths.UnsafeSocketError, match="written by others"):
+        socket_paths.check_socket_dir(shared)
     with pytest.raises(FileNotFoundError):
-        protocol.check_socket_dir(short_tmp / "missing")
+        socket_paths.check_socket_dir(short_tmp / "missing")
 
 
 def test_without_xdg_runtime_dir_the_socket_lives_where_no_one_else_can_make_it(
@@ -109,17 +109,17 @@ def test_without_xdg_runtime_dir_the_socket_lives_where_no_one_else_can_make_it(
 ) -> None:
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(short_tmp / "cache"))
-    assert protocol.runtime_dir() == short_tmp / "cache" / "diffgemma" / "run"
+    assert socket_paths.runtime_dir() == short_tmp / "cache" / "diffgemma" / "run"
     foreign = short_tmp / "foreign-runtime"
     foreign.mkdir()
     if os.getuid() == 0:
         os.chown(foreign, NOBODY, NOBODY)
         monkeypatch.setenv("XDG_RUNTIME_DIR", str(foreign))  # inherited through su: another user's
-        assert protocol.runtime_dir() == short_tmp / "cache" / "diffgemma" / "run"
+        assert socket_paths.runtime_dir() == short_tmp / "cache" / "diffgemma" / "run"
     mine = short_tmp / "mine"
     mine.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(mine))
-    assert protocol.runtime_dir() == mine / "diffgemma"
+    assert socket_paths.runtime_dir() == mine / "diffgemma"
 
 
 def test_the_engine_follows_no_symlink_to_its_socket_directory(short_tmp: Path) -> None:
@@ -141,11 +141,11 @@ def test_the_engine_follows_no_symlink_to_its_socket_directory(short_tmp: Path) 
 @as_root
 async def test_a_process_of_another_user_is_refused_as_the_engine(foreign_dir: Path) -> None:
     socket_path = foreign_dir / "engine.sock"
-    with pytest.raises(protocol.UnsafeSocketError, match="belongs to uid 65534"):
-        await protocol.open_engine(socket_path)
+    with pytest.raises(socket_paths.UnsafeSocketError, match="belongs to uid 65534"):
+        await socket_paths.open_engine(socket_path)
     reader, writer = await asyncio.open_unix_connection(str(socket_path))  # past the directory check: the peer's
-    with pytest.raises(protocol.UnsafeSocketError, match="runs as uid 65534"):
-        protocol.check_peer(writer.get_extra_info("socket"))
+    with pytest.raises(socket_paths.UnsafeSocketError, match="runs as uid 65534"):
+        socket_paths.check_peer(writer.get_extra_info("socket"))
     writer.close()
     command = [sys.executable, "-m", "diffgemma_lsp", "doctor", "--engine-socket", str(socket_path), "--json"]
     done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=60)

@@ -9,7 +9,7 @@ loads on the CPU:
   ``get_device_capability``, ``mem_get_info``, ``current_device``, ``get_device_name``,
   ``torch.backends.mps.is_available`` / ``is_built``, ``torch.mps.recommended_max_memory`` and
   ``driver_allocated_memory``; the CPU's available memory is a ``/proc/meminfo``-format file the engine reads
-  (``engine.plan.MEMINFO``).
+  (``diffgemma_engine.plan.devices.MEMINFO``).
 * ``from_pretrained`` is called as the engine calls it (Python itself refuses a keyword given twice); the
   simulation then checks what a real machine would: the device map names only devices the machine has (``cpu``,
   ``disk``, its ``cuda:N``, ``mps``), a ``disk`` entry comes with an ``offload_folder``, and a quantization config
@@ -153,12 +153,12 @@ class Simulation:
     def install(self) -> None:
         from transformers import DiffusionGemmaForBlockDiffusion
 
-        from diffgemma_engine import plan
+        from diffgemma_engine.plan import devices as plan_devices
 
         available = self.machine.mem_available // 1024
         self.meminfo.write_text(f"MemTotal: {available + 1024 * 1024} kB\nMemAvailable: {available} kB\n")
         self._install_torch()
-        self._set(plan, "MEMINFO", self.meminfo)
+        self._set(plan_devices, "MEMINFO", self.meminfo)
         real = DiffusionGemmaForBlockDiffusion.from_pretrained.__func__  # type: ignore[attr-defined]
         simulation = self
 
