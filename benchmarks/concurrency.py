@@ -56,7 +56,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     socket_path = Path(tempfile.mkdtemp(prefix="dg-conc-", dir="/tmp")) / "engine.sock"
     command = [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning"]
     command += ["serve", "--socket", str(socket_path)]
-    command += ["--compile", args.compile]
+    command += ["--step", "compiled" if args.compile == "on" else "eager"]
     if args.model:
         command += ["--model", str(args.model)]
     if args.device:

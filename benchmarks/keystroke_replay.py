@@ -81,7 +81,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
     socket_path = runtime / "engine.sock"
     engine_command = [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning"]
     engine_command += ["serve", "--socket", str(socket_path)]
-    engine_command += ["--compile", args.compile]
+    engine_command += ["--step", "compiled" if args.compile == "on" else "eager"]
     model = with_chat_order(args.model, args.chat_order, runtime) if args.chat_order else args.model
     if model:
         engine_command += ["--model", str(model)]

@@ -23,12 +23,14 @@ import sys
 from pathlib import Path
 
 from . import protocol, socket_paths
+from .canvas.step_mode import STEP_MODES, StepMode  # light: the standard library
 from .idle import parse_idle_exit  # light: the standard library
 from .jobs import DEFAULT_MAX_BATCH, DEFAULT_MAX_PENDING, JobQueue  # light, as the two below
 from .logfile import private_file_handler
 from .plan import DEFAULT_PROMPT_TOKENS, PRECISIONS  # light: attrs and the standard library
 
 COMPILE_CHOICES = ("on", "off")
+"""The older ``serve --compile`` (``on``: ``--step compiled``), and the benchmarks' own ``--compile``."""
 MODEL_HELP = "checkpoint folder, or hub id (owner/name) pulled into the hub cache (default: the shipped model)"
 WORKER_EXIT_TIMEOUT_S = 10.0
 """How long a stopping engine waits for the model thread to finish the job it is running."""
@@ -113,10 +115,9 @@ async def serve(args: argparse.Namespace) -> int:
         on_failed=lambda error: loop.call_soon_threadsafe(server.model_failed, error),
         threads=args.threads,
         max_batch=args.max_batch,
-        compile_step=args.compile == "on",
+        step_mode=StepMode(args.step),
         max_memory=args.max_memory,
         quantization=args.quantization,
-        captured_loop=args.loop == "captured",
     )
     worker.start()
     await server.serve_until_stopped()
@@ -245,13 +246,30 @@ def pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Command-line entry point."""
-    parser = argparse.ArgumentParser(prog="diffgemma-engine", description="The DiffusionGemma completion engine.")
-    parser.add_argument("--log-level", default=os.environ.get("DIFFGEMMA_LOG_LEVEL", "info"))
-    parser.add_argument("--log-file", type=Path, default=None)
-    commands = parser.add_subparsers(dest="command", required=True)
+def default_step() -> str:
+    """``serve --step``'s default: ``$DIFFGEMMA_STEP``; else compiled for the older ``$DIFFGEMMA_COMPILE=on``."""
+    if step := os.environ.get("DIFFGEMMA_STEP"):
+        return step
+    return StepMode.COMPILED.value if os.environ.get("DIFFGEMMA_COMPILE") == "on" else StepMode.EAGER.value
 
+
+def step_mode_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+    """The one ``--step`` of ``serve``, from it, ``$DIFFGEMMA_STEP`` or the two flags it replaced (which agree with it
+    or are refused)."""
+    if args.step not in STEP_MODES:  # argparse does not check a default read from the environment
+        parser.error(f"--step (or $DIFFGEMMA_STEP) must be one of {', '.join(STEP_MODES)}, not {args.step!r}")
+    implied = {"on": StepMode.COMPILED.value}.get(args.compile) or {"captured": StepMode.CAPTURED.value}.get(args.loop)
+    if args.compile == "on" and args.loop == "captured":
+        parser.error("--compile on and --loop captured are two steps: use --step compiled or --step captured")
+    if implied is None:
+        return str(args.step)
+    if args.step not in (implied, StepMode.EAGER.value):
+        parser.error(f"--step {args.step} and the older flag meaning --step {implied} disagree: use --step alone")
+    return implied
+
+
+def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``serve``: the resident engine on a Unix socket."""
     serve_parser = commands.add_parser("serve", help="serve infill requests on a Unix socket")
     add_model_args(serve_parser)
     serve_parser.add_argument("--socket", type=Path, default=None, help="default: the per-user runtime path")
@@ -265,20 +283,18 @@ def main(argv: list[str] | None = None) -> None:
         help="queued requests denoised together in one decoder pass (1: off)",
     )
     serve_parser.add_argument(
-        "--compile",
-        choices=COMPILE_CHOICES,
-        default=os.environ.get("DIFFGEMMA_COMPILE", "off"),
-        help="torch.compile the denoising step in the background (faster once done; completions run eagerly, and "
-        "slower, while it compiles); default: $DIFFGEMMA_COMPILE or off",
+        "--step",
+        default=default_step(),
+        help="how the denoising step runs: eager (op by op, every shape); compiled (torch.compile of the decoder "
+        "pass and scores, dynamic shapes, compiled in the background and served eagerly until then); captured (the "
+        "whole step compiled as one graph per serving shape, a CUDA graph on a GPU, warmed in the background; the "
+        "eager loop serves until then, and serves batches, candidates and rewrites with held text); "
+        "default: $DIFFGEMMA_STEP, compiled with the older $DIFFGEMMA_COMPILE=on, else eager",
     )
-    serve_parser.add_argument(
-        "--loop",
-        choices=("eager", "captured"),
-        default="eager",
-        help="captured: the whole denoising step compiled as one graph per serving shape (a CUDA graph on a GPU: "
-        "no host in the step), warmed up in the background; the eager loop serves until then, and serves batches, "
-        "candidates and rewrites with held text; default: eager",
-    )
+    # The two flags --step replaced, kept for scripts that pass them: --compile on is --step compiled, --loop
+    # captured is --step captured.
+    serve_parser.add_argument("--compile", choices=COMPILE_CHOICES, default=None, help=argparse.SUPPRESS)
+    serve_parser.add_argument("--loop", choices=("eager", "captured"), default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument(
         "--idle-exit",
         type=parse_idle_exit,
@@ -290,6 +306,9 @@ def main(argv: list[str] | None = None) -> None:
         "--exist-ok", action="store_true", help="exit 0 (not 3) when another engine already serves the socket"
     )
 
+
+def add_infill_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``infill``: one completion (or rewrite) printed."""
     infill_parser = commands.add_parser("infill", help="print one completion and exit")
     add_model_args(infill_parser)
     infill_parser.add_argument(
@@ -319,6 +338,9 @@ def main(argv: list[str] | None = None) -> None:
         "--instruction", default="", help="with --start, for an instruction model: what to do with the text"
     )
 
+
+def add_plan_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``plan``: memory and placement from the config alone."""
     plan_parser = commands.add_parser("plan", help="memory needed and where it would go, from the config alone")
     plan_parser.add_argument("--model", default=None, help=MODEL_HELP + " (an id not cached: its config.json alone)")
     plan_parser.add_argument(
@@ -347,13 +369,31 @@ def main(argv: list[str] | None = None) -> None:
     plan_parser.add_argument("--rows", type=int, default=1, help="requests denoised together (serve --max-batch)")
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
 
+
+def add_pull_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``pull``: a hub id's checkpoint into the hub cache."""
     pull_parser = commands.add_parser("pull", help="download a hub id's checkpoint into the hub cache (resumable)")
     pull_parser.add_argument("id", help="the hub id, e.g. google/diffusiongemma-26B-A4B-it")
     pull_parser.add_argument("--revision", default=None, help="a branch, tag or commit (default: main)")
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """The engine's command line: serve, infill, plan, pull."""
+    parser = argparse.ArgumentParser(prog="diffgemma-engine", description="The DiffusionGemma completion engine.")
+    parser.add_argument("--log-level", default=os.environ.get("DIFFGEMMA_LOG_LEVEL", "info"))
+    parser.add_argument("--log-file", type=Path, default=None)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add_command in (add_serve_command, add_infill_command, add_plan_command, add_pull_command):
+        add_command(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point."""
+    parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "serve" and args.compile not in COMPILE_CHOICES:  # argparse does not check a default
-        parser.error(f"--compile (or $DIFFGEMMA_COMPILE) must be on or off, not {args.compile!r}")
+    if args.command == "serve":
+        args.step = step_mode_of(args, parser)
     setup_logging(args.log_level, args.log_file)
     if args.command == "serve":
         if args.socket is None:

@@ -78,7 +78,7 @@ class LoadedModel:
     """The denoising step the engine runs: eager, then compiled once ``step.start_compiling(warm_up)`` has warmed
     up."""
     loop: CapturedLoop | None = None
-    """With ``serve --loop captured``: the step captured as a graph per serving shape, for the canvases it serves."""
+    """With ``serve --step captured``: the step captured as a graph per serving shape, for the canvases it serves."""
 
     def __post_init__(self) -> None:
         self.step = DecoderStep(self.model)

@@ -299,7 +299,7 @@ class Stats:
     rss_mb: float = 0.0
     compiled: str = ""
     """The denoising step: ``eager`` (not compiling), ``compiling`` (served eagerly meanwhile), ``compiled``, or
-    ``failed: <reason>`` (served eagerly); with ``serve --loop captured``, ``loop warming`` (served eagerly
+    ``failed: <reason>`` (served eagerly); with ``serve --step captured``, ``loop warming`` (served eagerly
     meanwhile), ``loop captured`` or ``loop failed: <reason>``."""
     step_ms_p50: float = 0.0
     """Denoising time per step over the last completed requests (0: none yet)."""

@@ -14,6 +14,7 @@ import torch
 from . import protocol
 from .batch import Row, compatible, run_batch
 from .canvas.captured import CapturedLoop, serving_shapes
+from .canvas.step_mode import StepMode
 from .canvas.warmup import trace_serving_shapes
 from .errors import EngineError, describe
 from .infill import check_request, prompt_ids, run_infill
@@ -53,10 +54,9 @@ class ModelWorker(threading.Thread):
         on_failed: Callable[[BaseException], object],
         threads: int | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
-        compile_step: bool = False,
+        step_mode: StepMode = StepMode.EAGER,
         max_memory: str | None = None,
         quantization: str | None = None,
-        captured_loop: bool = False,
     ) -> None:
         super().__init__(name="diffgemma-model", daemon=True)
         self.queue = queue
@@ -69,8 +69,7 @@ class ModelWorker(threading.Thread):
         self.on_failed = on_failed
         self.threads = threads
         self.max_batch = max_batch
-        self.compile_step = compile_step
-        self.captured_loop = captured_loop
+        self.step_mode = step_mode
         self.loaded: LoadedModel | None = None
 
     def run(self) -> None:
@@ -86,9 +85,9 @@ class ModelWorker(threading.Thread):
             logger.exception("model load failed")
             self.on_failed(exc)
             return
-        if self.compile_step:  # in the background: requests are served eagerly until it is done
+        if self.step_mode is StepMode.COMPILED:  # in the background: requests are served eagerly until it is done
             self.loaded.step.start_compiling(warm_up=trace_serving_shapes)
-        if self.captured_loop:  # in the background too: the eager loop serves until every shape is captured
+        if self.step_mode is StepMode.CAPTURED:  # in the background too: served eagerly until every shape is captured
             loaded = self.loaded
             canvases = [loaded.canvas_length, loaded.line_canvas_length or loaded.canvas_length]
             shapes = serving_shapes(canvases, loaded.max_prompt_tokens)

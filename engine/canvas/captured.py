@@ -1,4 +1,4 @@
-"""The capturable step as the engine serves it (``diffgemma-engine serve --loop captured``): one graph per serving
+"""The capturable step as the engine serves it (``diffgemma-engine serve --step captured``): one graph per serving
 shape, compiled and warmed up in the background, on the buffers serving then fills.
 
 The shapes are known when the model loads: one row, the model's canvas and its line canvas, and the prompt

@@ -1,4 +1,4 @@
-"""``serve --loop captured``: the capturable step compiled per serving shape in the background, serving the
+"""``serve --step captured``: the capturable step compiled per serving shape in the background, serving the
 canvases it covers with the eager exact loop's answers, and leaving every other canvas to the eager loop."""
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ def test_a_failed_capture_keeps_the_eager_loop_serving(monkeypatch: pytest.Monke
 
 
 async def test_the_engine_captures_in_the_background_and_says_so(memorized_model_dir: Path, short_tmp: Path) -> None:
-    """``serve --loop captured``: the loop's state in the stats, and completions answered while it warms."""
-    engine = EngineProcess(memorized_model_dir, short_tmp / "e.sock", short_tmp / "e.log", ["--loop", "captured"])
+    """``serve --step captured``: the loop's state in the stats, and completions answered while it warms."""
+    engine = EngineProcess(memorized_model_dir, short_tmp / "e.sock", short_tmp / "e.log", ["--step", "captured"])
     try:
         client = await RawClient.connect(engine.socket_path)
         await client.send(protocol.GetStats(id="s"))

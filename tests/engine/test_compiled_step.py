@@ -98,7 +98,7 @@ def test_a_failed_compile_keeps_serving_eagerly(memorized_model_dir: Path, monke
 
 
 async def test_the_engine_compiles_in_the_background_and_says_so(memorized_model_dir: Path, short_tmp: Path) -> None:
-    engine = EngineProcess(memorized_model_dir, short_tmp / "e.sock", short_tmp / "e.log", ["--compile", "on"])
+    engine = EngineProcess(memorized_model_dir, short_tmp / "e.sock", short_tmp / "e.log", ["--step", "compiled"])
     try:
         client = await RawClient.connect(engine.socket_path)
         await client.send(protocol.GetStats(id="s"))

@@ -1,0 +1,26 @@
+"""How the engine runs the one denoising step: ``diffgemma-engine serve --step eager|compiled|captured``.
+
+Every mode runs ``step.denoise_step``; they differ in what is compiled around it. Standard library only, so the
+engine's command line reads it without torch.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class StepMode(enum.Enum):
+    """The way to get the denoising step, chosen once per engine; ``LoadedModel.step_state`` reports it."""
+
+    EAGER = "eager"
+    """Op by op (``denoise.denoise_canvas``): the exact or the fast sampler, every shape; the default."""
+    COMPILED = "compiled"
+    """The decoder pass and scores under ``torch.compile`` with dynamic shapes (``compiled.DecoderStep``), compiled
+    in the background: served eagerly until then."""
+    CAPTURED = "captured"
+    """The whole step compiled as one graph per serving shape on fixed buffers (``captured.CapturedLoop``; a CUDA
+    graph on a GPU), warmed in the background; the eager loop serves until then, and serves batches, candidates
+    and rewrites with held text."""
+
+
+STEP_MODES: tuple[str, ...] = tuple(mode.value for mode in StepMode)

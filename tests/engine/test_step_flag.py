@@ -1,0 +1,60 @@
+"""``serve --step eager|compiled|captured``: one flag chooses how the denoising step runs (issue 28), and the two
+flags it replaced still mean what they meant."""
+
+from __future__ import annotations
+
+import pytest
+
+from diffgemma_engine.__main__ import build_parser, default_step, step_mode_of
+from diffgemma_engine.canvas.step_mode import STEP_MODES, StepMode
+
+
+def _step(argv: list[str]) -> str:
+    parser = build_parser()
+    return step_mode_of(parser.parse_args(["serve", *argv]), parser)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "eager"),
+        (["--step", "compiled"], "compiled"),
+        (["--step", "captured"], "captured"),
+        (["--compile", "on"], "compiled"),
+        (["--compile", "off"], "eager"),
+        (["--loop", "captured"], "captured"),
+        (["--loop", "eager"], "eager"),
+        (["--step", "compiled", "--compile", "on"], "compiled"),
+    ],
+)
+def test_the_step_flag_and_the_flags_it_replaced(argv: list[str], expected: str, monkeypatch) -> None:
+    monkeypatch.delenv("DIFFGEMMA_STEP", raising=False)
+    monkeypatch.delenv("DIFFGEMMA_COMPILE", raising=False)
+    assert _step(argv) == expected
+    assert StepMode(expected).value in STEP_MODES
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--step", "fast"], ["--step", "captured", "--compile", "on"], ["--compile", "on", "--loop", "captured"]],
+)
+def test_a_step_that_cannot_be_meant_is_refused_with_the_choices(argv: list[str], monkeypatch, capsys) -> None:
+    monkeypatch.delenv("DIFFGEMMA_STEP", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        _step(argv)
+    assert exited.value.code == 2
+    assert "--step" in capsys.readouterr().err
+
+
+def test_the_environment_gives_the_default(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("DIFFGEMMA_STEP", raising=False)
+    monkeypatch.setenv("DIFFGEMMA_COMPILE", "on")
+    assert default_step() == "compiled"
+    assert _step([]) == "compiled"
+    monkeypatch.setenv("DIFFGEMMA_STEP", "captured")
+    assert _step([]) == "captured"
+    assert _step(["--step", "eager"]) == "eager"
+    monkeypatch.setenv("DIFFGEMMA_STEP", "turbo")
+    with pytest.raises(SystemExit):
+        _step([])
+    assert "must be one of eager, compiled, captured, not 'turbo'" in capsys.readouterr().err
