@@ -35,6 +35,7 @@ from .prompt import CHAT_ORDERS, SUFFIX_FIRST, PromptLayout, layout_for
 
 if TYPE_CHECKING:
     from transformers import DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
 
 logger = logging.getLogger(__name__)
 
@@ -194,20 +195,12 @@ def load_model(
     checkpoint's own; a quantized load is checked right after it (experts converted, encoder and decoder one copy,
     smaller)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoTokenizer
-    from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
 
     folder = hub.checkpoint_folder(model_dir)  # a hub id's cached snapshot; every weight file whole
-    config = check_folder(folder)  # every file within its cap and the config's sizes bounded, before anything reads
-    hints = read_hints(folder)  # before the weights: a bad hint fails in milliseconds
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise ModelLoadError(
-            f"no tokenizer in {folder}: it needs {' or '.join(TOKENIZER_FILES)} (copy the tokenizer files "
-            "that came with the checkpoint)"
-        )
+    config, hints = _checked_folder(folder)
     start = time.perf_counter()
     devices = placement.pick_devices(device)
     torch_dtype = placement.pick_dtype(dtype, stored_dtype(config), devices.first)
@@ -218,48 +211,14 @@ def load_model(
         placement.check_fits(folder, devices.first, torch_dtype, free, precision)
     where = placement.device_map(folder, devices, torch_dtype, placement.parse_max_memory(max_memory), precision)
     kwargs = placement.load_kwargs(where, offload_folder, **settings.kwargs)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = text_only.from_pretrained(folder, dtype=torch_dtype, local_files_only=True, **kwargs)
-    except torch.OutOfMemoryError as exc:
-        raise ModelLoadError(
-            f"out of memory loading {folder} onto {devices}: {exc}; {_advice(folder, devices, torch_dtype)}"
-        ) from exc
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load the checkpoint in {folder}: {exc}") from exc
-    model.train(False)  # model.eval(), which transformers leaves unannotated
+    tokenizer, model = _read_checkpoint(folder, devices, torch_dtype, kwargs)
     quantized = None
     if settings.method != "none":
         quantize.finish_load(model, settings.method, pre_quantized=settings.pre_quantized)
         quantized = quantize_check.verify_quantized(model, settings.method)
         logger.info("%s", quantized.summary())
     torch_device = execution_device(model)  # the map's first accelerator: where inputs and caches go
-    generation = model.generation_config
-    assert isinstance(generation, DiffusionGemmaGenerationConfig)  # from_pretrained loads generation_config_class
-    eos = generation.eos_token_id if generation.eos_token_id is not None else tokenizer.eos_token_id
-    eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
-    defaults = SamplerSettings()
-    sampler = SamplerSettings(
-        max_steps=generation.max_denoising_steps or defaults.max_steps,
-        t_min=generation.t_min if generation.t_min is not None else defaults.t_min,
-        t_max=generation.t_max if generation.t_max is not None else defaults.t_max,
-        entropy_bound=getattr(generation.sampler_config, "entropy_bound", defaults.entropy_bound),
-        stability_threshold=(
-            generation.stability_threshold
-            if generation.stability_threshold is not None
-            else defaults.stability_threshold
-        ),
-        confidence_threshold=generation.confidence_threshold or defaults.confidence_threshold,
-    )
-    pad_id = generation.pad_token_id if generation.pad_token_id is not None else tokenizer.pad_token_id
-    check_generation(  # a setting past the engine's caps would refuse every request later, unseen
-        dataclasses.asdict(sampler),
-        eos_ids=eos_ids,
-        pad_id=pad_id,
-        vocab_size=text_config_of(model.config).vocab_size,
-        tokenizer_size=len(tokenizer),
-        canvas_length=canvas_length_of(model.config),
-    )
+    eos_ids, pad_id, sampler = _generation_of(model, tokenizer)
     max_prompt_tokens = min(max_prompt_tokens, hints.get("max_prompt_tokens", max_prompt_tokens))
     line_canvas_length = hints.get("line_canvas_length")
     limits = serving_limits(model, torch_device, torch_dtype, max_prompt_tokens)
@@ -299,6 +258,80 @@ def load_model(
     )
     logger.info("memory left after loading: up to %d cached prompts, %d canvas rows at once", *attrs.astuple(limits))
     return loaded
+
+
+def _generation_of(
+    model: DiffusionGemmaForBlockDiffusion, tokenizer: PreTrainedTokenizerBase
+) -> tuple[set[int], int | None, SamplerSettings]:
+    """The checkpoint's end-of-sequence ids, padding id and schedule, checked against the engine's caps (a setting
+    past them would refuse every request later, unseen)."""
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
+
+    generation = model.generation_config
+    assert isinstance(generation, DiffusionGemmaGenerationConfig)  # from_pretrained loads generation_config_class
+    eos = generation.eos_token_id if generation.eos_token_id is not None else tokenizer.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+    sampler = sampler_settings_of(generation)
+    pad_id = generation.pad_token_id if generation.pad_token_id is not None else tokenizer.pad_token_id
+    check_generation(
+        dataclasses.asdict(sampler),
+        eos_ids=eos_ids,
+        pad_id=pad_id,
+        vocab_size=text_config_of(model.config).vocab_size,
+        tokenizer_size=len(tokenizer),
+        canvas_length=canvas_length_of(model.config),
+    )
+    return eos_ids, pad_id, sampler
+
+
+def _checked_folder(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The config and the engine's hints of ``folder``, before any weight is read: every file within its cap and
+    the config's sizes bounded, a bad hint refused in milliseconds, a tokenizer present."""
+    config = check_folder(folder)
+    hints = read_hints(folder)
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelLoadError(
+            f"no tokenizer in {folder}: it needs {' or '.join(TOKENIZER_FILES)} (copy the tokenizer files "
+            "that came with the checkpoint)"
+        )
+    return config, hints
+
+
+def _read_checkpoint(
+    folder: Path, devices: placement.Devices, torch_dtype: torch.dtype, kwargs: dict[str, Any]
+) -> tuple[PreTrainedTokenizerBase, DiffusionGemmaForBlockDiffusion]:
+    """The tokenizer and the model, text only (``engine.text_only``), in eval mode; out of memory, the plan's
+    advice; a file transformers cannot read, ``ModelLoadError``."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model = text_only.from_pretrained(folder, dtype=torch_dtype, local_files_only=True, **kwargs)
+    except torch.OutOfMemoryError as exc:
+        raise ModelLoadError(
+            f"out of memory loading {folder} onto {devices}: {exc}; {_advice(folder, devices, torch_dtype)}"
+        ) from exc
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load the checkpoint in {folder}: {exc}") from exc
+    model.train(False)  # model.eval(), which transformers leaves unannotated
+    return tokenizer, model
+
+
+def sampler_settings_of(generation: DiffusionGemmaGenerationConfig) -> SamplerSettings:
+    """The checkpoint's own schedule (``generation_config.json``), the engine's defaults where it says nothing."""
+    defaults = SamplerSettings()
+    return SamplerSettings(
+        max_steps=generation.max_denoising_steps or defaults.max_steps,
+        t_min=generation.t_min if generation.t_min is not None else defaults.t_min,
+        t_max=generation.t_max if generation.t_max is not None else defaults.t_max,
+        entropy_bound=getattr(generation.sampler_config, "entropy_bound", defaults.entropy_bound),
+        stability_threshold=(
+            generation.stability_threshold
+            if generation.stability_threshold is not None
+            else defaults.stability_threshold
+        ),
+        confidence_threshold=generation.confidence_threshold or defaults.confidence_threshold,
+    )
 
 
 def serving_limits(

@@ -103,8 +103,83 @@ def _storage_key(leaf: torch.Tensor) -> tuple[int, int]:
     return storage.data_ptr(), storage.nbytes()
 
 
+@attrs.define
+class _Tally:
+    """What one pass over a model's tensors finds: bytes held and bfloat16's per kind, the converted tensors, and
+    those the policy and the load disagree on."""
+
+    method: str
+    held: dict[str, int] = attrs.Factory(dict)
+    bf16: dict[str, int] = attrs.Factory(dict)
+    converted_bytes: int = 0
+    converted_bf16: int = 0
+    converted_count: int = 0
+    left_plain: list[str] = attrs.Factory(list)
+    wrongly_converted: list[str] = attrs.Factory(list)
+    seen_storage: set[tuple[int, int]] = attrs.Factory(set)
+
+    def add(self, name: str, tensor: torch.Tensor, owner: object) -> None:
+        """Count ``tensor`` (seen once) held by the module ``owner`` under ``name``."""
+        import torch
+
+        from .plan import kind_of
+
+        kind = kind_of(
+            name.removesuffix("_scale_inv"),
+            linear=isinstance(owner, torch.nn.Linear),
+            embedding=isinstance(owner, torch.nn.Embedding),
+        )
+        size = 0
+        for leaf in _leaves(tensor):
+            key = _storage_key(leaf)
+            if key not in self.seen_storage:
+                self.seen_storage.add(key)
+                size += key[1]
+        scale = name.endswith("_scale_inv")  # fp8's scales: no bfloat16 counterpart
+        plain_size = 0 if scale else 2 * tensor.numel()
+        self.held[kind] = self.held.get(kind, 0) + size
+        self.bf16[kind] = self.bf16.get(kind, 0) + plain_size
+        is_buffer = not isinstance(tensor, torch.nn.Parameter)
+        should = not is_buffer and tensor.dim() >= 2 and converted(name)
+        if should or (scale and converted(name)):
+            self.converted_bytes += size
+            self.converted_bf16 += plain_size
+        if scale:
+            return
+        if should:
+            self.converted_count += 1
+        quantized = is_quantized_tensor(tensor)
+        if self.method != "none" and should and not quantized:
+            self.left_plain.append(name)
+        elif quantized and (self.method == "none" or not should):
+            self.wrongly_converted.append(name)
+
+    def refuse_a_bad_load(self) -> None:
+        """``ModelLoadError`` when a tensor is left plain or wrongly converted, or the load saves nothing."""
+        method = self.method
+        if self.left_plain:
+            experts = [name for name in self.left_plain if name.rpartition(".")[2] in EXPERT_WEIGHTS]
+            what = "the routed experts are" if experts else "some text weights are"
+            raise ModelLoadError(
+                f"{method}: {what} not quantized ({len(self.left_plain)} of {self.converted_count} tensors left "
+                f"plain, e.g. {', '.join((experts or self.left_plain)[:3])}): the load would save next to nothing. A "
+                "quantizer's default skip list (every tied key) or one that misses the fused expert tensors does this"
+            )
+        if self.wrongly_converted:
+            raise ModelLoadError(
+                f"{method}: {len(self.wrongly_converted)} tensors that stay bfloat16 by engine.quantize_policy were "
+                f"converted (e.g. {', '.join(self.wrongly_converted[:3])})"
+            )
+        if method != "none" and self.converted_bytes >= self.converted_bf16:
+            raise ModelLoadError(
+                f"{method}: the converted tensors hold {self.converted_bytes} bytes, bfloat16 would hold "
+                f"{self.converted_bf16}: the load would save nothing"
+            )
+
+
 def verify_quantized(model: PreTrainedModel, method: str) -> QuantizedReport:
-    """Check a model right after its load (and :func:`finish_load`) against ``method``; ``ModelLoadError`` when
+    """Check a model right after its load (and ``quantize.finish_load``) against ``method``; ``ModelLoadError``
+    when
 
     * a tensor the policy converts is left plain, the routed experts first (the load would save next to nothing),
       or a tensor the policy keeps was converted;
@@ -114,73 +189,17 @@ def verify_quantized(model: PreTrainedModel, method: str) -> QuantizedReport:
 
     ``none`` checks only that nothing is quantized and the ties hold.
     """
-    import torch
-
-    from .plan import kind_of
-
     if method not in QUANTIZATIONS:
         raise ModelLoadError(f"unknown quantization {method!r}: use one of {', '.join(QUANTIZATIONS)}")
     modules = dict(model.named_modules())
     seen_tensors: set[int] = set()
-    seen_storage: set[tuple[int, int]] = set()
-    held: dict[str, int] = {}
-    bf16: dict[str, int] = {}
-    converted_bytes = converted_bf16 = converted_count = 0
-    left_plain: list[str] = []
-    wrongly_converted: list[str] = []
+    tally = _Tally(method=method)
     for name, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
-        if id(tensor) in seen_tensors:
-            continue
-        seen_tensors.add(id(tensor))
-        owner = modules.get(name.rpartition(".")[0])
-        kind = kind_of(
-            name.removesuffix("_scale_inv"),
-            linear=isinstance(owner, torch.nn.Linear),
-            embedding=isinstance(owner, torch.nn.Embedding),
-        )
-        size = 0
-        for leaf in _leaves(tensor):
-            key = _storage_key(leaf)
-            if key not in seen_storage:
-                seen_storage.add(key)
-                size += key[1]
-        scale = name.endswith("_scale_inv")  # fp8's scales: no bfloat16 counterpart
-        plain_size = 0 if scale else 2 * tensor.numel()
-        held[kind] = held.get(kind, 0) + size
-        bf16[kind] = bf16.get(kind, 0) + plain_size
-        is_buffer = not isinstance(tensor, torch.nn.Parameter)
-        should = not is_buffer and tensor.dim() >= 2 and converted(name)
-        if should or (scale and converted(name)):
-            converted_bytes += size
-            converted_bf16 += plain_size
-        if scale:
-            continue
-        if should:
-            converted_count += 1
-        quantized = is_quantized_tensor(tensor)
-        if method != "none" and should and not quantized:
-            left_plain.append(name)
-        elif quantized and (method == "none" or not should):
-            wrongly_converted.append(name)
+        if id(tensor) not in seen_tensors:
+            seen_tensors.add(id(tensor))
+            tally.add(name, tensor, modules.get(name.rpartition(".")[0]))
     _check_ties(model)
-    if left_plain:
-        experts = [name for name in left_plain if name.rpartition(".")[2] in EXPERT_WEIGHTS]
-        what = "the routed experts are" if experts else "some text weights are"
-        raise ModelLoadError(
-            f"{method}: {what} not quantized ({len(left_plain)} of {converted_count} tensors left plain, e.g. "
-            f"{', '.join((experts or left_plain)[:3])}): the load would save next to nothing. A quantizer's default "
-            "skip list (every tied key) or one that misses the fused expert tensors does this"
-        )
-    if wrongly_converted:
-        raise ModelLoadError(
-            f"{method}: {len(wrongly_converted)} tensors that stay bfloat16 by engine.quantize_policy were converted "
-            f"(e.g. {', '.join(wrongly_converted[:3])})"
-        )
-    if method != "none" and converted_bytes >= converted_bf16:
-        raise ModelLoadError(
-            f"{method}: the converted tensors hold {converted_bytes} bytes, bfloat16 would hold {converted_bf16}: "
-            "the load would save nothing"
-        )
+    tally.refuse_a_bad_load()
     implementation = getattr(model.config, "_experts_implementation", None)
     needed = EXPERTS_IMPLEMENTATION.get(method)
     if needed is not None and implementation != needed:
@@ -188,16 +207,15 @@ def verify_quantized(model: PreTrainedModel, method: str) -> QuantizedReport:
             f"{method}: the experts run {implementation!r}, which its tensors do not support; load with "
             f"experts_implementation={needed!r}"
         )
-    grad_mode = grad_mode_for(model)
     return QuantizedReport(
         method=method,
-        bytes_by_kind=held,
-        bf16_bytes_by_kind=bf16,
-        converted_bytes=converted_bytes,
-        converted_bf16_bytes=converted_bf16,
-        converted_tensors=converted_count,
+        bytes_by_kind=tally.held,
+        bf16_bytes_by_kind=tally.bf16,
+        converted_bytes=tally.converted_bytes,
+        converted_bf16_bytes=tally.converted_bf16,
+        converted_tensors=tally.converted_count,
         experts_implementation=implementation,
-        grad_mode=grad_mode.__name__,
+        grad_mode=grad_mode_for(model).__name__,
     )
 
 

@@ -217,23 +217,19 @@ def evaluate_and_export(
     export(model, args.out / "last")
 
 
-def main() -> None:
-    args = parse_args()
-    torch.set_num_threads(args.threads)
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
-    args.out.mkdir(parents=True, exist_ok=True)
-    log = functools.partial(log_record, args.out / "train.log")
-
-    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-    entries = load_entries(args.corpus)
-    maker = ExampleMaker(tokenizer, args.canvas, line_canvas=args.line_canvas)
-    stream = ExampleStream(entries, maker, held_out=False, seed=args.seed)
-    held_out = held_out_sets(entries, maker, args.n_eval, args.n_em, device)
-
-    torch.manual_seed(args.seed)
-    state_file = args.out / "state.pt"
+def start_or_resume(
+    args: argparse.Namespace,
+    vocab_size: int,
+    state_file: Path,
+    stream: ExampleStream,
+    device: torch.device,
+    log: Callable[[dict[str, Any]], None],
+    corpus: object,
+) -> tuple[DiffusionGemmaForBlockDiffusion, torch.optim.AdamW, Progress]:
+    """The model (fresh, from ``--init``, or resumed from ``state_file`` with ``--resume``) on ``device`` in training
+    mode, its optimizer, and the run's progress so far; a fresh run's first log record names the ``corpus``."""
     resume = args.resume and state_file.exists()
-    model = DiffusionGemmaForBlockDiffusion(configs.build_config(args.size, len(tokenizer), canvas_length=args.canvas))
+    model = DiffusionGemmaForBlockDiffusion(configs.build_config(args.size, vocab_size, canvas_length=args.canvas))
     configs.set_generation_defaults(model, steps=EVAL_STEPS)  # the held-out infills sample as the engine does
     if args.init is not None and not resume:
         # the shipped model's weights, with a fresh optimizer: how a later session continues training it
@@ -252,10 +248,30 @@ def main() -> None:
                 "size": args.size,
                 "params": sum(parameter.numel() for parameter in model.parameters()),
                 "args": {k: str(v) for k, v in vars(args).items()},
-                "corpus": corpus_summary(entries),
+                "corpus": corpus,
             }
         )
     model.train()
+    return model, optimizer, progress
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = functools.partial(log_record, args.out / "train.log")
+
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    entries = load_entries(args.corpus)
+    maker = ExampleMaker(tokenizer, args.canvas, line_canvas=args.line_canvas)
+    stream = ExampleStream(entries, maker, held_out=False, seed=args.seed)
+    held_out = held_out_sets(entries, maker, args.n_eval, args.n_em, device)
+
+    torch.manual_seed(args.seed)
+    state_file = args.out / "state.pt"
+    corpus = corpus_summary(entries)
+    model, optimizer, progress = start_or_resume(args, len(tokenizer), state_file, stream, device, log, corpus)
 
     run_start = time.perf_counter()
     budget = args.minutes * 60
