@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from diffgemma_engine.logfile import private_file_handler
+from diffgemma_engine import logfile
 
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LEVELS = {
     logging.ERROR: types.MessageType.Error,
     logging.WARNING: types.MessageType.Warning,
@@ -41,14 +39,9 @@ class WindowLogHandler(logging.Handler):
 
 
 def setup_logging(server: LanguageServer, level: str, log_file: Path | None) -> None:
-    """Configure the root logger for the language server process."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr), WindowLogHandler(server)]
-    if log_file is not None:
-        handlers.append(private_file_handler(log_file))
-    for handler in handlers:
-        handler.setFormatter(
-            logging.Formatter("%(name)s: %(message)s" if isinstance(handler, WindowLogHandler) else FORMAT)
-        )
-    logging.basicConfig(level=getattr(logging, level.upper()), handlers=handlers, force=True)
+    """Configure the root logger for the language server process: stderr, the file, the client's log window."""
+    window = WindowLogHandler(server)
+    window.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     # pygls logs every message body at INFO, document text included: keep that out unless debugging.
-    logging.getLogger("pygls").setLevel(logging.DEBUG if level.lower() == "debug" else logging.WARNING)
+    pygls_level = logging.DEBUG if level.lower() == "debug" else logging.WARNING
+    logfile.setup_logging(level, log_file, extra=[window], quiet={"pygls": pygls_level})

@@ -26,7 +26,7 @@ from . import protocol, socket_paths
 from .canvas.step_mode import STEP_MODES, StepMode  # light: the standard library
 from .idle import parse_idle_exit  # light: the standard library
 from .jobs import DEFAULT_MAX_BATCH, DEFAULT_MAX_PENDING, JobQueue  # light, as the two below
-from .logfile import private_file_handler
+from .logfile import setup_logging
 from .plan import DEFAULT_PROMPT_TOKENS, PRECISIONS  # light: attrs and the standard library
 
 COMPILE_CHOICES = ("on", "off")
@@ -36,24 +36,10 @@ WORKER_EXIT_TIMEOUT_S = 10.0
 """How long a stopping engine waits for the model thread to finish the job it is running."""
 
 
-def setup_logging(level: str, log_file: Path | None) -> None:
-    """Logs go to stderr and, if given, a file; never to stdout."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(private_file_handler(log_file))
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=handlers,
-        force=True,
-    )
-    for noisy in ("transformers", "httpx", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # torchao (imported by transformers when installed) tries its CUDA-only extensions and registers Enum constants
-    # on every start: expected with a CPU torch, and not the user's concern.
-    for noisy in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
+QUIET_LOGGERS = {"transformers": logging.WARNING, "httpx": logging.WARNING, "urllib3": logging.WARNING}
+# torchao (imported by transformers when installed) tries its CUDA-only extensions and registers Enum constants on
+# every start: expected with a CPU torch, and not the user's concern.
+QUIET_LOGGERS |= {"torchao": logging.ERROR, "torch.utils._pytree": logging.ERROR}
 
 
 def refuse(exc: BaseException) -> int:
@@ -394,7 +380,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "serve":
         args.step = step_mode_of(args, parser)
-    setup_logging(args.log_level, args.log_file)
+    setup_logging(args.log_level, args.log_file, quiet=QUIET_LOGGERS)
     if args.command == "serve":
         if args.socket is None:
             args.socket = socket_paths.default_socket_path()

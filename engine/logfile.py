@@ -1,10 +1,16 @@
-"""Log files that only their owner can read: logs hold request ids and timings, and with ``-v`` document text."""
+"""Logging for every process of the project (the engine, the language server, the OpenAI endpoint): stderr and an
+optional file only their owner can read, never stdout (the language server speaks LSP there). Logs hold request
+ids and timings, and with ``-v`` document text."""
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def private_file_handler(path: Path | str) -> logging.FileHandler:
@@ -13,3 +19,25 @@ def private_file_handler(path: Path | str) -> logging.FileHandler:
     path.parent.mkdir(parents=True, exist_ok=True)
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
     return logging.FileHandler(path)
+
+
+def setup_logging(
+    level: str,
+    log_file: Path | None,
+    *,
+    extra: Sequence[logging.Handler] = (),
+    quiet: Mapping[str, int] | None = None,
+) -> None:
+    """The root logger at ``level`` (a name: ``info``, ``DEBUG``), writing to stderr, to ``log_file`` when given
+    (created 0600) and to the ``extra`` handlers, each in :data:`FORMAT` unless it has its own formatter; the
+    loggers named in ``quiet`` at the level given there (other libraries' chatter)."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file is not None:
+        handlers.append(private_file_handler(log_file))
+    handlers += extra
+    for handler in handlers:
+        if handler.formatter is None:
+            handler.setFormatter(logging.Formatter(FORMAT))
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=handlers, force=True)
+    for name, quiet_level in (quiet or {}).items():
+        logging.getLogger(name).setLevel(quiet_level)

@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import secrets
-import sys
 from pathlib import Path
 
 from aiohttp import web
@@ -25,7 +24,7 @@ from aiohttp.typedefs import Handler
 from aiohttp.web_urldispatcher import _default_expect_handler
 
 from diffgemma_engine import protocol
-from diffgemma_engine.logfile import private_file_handler
+from diffgemma_engine.logfile import setup_logging
 from diffgemma_lsp import __version__
 from diffgemma_lsp.backends.base import BackendState, EngineRequestError, EngineUnavailable
 from diffgemma_lsp.backends.connect import local_backend
@@ -327,15 +326,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--log-file", type=Path, default=None)
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if args.log_file is not None:
-        handlers.append(private_file_handler(args.log_file))
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=handlers,
-        force=True,
-    )
+    setup_logging("debug" if args.verbose else "info", args.log_file)
     try:
         asyncio.run(serve(args))
     except KeyboardInterrupt:
