@@ -48,7 +48,7 @@ def _share(_: object, attribute: attrs.Attribute[float], value: float) -> None:
         raise ValueError(f"{attribute.name} must be above 0 and at most 1, got {value}")
 
 
-QUANTIZATIONS = ("", "none", "int8", "fp8")
+QUANTIZATIONS = ("", *protocol.QUANTIZATION_CHOICES)
 """The engine's --quantization choices ("": not given, the checkpoint's own)."""
 MAX_CONTEXT_TOKENS = 262_144
 """The released model's context; at four characters a token, 1 MiB of text, well within one 8 MiB frame."""

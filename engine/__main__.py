@@ -68,7 +68,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--quantization",
-        choices=("none", "int8", "fp8"),
+        choices=protocol.QUANTIZATION_CHOICES,
         default=None,
         help="int8 (torchao, CPU or CUDA, not MPS; needs the quant extra) or fp8 (CUDA compute capability 8.9+, no "
         "offload, the kernels package and its cached kernel); default: the checkpoint's own (none for a bf16 one)",

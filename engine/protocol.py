@@ -54,6 +54,11 @@ DISCARD_LIMIT_BYTES = 64 * 1024 * 1024
 """An oversized frame up to this size is read and thrown away so the connection stays usable."""
 
 
+QUANTIZATION_CHOICES: tuple[str, ...] = ("none", "int8", "fp8")
+"""The quantizations an engine loads (``diffgemma-engine serve --quantization``), the one list of them: the
+language server's ``quantization`` setting, the VS Code extension's choices and ``diffgemma-lsp openai`` offer
+these, and "" for the checkpoint's own. An engine per quantization has its own socket."""
+
 CHAT_LAYOUT = "chat"
 """``HelloOk.layout`` of an instruction model, prompted in its chat template (``FIM_LAYOUT``: sentinels)."""
 FIM_LAYOUT = "fim"

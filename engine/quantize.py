@@ -47,6 +47,7 @@ import attrs
 
 from . import loadable
 from .errors import ModelLoadError
+from .protocol import QUANTIZATION_CHOICES
 from .quantize_policy import EXPERT_WEIGHTS, UNQUANTIZED_MODULES, stays_unquantized
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 ModelT = TypeVar("ModelT", bound="torch.nn.Module")
 
-QUANTIZATIONS: tuple[str, ...] = ("none", "int8", "int4", "fp8")
+QUANTIZATIONS: tuple[str, ...] = (*QUANTIZATION_CHOICES, "int4")
+"""The methods known here: those an engine loads, and int4, refused with the reason (:data:`INT4_UNAVAILABLE`)."""
 TORCHAO_METHODS: tuple[str, ...] = ("int8", "int4")
 TORCHAO_INSTALL = loadable.TORCHAO_INSTALL
 BLOCK_SIZES: tuple[int, ...] = (128, 64, 32)
@@ -120,7 +122,7 @@ def checkpoint_method(config: dict[str, Any]) -> str | None:
         )
     raise ModelLoadError(
         f"config.json: the checkpoint is quantized with {method!r}; the engine serves plain checkpoints and its own "
-        f"{', '.join(QUANTIZATIONS[1:])} quantizations"
+        f"{', '.join(QUANTIZATION_CHOICES[1:])} quantizations"
     )
 
 

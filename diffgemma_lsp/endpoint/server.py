@@ -47,6 +47,7 @@ from diffgemma_lsp.endpoint.wire import (
     parse_completion_request,
 )
 from diffgemma_lsp.fim_formats import split_prompt
+from diffgemma_lsp.settings import QUANTIZATIONS
 
 logger = logging.getLogger(__name__)
 
@@ -299,9 +300,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--engine-socket", type=Path, default=None, help="default: the engine for --model/--device")
     parser.add_argument("--model", default=None, help="checkpoint folder or hub id for an engine this command starts")
     parser.add_argument("--device", default="auto", help="device for an engine this command starts")
-    parser.add_argument(
-        "--quantization", default="", choices=("", "none", "int8", "fp8"), help="for an engine this command starts"
-    )
+    parser.add_argument("--quantization", default="", choices=QUANTIZATIONS, help="for an engine this command starts")
     parser.add_argument("--deadline-ms", type=int, default=2000, help="denoising time limit per request (0: none)")
     parser.add_argument("--steps", type=int, default=0, help="most denoising steps per request (0: the model's)")
     defaults = HttpLimits()
