@@ -21,6 +21,8 @@ from itertools import accumulate, islice
 from lsprotocol import types
 from pygls.workspace import PositionCodec, ServerTextPosition, TextDocument, Workspace
 
+from diffgemma_lsp.language_ids import lsp_language_id
+
 LINE_ENDINGS = ("\r\n", "\n", "\r")
 """The only line breaks the LSP knows."""
 _OTHER_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -58,6 +60,8 @@ class LineDocument(TextDocument):
         sync_kind: types.TextDocumentSyncKind = types.TextDocumentSyncKind.Incremental,
         position_codec: PositionCodec | None = None,
     ) -> None:
+        # one id per language whatever the editor calls it (Neovim's ``cs`` is ``csharp``): every reader sees LSP's
+        language_id = lsp_language_id(language_id) if language_id is not None else None
         super().__init__(uri, source, version, language_id, local, sync_kind, position_codec)
         self._lines: list[str] | None = split_lines(source) if source is not None else None
         """None until a document that was not opened (``source`` None) is read from disk."""
