@@ -34,6 +34,9 @@ SOCKET_CHECK_S = 2.0
 """How often the engine checks that its socket file is still there (a /tmp cleaner may remove it)."""
 CLOSE_WAIT_S = 2.0
 """How long ``close`` waits for the connections' handlers to finish."""
+LOAD_ERROR_LINGER_S = 10.0
+"""A model that fails to load before any client has connected: how long the engine waits for the one that started
+it to connect and hear why (a bad folder fails in milliseconds, faster than the client's first connect)."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 FEATURES = (protocol.REWRITE_FEATURE,)
 """What this engine does beyond plain infills, whatever the model (``HelloOk.features``)."""
@@ -105,6 +108,7 @@ class EngineServer:
         self._server: asyncio.Server | None = None
         self._lock_file: int | None = None
         self._stopped = asyncio.Event()
+        self._load_error_heard = asyncio.Event()
         self._last_activity = time.monotonic()
         self.socket_path: Path | None = None
         self.replies = ReplyLog()
@@ -266,13 +270,17 @@ class EngineServer:
         self._waiting_ready.clear()
 
     def model_failed(self, error: BaseException) -> None:
-        """Report the load failure to every client, then stop."""
+        """Report the load failure to every client, then stop; with no client yet, once one has heard it (or after
+        ``LOAD_ERROR_LINGER_S``)."""
         self.load_error = f"model failed to load: {describe(error)}"
         message = protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=self.load_error)
         sends = [self._send(connection, message) for connection in list(self._writers)]
 
         async def report_then_stop() -> None:
             await asyncio.gather(*sends, return_exceptions=True)
+            if not sends:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._load_error_heard.wait(), LOAD_ERROR_LINGER_S)
             self.stop()
 
         asyncio.ensure_future(report_then_stop())
@@ -360,6 +368,7 @@ class EngineServer:
             return False
         if self.load_error is not None:
             await self._send(connection, protocol.Error(code=protocol.ErrorCode.MODEL_ERROR, message=self.load_error))
+            self._load_error_heard.set()
             return False
         loaded = self.loaded
         await self._send(

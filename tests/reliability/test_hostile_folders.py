@@ -191,6 +191,38 @@ def test_a_step_count_past_the_engines_cap_is_a_failed_load_the_client_is_told(
     print(f"hostile folders: max_denoising_steps 1000000 reported as: {problem}")
 
 
+async def test_a_load_that_fails_at_once_waits_for_a_client_to_hear_why(short_tmp: Path) -> None:
+    """A folder with no weights fails in milliseconds, before the language server that started the engine has
+    connected: the engine used to stop at once, and the user read a traceback ("the engine exited with status 1")
+    instead of the reason. Now it waits for a client to hear the reason, then stops."""
+    import asyncio
+    import time
+
+    from diffgemma_engine import protocol
+    from diffgemma_engine.server import LOAD_ERROR_LINGER_S
+    from tests.support.engine import EngineProcess, RawClient
+
+    folder = short_tmp / "no-weights"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    process = EngineProcess(folder, short_tmp / "engine.sock", short_tmp / "engine.log")
+    try:
+        await asyncio.sleep(2.0)  # the load has failed by now (it is logged), and no one has connected
+        assert "model load failed" in process.log()
+        assert process.process.poll() is None, "the engine stopped before anyone heard why"
+        client = await RawClient.connect(process.socket_path, hello=False)
+        await client.send(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="test", pid=os.getpid()))
+        reply = await client.receive()
+        assert isinstance(reply, protocol.Error) and reply.code is protocol.ErrorCode.MODEL_ERROR, reply
+        assert "model failed to load" in reply.message and "no weights" in reply.message, reply.message
+        await client.close()
+        heard = time.monotonic()
+        assert process.process.wait(LOAD_ERROR_LINGER_S) == 1  # a failed load's status, once heard: no linger
+        print(f"failed load: heard, then the engine stopped {time.monotonic() - heard:.2f} s later")
+    finally:
+        process.stop()
+
+
 # -- the command line's refusals ----------------------------------------------------------------------------------
 
 
