@@ -205,8 +205,11 @@ async def test_deadline_becomes_a_step_budget(random_engine: EngineProcess) -> N
     result = await client.receive()
     elapsed = time.monotonic() - started
     assert result.stop in (protocol.StopReason.LENGTH, protocol.StopReason.DEADLINE)
-    assert result.timings.steps < 200, (result.timings, step_ms)
-    assert elapsed < deadline_ms / 1000 + 4, elapsed  # (a busy machine can spend the whole deadline encoding)
+    # About 50 steps fit the deadline, fewer than the 200-step schedule's floor: the floor runs, not 200 steps. The
+    # schedule is planned from the step clock's estimates, so this holds on a loaded machine too, where a wall-clock
+    # bound did not (a step took 10x its estimate beside two other test runs).
+    assert result.timings.steps <= math.ceil(200 * MIN_STEP_SHARE) + 1, (result.timings, step_ms)
+    assert elapsed < deadline_ms / 1000 + 30, elapsed  # no hang; how fast is the benchmarks' business
     await client.send(_infill("late", max_steps=200, deadline_ms=1))
     late = await client.receive()
     floor = 200 * MIN_STEP_SHARE  # a 200-step schedule's share, whatever the model's own step count
