@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,18 +23,36 @@ from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 
-@pytest.fixture
-def memorized_engine(memorized_model_dir: Path, short_tmp: Path) -> Iterator[EngineProcess]:
-    engine = EngineProcess(memorized_model_dir, short_tmp / "run" / "engine.sock", short_tmp / "engine.log")
-    yield engine
-    engine.stop()
+@contextlib.contextmanager
+def _engine(model_dir: Path) -> Iterator[EngineProcess]:
+    """An engine on ``model_dir`` in a private short temporary folder, stopped afterwards."""
+    with tempfile.TemporaryDirectory(prefix="dg-", dir="/tmp") as folder:
+        os.chmod(folder, 0o700)
+        engine = EngineProcess(model_dir, Path(folder) / "run" / "engine.sock", Path(folder) / "engine.log")
+        try:
+            yield engine
+        finally:
+            engine.stop()
+
+
+# One engine per model for the module (starting one costs about 5 s): its tests only talk to it, each over its own
+# connection, and leave it serving; the one that opens the socket's permissions gets its own (``own_engine``).
+@pytest.fixture(scope="module")
+def memorized_engine(memorized_model_dir: Path) -> Iterator[EngineProcess]:
+    with _engine(memorized_model_dir) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def random_engine(random_model_dir: Path) -> Iterator[EngineProcess]:
+    with _engine(random_model_dir) as engine:
+        yield engine
 
 
 @pytest.fixture
-def random_engine(random_model_dir: Path, short_tmp: Path) -> Iterator[EngineProcess]:
-    engine = EngineProcess(random_model_dir, short_tmp / "run" / "engine.sock", short_tmp / "engine.log")
-    yield engine
-    engine.stop()
+def own_engine(memorized_model_dir: Path) -> Iterator[EngineProcess]:
+    with _engine(memorized_model_dir) as engine:
+        yield engine
 
 
 @pytest.fixture
@@ -91,9 +111,9 @@ async def test_socket_is_private(memorized_engine: EngineProcess, client: RawCli
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
-def test_peer_with_another_uid_is_refused(memorized_engine: EngineProcess) -> None:
+def test_peer_with_another_uid_is_refused(own_engine: EngineProcess) -> None:
     """A child that drops to uid 65534 reaches the socket (permissions opened for the test) and is refused."""
-    path = memorized_engine.socket_path
+    path = own_engine.socket_path
     opened = [path.parent.parent, path.parent]
     for directory in opened:
         os.chmod(directory, 0o711)

@@ -1,4 +1,4 @@
-"""Load: 8 language-server clients x 500 requests, with cancels and superseding requests, on one engine."""
+"""Load: 8 language-server clients x 250 requests, with cancels and superseding requests, on one engine."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.support.lsp import RawLsp, server_command
 
 pytestmark = pytest.mark.e2e
 CLIENTS = 8
-REQUESTS = 500
+REQUESTS = 250
 WINDOW = 6
 """Requests a client keeps in flight, as an editor does while the user types."""
 
