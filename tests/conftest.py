@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,8 +37,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_layer_rank)
 
 
-def _cached_checkpoint(name: str, build) -> Path:
-    """Build a checkpoint once per version of the code that builds it (kept under .cache/)."""
+TRAINED = {
+    "memorized_model_dir": ("memorized", "tests.support.models", "build_memorized"),
+    "release_memorized_dir": ("release-memorized", "tests.support.release_format", "build_release_memorized"),
+}
+"""The checkpoints trained for the tests (a minute or two each, on one thread), by the fixture that gives them."""
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Train the checkpoints the collected tests will need and the cache lacks, each in a background process on its
+    own thread, while the light layers run: their fixtures then wait on the checkpoint's lock instead of training
+    one after the other when first asked. A run that needs none (``pytest tests/lsp``) starts none."""
+    needed = {fixture for item in session.items for fixture in getattr(item, "fixturenames", ())} & set(TRAINED)
+    for fixture in sorted(needed):
+        name, module, function = TRAINED[fixture]
+        if not (_checkpoint_path(name) / "config.json").is_file():
+            MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+            code = f"from tests.conftest import _cached_checkpoint; from {module} import {function}; "
+            code += f"_cached_checkpoint({name!r}, {function})"
+            with (MODEL_CACHE / f"{name}.build.log").open("w") as log:
+                subprocess.Popen(
+                    [sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+                )
+
+
+def _checkpoint_path(name: str) -> Path:
+    """Where the checkpoint ``name`` is cached for this version of the code that builds it."""
     import transformers
 
     from diffgemma_engine.model import DEFAULT_MODEL_DIR
@@ -54,7 +80,12 @@ def _cached_checkpoint(name: str, build) -> Path:
     ):
         digest.update(path.read_bytes())
     digest.update(transformers.__version__.encode())
-    target = MODEL_CACHE / f"{name}-{digest.hexdigest()[:12]}"
+    return MODEL_CACHE / f"{name}-{digest.hexdigest()[:12]}"
+
+
+def _cached_checkpoint(name: str, build) -> Path:
+    """Build a checkpoint once per version of the code that builds it (kept under .cache/)."""
+    target = _checkpoint_path(name)
     MODEL_CACHE.mkdir(parents=True, exist_ok=True)
     # Runs sharing this checkout (or pytest-xdist's workers) build a checkpoint once: the others wait for it.
     with FileLock(MODEL_CACHE / f"{target.name}.lock"):

@@ -10,7 +10,6 @@ import os
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,34 +23,32 @@ from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_S
 
 
 @contextlib.contextmanager
-def _engine(model_dir: Path) -> Iterator[EngineProcess]:
-    """An engine on ``model_dir`` in a private short temporary folder, stopped afterwards."""
-    with tempfile.TemporaryDirectory(prefix="dg-", dir="/tmp") as folder:
-        os.chmod(folder, 0o700)
-        engine = EngineProcess(model_dir, Path(folder) / "run" / "engine.sock", Path(folder) / "engine.log")
-        try:
-            yield engine
-        finally:
-            engine.stop()
+def _engine(model_dir: Path, folder: Path) -> Iterator[EngineProcess]:
+    """An engine on ``model_dir`` with its socket and log in ``folder``, stopped afterwards."""
+    engine = EngineProcess(model_dir, folder / "run" / "engine.sock", folder / "engine.log")
+    try:
+        yield engine
+    finally:
+        engine.stop()
 
 
 # One engine per model for the module (starting one costs about 5 s): its tests only talk to it, each over its own
 # connection, and leave it serving; the one that opens the socket's permissions gets its own (``own_engine``).
 @pytest.fixture(scope="module")
-def memorized_engine(memorized_model_dir: Path) -> Iterator[EngineProcess]:
-    with _engine(memorized_model_dir) as engine:
+def memorized_engine(memorized_model_dir: Path, module_tmp: Path) -> Iterator[EngineProcess]:
+    with _engine(memorized_model_dir, module_tmp / "memorized") as engine:
         yield engine
 
 
 @pytest.fixture(scope="module")
-def random_engine(random_model_dir: Path) -> Iterator[EngineProcess]:
-    with _engine(random_model_dir) as engine:
+def random_engine(random_model_dir: Path, module_tmp: Path) -> Iterator[EngineProcess]:
+    with _engine(random_model_dir, module_tmp / "random") as engine:
         yield engine
 
 
 @pytest.fixture
-def own_engine(memorized_model_dir: Path) -> Iterator[EngineProcess]:
-    with _engine(memorized_model_dir) as engine:
+def own_engine(memorized_model_dir: Path, short_tmp: Path) -> Iterator[EngineProcess]:
+    with _engine(memorized_model_dir, short_tmp) as engine:
         yield engine
 
 
