@@ -8,9 +8,9 @@ For canvases of 32, 64 and 256 and 8, 16 and 48 denoising steps (every step run)
 prompt and reports milliseconds per completion, per step, and tokens per second, with the step's bandwidth floor
 beside (``floor_ms``: the weights a step reads over the memory bandwidth measured here by a device copy). The loops:
 
-* ``eager``: the engine's loop (``engine.canvas.denoise.run_canvas``), with and without prefix reuse (then one
+* ``eager``: the engine's loop (``diffgemma_engine.canvas.denoise.run_canvas``), with and without prefix reuse (then one
   more token, as after a keystroke);
-* ``static``: the capturable step (``engine.canvas.static``) run op by op: fixed shapes, no host sync inside;
+* ``static``: the capturable step (``diffgemma_engine.canvas.static``) run op by op: fixed shapes, no host sync inside;
 * ``captured``: the same step compiled as one graph with ``mode="reduce-overhead"``: on a GPU, a CUDA graph replayed
   once a step (the compile and its warm-up are timed apart, as ``compile_s``).
 

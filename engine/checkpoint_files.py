@@ -23,8 +23,8 @@ MAX_INDEX_FILE_BYTES = 64 << 20
 HINTS_FILE = "diffgemma.json"
 """Optional serving hints in a checkpoint folder: ``max_prompt_tokens`` (e.g. 384 for a model trained on short
 prompts), ``line_canvas_length`` (the canvas for requests whose scope is the rest of a line), ``min_steps`` (the
-fewest of its schedule's steps a deadline leaves a completion: ``engine.clock``) and, for a chat
-checkpoint, ``chat_order`` (``suffix_first`` or ``in_place``: see ``engine.prompt``)."""
+fewest of its schedule's steps a deadline leaves a completion: ``diffgemma_engine.clock``) and, for a chat
+checkpoint, ``chat_order`` (``suffix_first`` or ``in_place``: see ``diffgemma_engine.prompt``)."""
 SETTINGS_FILES = ("config.json", "generation_config.json", HINTS_FILE)
 
 

@@ -1,10 +1,10 @@
 """Deadlines into step budgets: running estimates of how long encoding and a denoising step take, and the floor
 of steps a deadline may not cut a schedule below.
 
-Pure arithmetic (no torch): ``engine.infill`` asks it how many steps fit in what is left of a request's deadline,
-and tells it how long each request took. A deadline that cannot afford the floor makes the answer later, not worse:
-the budget never goes under it (``StepClock.step_budget``), and the deadline does not stop the loop before the floor
-has run (``hold_deadline``).
+Pure arithmetic (no torch): ``diffgemma_engine.infill`` asks it how many steps fit in what is left of a request's
+deadline, and tells it how long each request took. A deadline that cannot afford the floor makes the answer later, not
+worse: the budget never goes under it (``StepClock.step_budget``), and the deadline does not stop the loop before the
+floor has run (``hold_deadline``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """What a model folder may hold before anything reads it: every file the engine or transformers reads is refused
 when over its size (or not a regular file), and ``config.json``'s sizes (layers, widths, experts, vocabulary,
 heads) are bounded before a model is built from them, even on the meta device. ``check_folder`` is called first
-by every entry point that reads a folder (``engine.model.load_model``, ``engine.plan.read_spec``), so a hostile
-or broken folder is refused in milliseconds, naming the file or the key, instead of a load or a ``plan`` that
-runs for minutes or takes gigabytes. Pure: the standard library and ``engine.checkpoint_files`` only."""
+by every entry point that reads a folder (``diffgemma_engine.model.load_model``, ``diffgemma_engine.plan.read_spec``),
+so a hostile or broken folder is refused in milliseconds, naming the file or the key, instead of a load or a ``plan``
+that runs for minutes or takes gigabytes. Pure: the standard library and ``diffgemma_engine.checkpoint_files`` only."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ downloads one there, only the files loading needs.
 
 Loads are offline-safe: the engine sets ``HF_HUB_OFFLINE=1`` for itself unless the user set it, and a hub id is
 then looked up in the cache alone (a clear error naming ``pull`` when it is not there). Before anything reads a
-weight, the folder is checked whole (``engine.shards``). huggingface_hub is imported only when a hub id is used."""
+weight, the folder is checked whole (``diffgemma_engine.shards``). huggingface_hub is imported only when a hub id is
+used."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ LOAD_PATTERNS: tuple[str, ...] = (
     shards.INDEX_FILE,
     "model*.safetensors",
 )
-"""What ``pull`` downloads (huggingface_hub's ``allow_patterns``): what ``engine.model.load_model`` reads. Not
+"""What ``pull`` downloads (huggingface_hub's ``allow_patterns``): what ``diffgemma_engine.model.load_model`` reads. Not
 the processor's, the README's or other formats' files."""
 
 

@@ -1,12 +1,12 @@
 """Serve one ``Infill`` request: prompt layout, one canvas, and the text between the cursor and the suffix.
 
-The canvas (``engine.canvas``) hands back token ids; this module cuts them at the first end-of-sequence token
-and decodes them (``finish_row``, also used for each row of a batch by ``engine.batch``).
+The canvas (``diffgemma_engine.canvas``) hands back token ids; this module cuts them at the first end-of-sequence token
+and decodes them (``finish_row``, also used for each row of a batch by ``diffgemma_engine.batch``).
 
 A rewrite (``Infill.start``) is the same request with a canvas that starts from the selection instead of noise
 (``start_row``): its segments' tokens, then end-of-sequence and padding, as training lays out a middle; ``keep``
 segments are held fixed. Its prompt is the insertion's (a chat layout adds the selection and the instruction), and
-the loop runs the part of its schedule that ``strength`` calls for (``engine.canvas.denoise.start_step``).
+the loop runs the part of its schedule that ``strength`` calls for (``diffgemma_engine.canvas.start.start_step``).
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ def end_ids(loaded: LoadedModel) -> tuple[int, int]:
 
 
 def start_row(loaded: LoadedModel, request: protocol.Infill, canvas_length: int) -> StartRow | None:
-    """The canvas a rewrite starts from, laid out as training lays out a middle (``engine.training.data``): each
-    segment's tokens in order (its text encoded as text: special tokens written in it stay ordinary tokens), then
+    """The canvas a rewrite starts from, laid out as training lays out a middle (``diffgemma_engine.training.data``):
+    each segment's tokens in order (its text encoded as text: special tokens written in it stay ordinary tokens), then
     end-of-sequence and padding to ``canvas_length``. None for an insertion. ``BadRequestError`` when the selection
     and its end-of-sequence token do not fit one canvas."""
     if not request.start:
@@ -155,7 +155,7 @@ def start_canvas(
     loaded: LoadedModel, requests: Sequence[protocol.Infill], rows: Sequence[StartRow | None]
 ) -> StartCanvas | None:
     """The ``StartCanvas`` of a batch's rows (None: insertions, from noise). Its rows share one schedule, so they
-    are all rewrites of one strength (``engine.batch.compatible`` keeps others apart)."""
+    are all rewrites of one strength (``diffgemma_engine.batch.compatible`` keeps others apart)."""
     if all(row is None for row in rows):
         return None
     strengths = {request.strength for request in requests}
@@ -196,7 +196,7 @@ def budget_steps(
 
 def floored(should_stop: StopCheck | None, floor: int, strength: float) -> StopCheck | None:
     """``should_stop`` with its deadline held until the run of a ``floor``-step schedule from ``strength`` has been
-    done (``engine.clock.hold_deadline``); a cancel or a newer request still stops it at once."""
+    done (``diffgemma_engine.clock.hold_deadline``); a cancel or a newer request still stops it at once."""
     if should_stop is None:
         return None
     return hold_deadline(should_stop, start_step(strength, floor))

@@ -1,5 +1,6 @@
 """Which precision can load on which devices here, and why not: one statement of the rules, for the loader
-(``engine.quantize.load_settings``), the memory plan's settings and advice (``engine.plan``) and ``doctor``.
+(``diffgemma_engine.quantize.load_settings``), the memory plan's settings and advice (``diffgemma_engine.plan``) and
+``doctor``.
 
 :func:`refusal` is pure: it reads an :class:`Environment` (the packages installed, the hub's reach, each CUDA
 device's compute capability) that :func:`environment` gathers from this machine, or that a caller describes (the
@@ -14,7 +15,7 @@ README's machine table). The rules, from transformers 5.24's quantizers and torc
   ``KERNELS_MAX_VERSION``), hub kernels enabled (``USE_HUB_KERNELS``), and its Triton kernel
   (``kernels-community/finegrained-fp8``), which the first step fetches from the hub: with the engine offline
   (``HF_HUB_OFFLINE=1``, its default) it must be in the local hub cache already.
-* ``int4``: nowhere (``engine.quantize.INT4_UNAVAILABLE``).
+* ``int4``: nowhere (``diffgemma_engine.quantize.INT4_UNAVAILABLE``).
 """
 
 from __future__ import annotations

@@ -66,12 +66,13 @@ class LoadedModel:
     """The canvas for ``scope = "line"`` requests (None: the model's own canvas)."""
     min_steps: int = 0
     """The fewest of the schedule's ``sampler.max_steps`` steps a deadline leaves a completion (its answer means
-    nothing below it): ``diffgemma.json`` ``min_steps``, else ``engine.clock.default_min_steps``; 0: that default."""
+    nothing below it): ``diffgemma.json`` ``min_steps``, else ``diffgemma_engine.clock.default_min_steps``; 0: that
+    default."""
     quantized: quantize_check.QuantizedReport | None = None
     """What a quantized load converted and saved (None: not quantized)."""
     max_rows: int = MAX_ROWS
     """Canvas rows denoised together (batched requests, or a request's candidates) that the memory left after
-    loading allows (``engine.plan.serving_limits``)."""
+    loading allows (``diffgemma_engine.plan.serving_limits``)."""
     prefix_cache: PrefixCache | None = None
     """Encoded prompts kept per document, reused by the next keystroke."""
     clock: StepClock = field(default_factory=StepClock)
@@ -86,11 +87,12 @@ class LoadedModel:
         self.min_steps = min(self.min_steps or default_min_steps(self.sampler.max_steps), self.sampler.max_steps)
 
     def step_floor(self, steps: int) -> int:
-        """The fewest steps a deadline leaves a schedule of ``steps`` (``engine.clock.floor_for``)."""
+        """The fewest steps a deadline leaves a schedule of ``steps`` (``diffgemma_engine.clock.floor_for``)."""
         return floor_for(steps, self.min_steps, self.sampler.max_steps)
 
     def info(self) -> ModelInfo:
-        """What the socket side reports of this model (``engine.model_info``); the step's state is read live."""
+        """What the socket side reports of this model (``diffgemma_engine.model_info``); the step's state is read
+        live."""
         return ModelInfo(
             model_id=self.model_id,
             device=str(self.device),
@@ -189,11 +191,11 @@ def load_model(
     offload_folder: Path | None = None,
     quantization: str | None = None,
 ) -> LoadedModel:
-    """Load ``model_dir`` (the shipped default model when None) straight onto ``device`` (``engine.placement``:
-    one device, or several with ``max_memory`` bytes each, ``disk`` offload into ``offload_folder``); a hub id is
-    its cached snapshot (``engine.hub``). ``quantization`` (``engine.quantize``): none, int8, fp8, or None for the
-    checkpoint's own; a quantized load is checked right after it (experts converted, encoder and decoder one copy,
-    smaller)."""
+    """Load ``model_dir`` (the shipped default model when None) straight onto ``device``
+    (``diffgemma_engine.placement``: one device, or several with ``max_memory`` bytes each, ``disk`` offload into
+    ``offload_folder``); a hub id is its cached snapshot (``diffgemma_engine.hub``). ``quantization``
+    (``diffgemma_engine.quantize``): none, int8, fp8, or None for the checkpoint's own; a quantized load is checked
+    right after it (experts converted, encoder and decoder one copy, smaller)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers.utils import logging as hf_logging
 
@@ -300,7 +302,7 @@ def _checked_folder(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def _read_checkpoint(
     folder: Path, devices: placement.Devices, torch_dtype: torch.dtype, kwargs: dict[str, Any]
 ) -> tuple[PreTrainedTokenizerBase, DiffusionGemmaForBlockDiffusion]:
-    """The tokenizer and the model, text only (``engine.text_only``), in eval mode; out of memory, the plan's
+    """The tokenizer and the model, text only (``diffgemma_engine.text_only``), in eval mode; out of memory, the plan's
     advice; a file transformers cannot read, ``ModelLoadError``."""
     from transformers import AutoTokenizer
 
@@ -337,7 +339,8 @@ def sampler_settings_of(generation: DiffusionGemmaGenerationConfig) -> SamplerSe
 def serving_limits(
     model: DiffusionGemmaForBlockDiffusion, device: torch.device, dtype: torch.dtype, prompt_tokens: int
 ) -> plan.ServingLimits:
-    """Cached prompts and step rows that fit in the memory left on ``device`` (``engine.plan.serving_limits``)."""
+    """Cached prompts and step rows that fit in the memory left on ``device``
+    (``diffgemma_engine.plan.serving_limits``)."""
     config = model.config
     request = plan.request_memory(
         plan.attention_layers(config),

@@ -1,7 +1,8 @@
 """What the socket side knows of the loaded model: plain values, no torch.
 
-``engine.server`` answers handshakes and stats from a :class:`ModelInfo`, which the model thread builds from its
-``engine.model.LoadedModel`` once loading is done (``LoadedModel.info``), so the asyncio side never imports torch.
+``diffgemma_engine.server`` answers handshakes and stats from a :class:`ModelInfo`, which the model thread builds from
+its ``diffgemma_engine.model.LoadedModel`` once loading is done (``LoadedModel.info``), so the asyncio side never
+imports torch.
 """
 
 from __future__ import annotations

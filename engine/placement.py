@@ -4,10 +4,10 @@ staging, no ``.to()`` after loading).
 
 * One device (``cpu``, ``mps``, ``cuda:0``): ``device_map={"": device}``.
 * Several (``cuda:0,1``; ``cuda:0,cpu`` to offload to RAM; ``cpu,disk`` to offload to disk): the memory plan's
-  placement (``engine.plan``) as an explicit map, tied encoder/decoder layers together (the vision tower is not
-  loaded at all: ``engine.text_only``); accelerate's hooks move the activations from device to device. Not
+  placement (``diffgemma_engine.plan``) as an explicit map, tied encoder/decoder layers together (the vision tower is
+  not loaded at all: ``diffgemma_engine.text_only``); accelerate's hooks move the activations from device to device. Not
   ``device_map="auto"``: accelerate's ``infer_auto_device_map`` fails on this model as soon as it must split it
-  (see ``engine.plan``).
+  (see ``diffgemma_engine.plan``).
 
 ``auto`` picks CUDA (every visible GPU, filled in order), then MPS, then the CPU. The ``auto`` dtype is the
 checkpoint's own on every device (float16 on a CPU becomes float32, which CPUs compute far faster).
@@ -172,7 +172,7 @@ PLACEMENT_KEYS: tuple[str, ...] = ("device_map", "max_memory", "offload_folder",
 def load_kwargs(where: Mapping[str, str], offload_folder: Path | None, **others: Any) -> dict[str, Any]:
     """``from_pretrained``'s keyword arguments for a load placed by ``where`` (:func:`device_map`), with the
     ``offload_folder`` when anything goes to ``disk`` (a fresh temporary folder when None), merged with ``others``
-    (a quantization's, ``engine.quantize.from_pretrained_kwargs``). The one place the placement is built:
+    (a quantization's, ``diffgemma_engine.quantize.from_pretrained_kwargs``). The one place the placement is built:
     ``ModelLoadError`` when ``others`` sets any of :data:`PLACEMENT_KEYS` (a quantizer and a device map cannot both
     say where the weights go)."""
     clash = sorted(set(others) & set(PLACEMENT_KEYS))
@@ -219,7 +219,7 @@ def check_fits(folder: Path, device: str, dtype: torch.dtype, free: int, precisi
 
 
 def parse_max_memory(spec: str | None) -> dict[str, int] | None:
-    """``--max-memory cuda:0=20GiB,cpu=48GiB`` as bytes per device name (as ``engine.plan`` reads it)."""
+    """``--max-memory cuda:0=20GiB,cpu=48GiB`` as bytes per device name (as ``diffgemma_engine.plan`` reads it)."""
     if not spec:
         return None
     from . import plan

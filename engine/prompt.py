@@ -25,10 +25,11 @@ exist:
 
   A rewrite (``PromptParts.selection``) asks instead to rewrite the code marked ``<SELECTION>...</SELECTION>``
   where the cursor would be, with the user's instruction (``REWRITE_INSTRUCTION`` without one). The ``fim`` layout
-  has no place for either: its prompt is the insertion's, and the selection starts the canvas (``engine.infill``).
+  has no place for either: its prompt is the insertion's, and the selection starts the canvas
+  (``diffgemma_engine.infill``).
 
 Both layouts budget the code, not the rendered ids: the fixed parts always survive, and prefix and suffix are cut
-on line boundaries that stay put while the user types (``engine.budget``). Text from the user is encoded as
+on line boundaries that stay put while the user types (``diffgemma_engine.budget``). Text from the user is encoded as
 text: a ``<turn|>`` or ``<eos>`` written in the code never becomes that control token.
 """
 
@@ -328,8 +329,8 @@ class ChatTemplateError(ValueError):
 
 def chat_template_of(tokenizer: Any) -> ChatTemplate:
     """The ids the tokenizer's chat template puts around one user turn, with the generation prompt and thinking
-    off, rendered with limits (``engine.template_render``: the template is the model folder's code). The template's
-    own text is encoded with its control tokens; the user's text goes in between as text."""
+    off, rendered with limits (``diffgemma_engine.template_render``: the template is the model folder's code). The
+    template's own text is encoded with its control tokens; the user's text goes in between as text."""
     try:
         template = tokenizer.get_chat_template()
     except ValueError as exc:  # transformers: "Cannot use chat template functions because ... not set"

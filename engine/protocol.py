@@ -183,7 +183,7 @@ class Ready:
     layout: str = ""
     """How the model is prompted: ``fim`` (sentinels; the answer is the middle as written) or ``chat`` (an
     instruction model: its answer may come fenced or echo the code around the cursor, see
-    ``diffgemma_lsp.answer``)."""
+    ``diffgemma_lsp.postprocess.answer``)."""
 
 
 def max_start_chars(canvas_length: int) -> int:

@@ -6,8 +6,8 @@ torch 2.13.0+cpu on the release-format checkpoints of ``tests/support/release_fo
 
 * **the skip list.** Left to its defaults a transformers quantizer skips every tied key, and in DiffusionGemma every
   encoder weight is tied to the decoder's: nothing in the text stack is converted. Its matcher takes a pattern as a
-  prefix, a regex from the start or a suffix of the full name, so the names of ``engine.quantize_policy`` become
-  anchored regexes (:func:`skip_patterns`), norms included.
+  prefix, a regex from the start or a suffix of the full name, so the names of ``diffgemma_engine.quantize_policy``
+  become anchored regexes (:func:`skip_patterns`), norms included.
 * **the routed experts** (88% of the weights) are fused 3-D ``nn.Parameter``\\ s, not ``nn.Linear`` layers: torchao
   reaches them through an ``FqnToConfig`` entry for the parameter names, beside one for the ``nn.Linear`` weights.
 * **int8** (``Int8WeightOnlyConfig``, symmetric, one scale per output row) holds its weights in torchao's
@@ -82,7 +82,8 @@ INT4_UNAVAILABLE = (
 
 
 def skip_patterns() -> list[str]:
-    """``modules_to_not_convert`` for a transformers quantizer: ``engine.quantize_policy``'s modules and the norms.
+    """``modules_to_not_convert`` for a transformers quantizer: ``diffgemma_engine.quantize_policy``'s modules and the
+    norms.
 
     transformers (``quantizers_utils.should_convert_module``) matches a pattern from the start of a full name up to
     a module boundary, or as a suffix: a bare ``router`` would match neither ``model.decoder.layers.0.router.proj``
@@ -183,11 +184,12 @@ def from_pretrained_kwargs(
 ) -> dict[str, Any]:
     """The keyword arguments that make ``DiffusionGemmaForBlockDiffusion.from_pretrained`` load with ``method`` onto
     ``devices`` (the device map's devices); ``ModelLoadError`` saying why, and what to use instead, when the method
-    cannot load there (``engine.loadable.refusal`` in ``env``, this machine's by default), before any weight is read.
+    cannot load there (``diffgemma_engine.loadable.refusal`` in ``env``, this machine's by default), before any weight
+    is read.
 
-    Never the placement: ``device_map`` (and ``offload_folder``) are ``engine.model.load_model``'s alone, whatever
-    the method. ``pre_quantized``: the checkpoint holds the method's weights already (``resolve_method``); only the
-    experts implementation is passed, the quantization is the checkpoint's. ``folder`` is needed for fp8 on the fly
+    Never the placement: ``device_map`` (and ``offload_folder``) are ``diffgemma_engine.model.load_model``'s alone,
+    whatever the method. ``pre_quantized``: the checkpoint holds the method's weights already (``resolve_method``); only
+    the experts implementation is passed, the quantization is the checkpoint's. ``folder`` is needed for fp8 on the fly
     (its block size is chosen from the model's shapes).
     """
     if method not in QUANTIZATIONS:
@@ -234,7 +236,8 @@ def load_settings(
 
 
 def _require_torchao() -> None:
-    """torchao is installed at the series the engine is written against (``engine.loadable``), and imported quietly."""
+    """torchao is installed at the series the engine is written against (``diffgemma_engine.loadable``), and imported
+    quietly."""
     installed = loadable.Environment(torchao=loadable.installed("torchao"), kernels=None)
     reason = loadable.refusal("int8", ("cpu",), installed)
     if reason is not None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 @attrs.frozen(kw_only=True)
 class QuantizedReport:
-    """What a load holds, per kind of weight (``engine.plan.KINDS``): bytes now, and what bfloat16 would hold.
+    """What a load holds, per kind of weight (``diffgemma_engine.plan.KINDS``): bytes now, and what bfloat16 would hold.
 
     Bytes are storage bytes, a tied tensor counted once and a tensor subclass by its inner tensors (data, scales,
     zero points).

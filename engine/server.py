@@ -1,7 +1,7 @@
 """The engine's socket side: a Unix socket server on asyncio, one session per connected client.
 
-It never imports torch: what it reports of the model comes as a plain ``engine.model_info.ModelInfo`` from the
-model thread, and work reaches that thread only through ``engine.jobs``.
+It never imports torch: what it reports of the model comes as a plain ``diffgemma_engine.model_info.ModelInfo`` from the
+model thread, and work reaches that thread only through ``diffgemma_engine.jobs``.
 
 Security: the socket's directory is created 0700, the socket is 0600, and a peer whose uid differs from
 the engine's is refused (``SO_PEERCRED``). Nothing from a request is executed or written to disk.
@@ -97,7 +97,7 @@ class EngineServer:
         self.queue = queue
         self.idle_exit_s = idle_exit_s
         """Exit after this long without clients (0: never; None: ``auto``, decided when the model has loaded from
-        how long loading took: ``engine.idle``)."""
+        how long loading took: ``diffgemma_engine.idle``)."""
         self.loaded: ModelInfo | None = None
         self.load_error: str | None = None
         self._connection_ids = itertools.count(1)

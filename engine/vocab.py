@@ -1,7 +1,7 @@
 """Special tokens of the project's own code tokenizer (the shipped default model uses it).
 
 Ids are fixed so that the model config, the training script and the prompt layout agree.
-Checkpoints with another tokenizer (the released DiffusionGemma) are handled in ``engine.prompt``.
+Checkpoints with another tokenizer (the released DiffusionGemma) are handled in ``diffgemma_engine.prompt``.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def _release_device_memory(loaded: LoadedModel) -> None:
 
 
 def batch_row(job: Job) -> Row:
-    """A queued job as a row of ``engine.batch``: its request, its document's cache key, its stop check."""
+    """A queued job as a row of ``diffgemma_engine.batch``: its request, its document's cache key, its stop check."""
     return Row(request=job.request, cache_key=job.key, should_stop=job.should_stop)
 
 

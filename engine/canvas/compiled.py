@@ -1,5 +1,5 @@
 """The denoising step's dense work compiled: the decoder's forward pass, then the fast sampler's scores (step 1 of
-``engine.canvas.step.denoise_step``), as :class:`DecoderStep`, a scoring pass the step is run with.
+``diffgemma_engine.canvas.step.denoise_step``), as :class:`DecoderStep`, a scoring pass the step is run with.
 
 On these small models a step is bound by its many small operations, not by arithmetic: eager PyTorch runs
 thousands of operator calls a step, and on one thread the vocabulary-sized element-wise work (soft-capping,
@@ -7,8 +7,8 @@ temperature, softmax, entropy) is a large share of it. ``torch.compile`` fuses t
 kernels and drops most of the per-operation cost.
 
 This module is the mechanism only; the caller decides to compile and hands in the warm-up (gpt-fast's shape:
-``engine.worker`` passes ``engine.canvas.warmup.trace_serving_shapes``). Compiling is slow, most of it dynamo
-tracing transformers' Python, which holds the GIL: the engine does not wait for it (:class:`DecoderStep` runs
+``diffgemma_engine.worker`` passes ``diffgemma_engine.canvas.warmup.trace_serving_shapes``). Compiling is slow, most of
+it dynamo tracing transformers' Python, which holds the GIL: the engine does not wait for it (:class:`DecoderStep` runs
 eagerly until a background thread has compiled and warmed up the graphs, then switches), but completions served
 meanwhile are slow. It pays in an engine that runs for long. The graphs are built with dynamic shapes, so prompt
 and canvas lengths do not recompile; a call that would need a graph the warm-up did not build runs eagerly
@@ -40,7 +40,8 @@ Forward = Callable[[torch.Tensor, torch.Tensor | None, MaskMapping, DynamicCache
 
 
 def eager_forward(model: DiffusionGemmaForBlockDiffusion) -> Forward:
-    """``engine.canvas.step.model_forward`` with the prompt's parts as arguments (graphs are traced on them)."""
+    """``diffgemma_engine.canvas.step.model_forward`` with the prompt's parts as arguments (graphs are traced on
+    them)."""
     run = model_forward(model)
 
     def forward(

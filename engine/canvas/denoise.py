@@ -1,5 +1,5 @@
-"""One infill canvas: the encoder's prefill, then the denoising loop, ``engine.canvas.loop.run_steps`` over the one
-step (``engine.canvas.step.denoise_step``), which stops between steps.
+"""One infill canvas: the encoder's prefill, then the denoising loop, ``diffgemma_engine.canvas.loop.run_steps`` over
+the one step (``diffgemma_engine.canvas.step.denoise_step``), which stops between steps.
 
 It computes what ``DiffusionGemmaForBlockDiffusion.generate`` computes for a single canvas (with ``exact``, the
 same random stream and the same tokens for the same seed and settings; ``tests/engine/test_parity.py`` holds it
@@ -13,11 +13,11 @@ to that; from a rewrite's start it is ``generate`` from ``decoder_input_ids`` on
 * a rewrite (``StartCanvas``) starts from given tokens, a share of them renoised, part-way down the schedule, and
   may hold positions fixed.
 
-Which code denoises a canvas: :func:`run_canvas` hands it to a captured graph (``engine.canvas.captured``) where
-one serves its shape, else :func:`denoise_canvas` runs the step eagerly: with ``exact``, op by op with the exact
-sampler; otherwise with the fast sampler and the decoder pass of ``engine.canvas.compiled.DecoderStep`` (compiled
-once warmed up). All three run ``denoise_step``. The canvas is token ids; ``engine.infill`` cuts it at the first
-end-of-sequence token and decodes it.
+Which code denoises a canvas: :func:`run_canvas` hands it to a captured graph (``diffgemma_engine.canvas.captured``)
+where one serves its shape, else :func:`denoise_canvas` runs the step eagerly: with ``exact``, op by op with the exact
+sampler; otherwise with the fast sampler and the decoder pass of ``diffgemma_engine.canvas.compiled.DecoderStep``
+(compiled once warmed up). All three run ``denoise_step``. The canvas is token ids; ``diffgemma_engine.infill`` cuts it
+at the first end-of-sequence token and decodes it.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _now_ms() -> float:
     return time.perf_counter() * 1000.0
 
 
-@under_grad_mode  # inference mode, or no_grad for torchao's tensors (engine.quantize)
+@under_grad_mode  # inference mode, or no_grad for torchao's tensors (diffgemma_engine.quantize)
 def denoise_canvas(
     model: DiffusionGemmaForBlockDiffusion,
     cache: DynamicCache,
@@ -88,8 +88,8 @@ def denoise_canvas(
     own, compiled once warmed up). With ``settings.exact`` the step is always eager with the exact sampler, as
     ``generate`` runs it.
 
-    For a batch of requests with prompts of different lengths (``engine.batch``), ``position_ids`` (B, C) gives
-    each row's canvas positions, ``decoder_mask`` (B, L + C) hides the padding of the shorter rows' caches, and
+    For a batch of requests with prompts of different lengths (``diffgemma_engine.batch``), ``position_ids`` (B, C)
+    gives each row's canvas positions, ``decoder_mask`` (B, L + C) hides the padding of the shorter rows' caches, and
     ``row_checks`` stop rows one by one (a stopped row is frozen like a settled one).
     """
     device = execution_device(model)
@@ -127,7 +127,8 @@ def denoise_canvas(
 
 
 class CanvasLoop(Protocol):
-    """Another loop for some canvases (``engine.canvas.captured.CapturedLoop``: a graph captured per shape)."""
+    """Another loop for some canvases (``diffgemma_engine.canvas.captured.CapturedLoop``: a graph captured per
+    shape)."""
 
     def serves(self, rows: int, canvas_length: int, prompt_length: int, settings: SamplerSettings) -> bool:
         """Whether it serves this canvas; the eager loop does otherwise."""

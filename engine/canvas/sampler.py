@@ -1,6 +1,7 @@
 """The sampler: the denoising schedule's settings, what a step's logits give it, which tokens it accepts and draws,
 and when a row stops. transformers states its sampler and stopper as small named pieces too
-(``generation_diffusion_gemma.py``); these are the engine's, each used by the one step (``engine.canvas.step``):
+(``generation_diffusion_gemma.py``); these are the engine's, each used by the one step
+(``diffgemma_engine.canvas.step``):
 
 * scoring: one step's logits become :class:`Scores` (temperature, argmax, probabilities, entropy, each computed
   once), with ``generate``'s arithmetic (:func:`exact_scores`) or a cheaper entropy (:func:`score_logits`);

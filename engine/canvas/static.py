@@ -1,11 +1,12 @@
 """The denoising step on fixed shapes, with no host in it: the way a step is compiled as one graph and captured.
 
-The eager loop (``engine.canvas.denoise``) asks the host inside every step: ``nonzero`` finds the accepted
+The eager loop (``diffgemma_engine.canvas.denoise``) asks the host inside every step: ``nonzero`` finds the accepted
 positions for the fast sampler, and the decoder reads a cache as long as the prompt, so every prompt length is a
 new shape. On a GPU each such call stops the host until the GPU catches up, and Python issues the step's thousands
 of kernels one by one: the release's step measured 67 to 92 ms on an H200 against a bandwidth floor of about
-11 ms. Here the same step (``engine.canvas.step.denoise_step``) runs on fixed shapes, so that it can be captured as
-a CUDA graph and replayed as one launch (``torch.compile(mode="reduce-overhead")`` through ``compile_step``):
+11 ms. Here the same step (``diffgemma_engine.canvas.step.denoise_step``) runs on fixed shapes, so that it can be
+captured as a CUDA graph and replayed as one launch (``torch.compile(mode="reduce-overhead")`` through
+``compile_step``):
 
 * ``StaticPrompt``: the encoded prompt's keys and values copied once per request into fixed-size buffers (full
   attention layers: the prompt's bucket, ``prompt_bucket``; sliding layers: at most ``window - 1``, what the
@@ -16,7 +17,7 @@ a CUDA graph and replayed as one launch (``torch.compile(mode="reduce-overhead")
   drawn outside the step (``StepNoise.draw``, in ``torch.multinomial``'s order), so the tokens are the eager exact
   loop's for the same seed where the arithmetic agrees (``tests/engine/test_static_step.py``); ``compile_step``
   compiles it as one graph.
-* ``denoise_static``: the one host loop (``engine.canvas.loop.run_steps``) on a ``StaticPrompt``.
+* ``denoise_static``: the one host loop (``diffgemma_engine.canvas.loop.run_steps``) on a ``StaticPrompt``.
 
 Drawing a variate per vocabulary entry costs on a CPU, where the eager fast path (a draw per accepted position)
 stays the engine's loop; on a GPU it is one kernel of a few hundred microseconds at the release's size.
@@ -104,8 +105,8 @@ class StaticPrompt:
         return self.positions.shape[0]
 
     def load(self, views: Sequence[DynamicCache]) -> None:
-        """Copy each row's decoder view (``engine.canvas.caches.decoder_view``) into the buffers, in place (the
-        addresses a captured graph reads stay the same), and set the masks and positions to match."""
+        """Copy each row's decoder view (``diffgemma_engine.canvas.caches.decoder_view``) into the buffers, in place
+        (the addresses a captured graph reads stay the same), and set the masks and positions to match."""
         if len(views) != self.batch:
             raise ValueError(f"{len(views)} prompts for a batch of {self.batch}")
         lengths = [view.get_seq_length() for view in views]
@@ -168,8 +169,8 @@ def denoise_static(
     step: Step | None = None,
     start: StartCanvas | None = None,
 ) -> Denoised:
-    """Denoise one canvas per row of ``prompt`` (loaded), as ``engine.canvas.denoise.denoise_canvas`` does with
-    ``settings.exact``: the same random stream, the same stopping rule, the same answer, with every step a
+    """Denoise one canvas per row of ``prompt`` (loaded), as ``diffgemma_engine.canvas.denoise.denoise_canvas`` does
+    with ``settings.exact``: the same random stream, the same stopping rule, the same answer, with every step a
     ``denoise_step`` (``step``: eager by default, or ``compile_step``'s graph).
 
     The host reads the (B,) finished flags after each step, to stop and to count each row's steps: between steps,

@@ -15,15 +15,16 @@ history, finished rows, the schedule's counter) to the next one, against the enc
     7. finished |= stable over the last S steps and confident (``sampler.settled``)
 
 What varies is passed in (:class:`StepParts`): how the logits are computed and scored (the model's forward, eager,
-or ``engine.canvas.compiled.DecoderStep`` once compiled), and the sampler (``sampler.ExactSampler``, whose random
-numbers are drawn before the step, or ``sampler.AcceptedOnlySampler``). The ways to run it:
+or ``diffgemma_engine.canvas.compiled.DecoderStep`` once compiled), and the sampler (``sampler.ExactSampler``, whose
+random numbers are drawn before the step, or ``sampler.AcceptedOnlySampler``). The ways to run it:
 
 * eagerly, op by op (``step_of``): the CPU's loop, with the fast sampler;
 * with the decoder pass compiled (``DecoderStep``, dynamic shapes, in the background);
 * the whole step compiled as one graph per serving shape, a CUDA graph on a GPU
-  (``engine.canvas.captured.compile_step``): with the exact sampler, nothing in the step reads back to the host.
+  (``diffgemma_engine.canvas.captured.compile_step``): with the exact sampler, nothing in the step reads back to the
+  host.
 
-The host loop around it, which asks for cancels between steps, is ``engine.canvas.loop.run_steps``.
+The host loop around it, which asks for cancels between steps, is ``diffgemma_engine.canvas.loop.run_steps``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ PIN_LOGIT = -1.0e4
 
 class DecoderInputs(Protocol):
     """The encoded prompt a canvas attends to, fixed through its steps (``PromptView``, or
-    ``engine.canvas.static.StaticPrompt``'s buffers)."""
+    ``diffgemma_engine.canvas.static.StaticPrompt``'s buffers)."""
 
     @property
     def cache(self) -> DynamicCache:
@@ -95,7 +96,7 @@ class StepState:
     def take_self_conditioning(self) -> torch.Tensor | None:
         """The last step's logits, for the decoder. The eager loop's state (``conditioned`` None) gives them up
         here, so that the step lets them go once the decoder has read them: one vocabulary-sized tensor fewer while
-        it samples (``engine.plan.STEP_VOCAB_TENSORS``). A fixed-shape state keeps its buffer."""
+        it samples (``diffgemma_engine.plan.STEP_VOCAB_TENSORS``). A fixed-shape state keeps its buffer."""
         logits = self.self_conditioning
         if self.conditioned is None:
             self.self_conditioning = None

@@ -5,8 +5,8 @@ decoder tied, as ``from_pretrained`` ties them, and described as a list of :clas
 after that is arithmetic on those records, pure and testable without torch:
 
 * weights per precision: ``bfloat16`` and ``float32`` count every tensor at 2 or 4 bytes; ``int8`` stores the
-  weights ``engine.quantize_policy`` converts at 1 byte plus a float32 scale and an int8 zero point per output row
-  (torchao's layout), ``fp8`` at 1 byte plus a float32 scale per ``FP8_BLOCK`` x ``FP8_BLOCK`` block (transformers'
+  weights ``diffgemma_engine.quantize_policy`` converts at 1 byte plus a float32 scale and an int8 zero point per output
+  row (torchao's layout), ``fp8`` at 1 byte plus a float32 scale per ``FP8_BLOCK`` x ``FP8_BLOCK`` block (transformers'
   fine-grained fp8), ``int4`` at half a byte plus one bfloat16 scale per group of ``INT4_GROUP_SIZE`` input
   weights, planned for its size only (``UNAVAILABLE``); what the policy keeps stays bfloat16;
 * per request, at the model's canvas: the encoded prompt's keys and values and the denoising step's

@@ -116,7 +116,7 @@ def request_memory(
             continue
         keep = layer.window - 1
         windowed += size * min(prompt_tokens, keep)
-        if prompt_tokens > keep:  # engine.canvas.caches.decoder_view copies the window out of the master
+        if prompt_tokens > keep:  # canvas.caches.decoder_view copies the window out of the master
             copies += size * keep
     step_tensor = canvas_length * vocab_size * 4
     step_tensors = STEP_VOCAB_TENSORS - (HALF_PRECISION_SAVING if dtype != "float32" else 0.0)
@@ -162,7 +162,8 @@ def serving_limits(free_bytes: int, request: RequestMemory, max_slots: int, max_
 
 
 def text_weights(weights: Sequence[Weight]) -> list[Weight]:
-    """The weights a text-only load holds: all but the vision tower and its embedder (``engine.text_only``)."""
+    """The weights a text-only load holds: all but the vision tower and its embedder
+    (``diffgemma_engine.text_only``)."""
     return [weight for weight in weights if weight.kind != "vision"]
 
 
@@ -281,8 +282,8 @@ def make_plan(
     env: Environment | None = None,
 ) -> Plan:
     """The plan of ``spec`` on ``devices``; placements (and the recommendation) only for ``precisions``. With
-    ``env`` (``engine.loadable.environment()`` for this machine), a placement the loader would refuse there (int8
-    on MPS, fp8 without its kernel or with offload) gets no setting, and says why: every setting the plan gives or
+    ``env`` (``diffgemma_engine.loadable.environment()`` for this machine), a placement the loader would refuse there
+    (int8 on MPS, fp8 without its kernel or with offload) gets no setting, and says why: every setting the plan gives or
     recommends is one ``load_model`` accepts. Without it, the arithmetic alone."""
     if prompt_tokens < 1 or rows < 1:
         raise PlanError(f"a plan needs at least one prompt token and one row, not {prompt_tokens} and {rows}")

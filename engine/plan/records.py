@@ -30,15 +30,15 @@ STEP_VOCAB_TENSORS = 3.0
 """Vocabulary-sized (rows x canvas x vocab) float32 tensors alive at the peak of one eager denoising step of a
 float32 model: this step's scaled logits (kept: the next step's self-conditioning), its probabilities, and the
 previous step's logits while the decoder reads them, or the accepted rows' copy that
-``engine.canvas.sampler.draw_tokens`` turns into their cumulative distribution in place. The entropy is taken
+``diffgemma_engine.canvas.sampler.draw_tokens`` turns into their cumulative distribution in place. The entropy is taken
 without log-probabilities and the previous step's logits are let go once the decoder has read them
-(``engine.canvas.step.StepState.take_self_conditioning``; it was 5 before). Measured with a dispatch-mode tracker on
-the small checkpoints (``tests/engine/test_plan.py``); ``exact`` sampling holds more."""
+(``diffgemma_engine.canvas.step.StepState.take_self_conditioning``; it was 5 before). Measured with a dispatch-mode
+tracker on the small checkpoints (``tests/engine/test_plan.py``); ``exact`` sampling holds more."""
 HALF_PRECISION_SAVING = 0.5
 """A bfloat16 model's logits, kept for self-conditioning, are half a float32 tensor (the scores are float32)."""
 DEFAULT_PROMPT_TOKENS = 2048
 PREFIX_CACHE_SLOTS = 16
-"""Documents whose encoded prompt the engine keeps (``engine.canvas.caches.DEFAULT_SLOTS``)."""
+"""Documents whose encoded prompt the engine keeps (``diffgemma_engine.canvas.caches.DEFAULT_SLOTS``)."""
 FITS_GPU = "fits_gpu"
 FITS_WITH_OFFLOAD = "fits_with_cpu_offload"
 FITS_CPU = "fits_cpu"
@@ -53,7 +53,8 @@ UNAVAILABLE: dict[str, str] = {
     "int4": "not available in the engine: torchao 0.18 has no int4 layout that runs the fused experts "
     "(the GGUF Q4_K_M and NVFP4 builds, with llama.cpp or vLLM, are the 4-bit route)"
 }
-"""Precisions planned for their size but never recommended: the engine cannot load them (``engine.quantize``)."""
+"""Precisions planned for their size but never recommended: the engine cannot load them
+(``diffgemma_engine.quantize``)."""
 GPU_PREFERENCE = ("bfloat16", "int8")
 """Recommended on an accelerator, first that fits wholly on it. fp8 is the size of int8 (and needs a GPU with fp8
 support), so it is planned but chosen only when asked for (``--quantization fp8``)."""
@@ -64,7 +65,7 @@ CPU_PREFERENCE = ("float32", "bfloat16", "int8")
 INT8_ROW_BYTES = 5
 """torchao's int8 (``Int8Tensor``): a float32 scale and an int8 zero point per output row."""
 FP8_BLOCK = 64
-"""transformers' fine-grained fp8 on the release: a float32 scale per 64 x 64 block (``engine.quantize``)."""
+"""transformers' fine-grained fp8 on the release: a float32 scale per 64 x 64 block (``diffgemma_engine.quantize``)."""
 
 
 class PlanError(ValueError):
@@ -90,7 +91,7 @@ class Weight:
 
     @property
     def quantized(self) -> bool:
-        """Converted by a quantizer (``engine.quantize_policy``); buffers never are."""
+        """Converted by a quantizer (``diffgemma_engine.quantize_policy``); buffers never are."""
         return not self.buffer and len(self.shape) >= 2 and not stays_unquantized(self.name)
 
 
@@ -111,7 +112,7 @@ class StoredCheckpoint:
     bytes: int | None
     source: str | None
     missing: tuple[str, ...] = ()
-    """Weight files the folder names that are missing or cut short (``engine.shards``): the engine refuses to
+    """Weight files the folder names that are missing or cut short (``diffgemma_engine.shards``): the engine refuses to
     load it until they are there."""
 
 
@@ -202,7 +203,7 @@ class Placement:
     setting: str | None
     """The engine options for it (None when it does not fit, or cannot load there: ``refused``)."""
     refused: str | None = None
-    """Why the loader would refuse this precision on the devices it uses (``engine.loadable.refusal``)."""
+    """Why the loader would refuse this precision on the devices it uses (``diffgemma_engine.loadable.refusal``)."""
 
     @property
     def used_devices(self) -> tuple[str, ...]:

@@ -3,7 +3,7 @@
 Each example is one token sequence::
 
     <bos> <fim_suffix> SUFFIX <fim_prefix> PREFIX <fim_middle> | MIDDLE <eos> <pad> ... <pad>
-    '--------------- prompt (engine.prompt.build_fim_prompt) -----'  '------ canvas (C tokens) -----'
+    '--------------- prompt (diffgemma_engine.prompt.build_fim_prompt) -----'  '------ canvas (C tokens) -----'
 
 with a block layout for the full-sequence block-diffusion step: the canvas is one block that starts right after
 ``<fim_middle>`` (exactly where the engine's canvas starts), and the prompt is cut into canvas-sized blocks
@@ -49,7 +49,8 @@ class FileEntry:
     language: str
     held_out: bool
     text: str | None = None
-    """The file's text when it comes from a packed corpus (``engine.training.pack``); else read from ``path``."""
+    """The file's text when it comes from a packed corpus (``diffgemma_engine.training.pack``); else read from
+    ``path``."""
 
 
 def _usable(text: str) -> bool:
@@ -75,7 +76,7 @@ def build_file_list(cache_file: Path) -> list[FileEntry]:
 
 
 def load_pack(path: Path) -> list[FileEntry]:
-    """The entries of a packed corpus (``engine.training.pack``), texts included: for a machine without the
+    """The entries of a packed corpus (``diffgemma_engine.training.pack``), texts included: for a machine without the
     sources this one has (a lent GPU machine)."""
     with gzip.open(path, "rt", encoding="utf-8") as rows:
         return [FileEntry(**json.loads(row)) for row in rows]
@@ -127,7 +128,7 @@ class ExampleMaker:
     lines, or plain continuation (no suffix). The others start at any character inside a line, in the middle of a
     word too (character-level FIM, as StarCoder and SantaCoder train): ``rest_of_line`` fills up to the end of the
     line, ``span`` ends at any character of that line or the next two. Text is cut and encoded as the engine cuts
-    and encodes a request's (``engine.prompt``: the same encoder, line boundaries at the far ends), so the
+    and encodes a request's (``diffgemma_engine.prompt``: the same encoder, line boundaries at the far ends), so the
     prompt's last token is the partial word the engine would see.
 
     Each example's canvas is the one the engine would denoise for it: ``line_canvas`` when the cursor's scope is
@@ -147,7 +148,8 @@ class ExampleMaker:
         self.canvas = canvas
         self.line_canvas = min(line_canvas or canvas, canvas)
         self.min_ctx, self.max_ctx = min_ctx, max_ctx
-        special = special_ids_from(tokenizer.get_vocab().get)  # as the engine reads them (engine.prompt.layout_for)
+        # as the engine reads them (diffgemma_engine.prompt.layout_for)
+        special = special_ids_from(tokenizer.get_vocab().get)
         if special is None:
             raise ValueError(f"the tokenizer lacks {vocab.FIM_PREFIX}, {vocab.FIM_SUFFIX} or {vocab.FIM_MIDDLE}")
         self.special = special
@@ -232,7 +234,7 @@ class ExampleMaker:
             return None
         end = start + len(middle)
         ctx = rng.randint(self.min_ctx, self.max_ctx)
-        # far ends on line boundaries, as the engine cuts a long document (engine.budget)
+        # far ends on line boundaries, as the engine cuts a long document (diffgemma_engine.budget)
         far = max(0, start - 6 * ctx)
         cut = text.find("\n", far - 1, start) if far else -1
         prefix = text[cut + 1 if cut >= 0 else (line_start if far else 0) : start]

@@ -79,7 +79,7 @@ def infill(
 ) -> tuple[str, list[int], float]:
     """One canvas with ``model.generate`` (the engine's sampler settings); text up to the first <eos>, its tokens,
     and the tokens per forward pass. A ``canvas`` shorter than the model's gets proportionally fewer steps, as
-    the engine gives it (``engine.infill.check_request``)."""
+    the engine gives it (``diffgemma_engine.infill.check_request``)."""
     torch.manual_seed(seed)
     own = canvas_length_of(model.config)
     canvas = canvas or own

@@ -2,7 +2,7 @@
 
     python -m diffgemma_engine.training.export --src .cache/train/run1/best [--dst engine/default_model] [--steps 16]
 
-``--src`` is a ``from_pretrained`` folder written by ``engine.training.train`` (``best/`` or ``last/``) or its
+``--src`` is a ``from_pretrained`` folder written by ``diffgemma_engine.training.train`` (``best/`` or ``last/``) or its
 ``state.pt``. Writes ``config.json``, ``model.safetensors`` and ``generation_config.json`` into ``--dst``; the
 tokenizer files there are left as they are.
 """

@@ -4,8 +4,8 @@
         [--device auto]
 
 This module is the command: its arguments, the run's state, and the loop. The objective (DiffusionGemma, notes §8)
-is ``engine.training.objective``, the batches come from ``engine.training.batches`` and the held-out figures from
-``engine.training.evaluate``.
+is ``diffgemma_engine.training.objective``, the batches come from ``diffgemma_engine.training.batches`` and the held-out
+figures from ``diffgemma_engine.training.evaluate``.
 
 Writes into DIR: ``state.pt`` (model, optimizer, step, data position; ``--resume`` continues from it),
 ``train.log`` (JSON lines: train loss, held-out figures), ``best/`` and ``last/`` (``from_pretrained`` folders).
@@ -90,7 +90,7 @@ def parse_args() -> argparse.Namespace:
         "--n-em", type=int, default=40, help="held-out single-line and rest-of-line infills for exact match"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--corpus", type=Path, default=None, help="a packed corpus (engine.training.pack)")
+    parser.add_argument("--corpus", type=Path, default=None, help="a packed corpus (diffgemma_engine.training.pack)")
     parser.add_argument(
         "--workers", type=int, default=0, help="processes that make the batches (0: in this process, resumable)"
     )

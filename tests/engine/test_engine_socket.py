@@ -210,7 +210,7 @@ async def test_newer_request_for_the_same_document_supersedes(random_engine: Eng
 
 async def test_deadline_becomes_a_step_budget(random_engine: EngineProcess) -> None:
     """A deadline caps the steps (a whole, shorter schedule); one that cannot afford even the model's floor
-    (``engine.clock``: half its schedule by default) runs the floor, later rather than worse."""
+    (``diffgemma_engine.clock``: half its schedule by default) runs the floor, later rather than worse."""
     client = await RawClient.connect(random_engine.socket_path)
     await client.send(_infill("warm", max_steps=20))  # the step clock's first estimates
     warm = await client.receive()

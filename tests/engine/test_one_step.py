@@ -1,5 +1,5 @@
-"""One statement of the denoising step (``engine.canvas.step.denoise_step``): every way the engine runs a canvas
-goes through it, and nothing else in the engine states a step's acceptance or stopping rule."""
+"""One statement of the denoising step (``diffgemma_engine.canvas.step.denoise_step``): every way the engine runs a
+canvas goes through it, and nothing else in the engine states a step's acceptance or stopping rule."""
 
 from __future__ import annotations
 

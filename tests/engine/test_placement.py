@@ -92,9 +92,9 @@ def _release_config_only(tmp_path: Path) -> Path:
 
 
 def _covers_every_tensor(where: dict[str, str], folder: Path) -> dict[str, str]:
-    """The device of every tensor of the release model as the engine loads it (text only: ``engine.text_only``),
-    under each of its names, by the map, as accelerate reads it: the key that is the tensor's module or an ancestor
-    of it. Fails on a tensor no key covers, or two."""
+    """The device of every tensor of the release model as the engine loads it (text only:
+    ``diffgemma_engine.text_only``), under each of its names, by the map, as accelerate reads it: the key that is the
+    tensor's module or an ancestor of it. Fails on a tensor no key covers, or two."""
     from transformers import AutoConfig
 
     from diffgemma_engine.text_only import _text_only_class

@@ -1,4 +1,4 @@
-"""The capturable denoising step (``engine.canvas.static``): no host synchronisation inside it, an operator
+"""The capturable denoising step (``diffgemma_engine.canvas.static``): no host synchronisation inside it, an operator
 budget at the release's layer structure, and the eager exact loop's tokens, eager or compiled as one graph."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Machines the tests do not have, simulated at torch's public surface: CUDA devices of a given memory and compute
 capability (one or several), Apple's MPS, and the CPU's available memory.
 
-The engine's own code runs unchanged (``engine.plan.detect_devices``, ``engine.placement``, ``engine.quantize``,
-``engine.model.load_model``) down to ``DiffusionGemmaForBlockDiffusion.from_pretrained``, which is checked and then
-loads on the CPU:
+The engine's own code runs unchanged (``diffgemma_engine.plan.detect_devices``, ``diffgemma_engine.placement``,
+``diffgemma_engine.quantize``, ``diffgemma_engine.model.load_model``) down to
+``DiffusionGemmaForBlockDiffusion.from_pretrained``, which is checked and then loads on the CPU:
 
 * torch's answers are the machine's: ``torch.cuda.is_available``, ``device_count``, ``get_device_properties``,
   ``get_device_capability``, ``mem_get_info``, ``current_device``, ``get_device_name``,
