@@ -12,11 +12,19 @@ EDITORS ?= .cache/editors
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(BIN)/diffgemma-lsp: pyproject.toml
+# The editable install is setuptools' strict one: a tree of links under build/ that static tools follow (pyright,
+# VS Code's Python server), where the default installs an import hook they cannot read and so cannot resolve
+# diffgemma_engine, the folder engine/ under its installed name. The tree holds the files there were at install time,
+# so the install reruns when the list of source files changes (SOURCE_LIST), not when a file is edited.
+SOURCE_LIST = .cache/source-files.txt
+$(shell mkdir -p .cache && find engine diffgemma_lsp -name '*.py' -not -path '*/__pycache__/*' | sort > $(SOURCE_LIST).new \
+  && (cmp -s $(SOURCE_LIST).new $(SOURCE_LIST) || mv $(SOURCE_LIST).new $(SOURCE_LIST)); rm -f $(SOURCE_LIST).new)
+
+$(BIN)/diffgemma-lsp: pyproject.toml $(SOURCE_LIST)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test]' --config-settings editable_mode=strict
 	touch $@
 
 setup: $(BIN)/diffgemma-lsp  ## create .venv and install the project with its test tools

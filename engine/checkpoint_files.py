@@ -15,7 +15,7 @@ from .errors import ModelLoadError
 if TYPE_CHECKING:
     from transformers import DiffusionGemmaConfig
 
-DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default_model"  # the real folder, not an editable link tree
 MAX_SETTINGS_FILE_BYTES = 1 << 20
 """config.json, generation_config.json and diffgemma.json larger than this are refused before they are read."""
 MAX_INDEX_FILE_BYTES = 64 << 20

@@ -9,7 +9,8 @@ from pathlib import Path
 from .protocol import Error, ErrorCode
 
 LIBRARY_PATHS = ("stdlib", "platstdlib", "purelib", "platlib")
-_PLACES = [str(Path(__file__).resolve().parent), *site.getsitepackages()]
+# The package's folder, and where a strict editable install links it from (its files' paths in tracebacks).
+_PLACES = [str(Path(__file__).resolve().parent), str(Path(__file__).parent), *site.getsitepackages()]
 SERVER_PATHS = sorted(
     {place for place in [*_PLACES, *(sysconfig.get_paths().get(key, "") for key in LIBRARY_PATHS)] if place},
     key=len,

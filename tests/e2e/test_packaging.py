@@ -115,3 +115,59 @@ async def test_the_installed_language_server_starts_the_installed_engine(
         assert result.items
     finally:
         await client.shutdown_session()
+
+
+PYRIGHT = "pyright@1.1.414"
+"""Pyright, VS Code's Python language server (Pylance) in its open-source form, pinned."""
+
+
+def test_static_tools_resolve_both_packages_from_the_editable_install(tmp_path: Path) -> None:
+    """``make setup`` installs in setuptools' strict editable mode: a tree of links a ``.pth`` file names, which
+    static tools read; the default mode installs an import hook they cannot, and pyright then resolved neither
+    ``diffgemma_engine`` (go-to-definition failed across the process boundary) nor ``diffgemma_lsp``."""
+    import sysconfig
+
+    import diffgemma_engine
+
+    if Path(diffgemma_engine.__file__).resolve().parent != ROOT / "engine":
+        pytest.skip("not an editable install of this checkout")
+    site = Path(sysconfig.get_paths()["purelib"])
+    entries = [
+        Path(line.strip())
+        for pth in site.glob("*.pth")
+        for line in pth.read_text().splitlines()
+        if line.strip() and not line.startswith(("import", "#"))
+    ]
+    trees = [entry for entry in entries if (entry / "diffgemma_engine" / "__init__.py").is_file()]
+    assert trees, f"no .pth path in {site} holds diffgemma_engine: reinstall with make setup"
+    tree = trees[0]
+    for source in sorted((ROOT / "engine").rglob("*.py")):
+        if "__pycache__" not in source.parts:
+            linked = tree / "diffgemma_engine" / source.relative_to(ROOT / "engine")
+            assert linked.resolve() == source, f"{linked}: a module added since the install? run make setup"
+    # The check itself, by pyright, where npm can install it (CI requires it).
+    from tests.lsp.test_vscode_extension import npm_or_skip
+
+    npm = npm_or_skip()
+    tools = ROOT / ".cache" / "pyright"
+    binary = tools / "node_modules" / ".bin" / "pyright"
+    if not binary.exists():
+        subprocess.run(
+            [npm, "install", "--prefix", str(tools), "--no-audit", "--no-fund", PYRIGHT],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from diffgemma_engine import protocol\nfrom diffgemma_engine.canvas.step import denoise_step\n"
+        "from diffgemma_lsp.settings import Settings\nprint(protocol.PROTOCOL_VERSION, denoise_step, Settings)\n"
+    )
+    run = subprocess.run(
+        [str(binary), "--pythonpath", sys.executable, str(probe)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0 and "0 errors" in run.stdout, run.stdout + run.stderr
