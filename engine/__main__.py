@@ -78,7 +78,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 async def serve(args: argparse.Namespace) -> int:
     """Listen on the socket, load the model on the model thread, serve until stopped."""
-    from .server import AlreadyRunningError, EngineServer
+    from .server import EngineServer
+    from .socket_file import AlreadyRunningError
     from .worker import ModelWorker
 
     loop = asyncio.get_running_loop()

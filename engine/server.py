@@ -3,21 +3,19 @@
 It never imports torch: what it reports of the model comes as a plain ``diffgemma_engine.model_info.ModelInfo`` from the
 model thread, and work reaches that thread only through ``diffgemma_engine.jobs``.
 
-Security: the socket's directory is created 0700, the socket is 0600, and a peer whose uid differs from
-the engine's is refused (``SO_PEERCRED``). Nothing from a request is executed or written to disk.
+Security: the socket's directory is created 0700 and the socket is 0600 (``diffgemma_engine.socket_file``, which
+keeps the file), and a peer whose uid differs from the engine's is refused here (``SO_PEERCRED``). Nothing from a
+request is executed or written to disk.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import itertools
 import logging
 import os
 import signal
-import socket
-import stat
 import time
 from pathlib import Path
 
@@ -26,12 +24,11 @@ from .errors import EngineError, describe
 from .idle import idle_exit_after
 from .jobs import Job, JobQueue
 from .model_info import ModelInfo
+from .socket_file import SocketFile
 from .stats import ReplyLog, rss_mb
 
 logger = logging.getLogger(__name__)
 
-SOCKET_CHECK_S = 2.0
-"""How often the engine checks that its socket file is still there (a /tmp cleaner may remove it)."""
 CLOSE_WAIT_S = 2.0
 """How long ``close`` waits for the connections' handlers to finish."""
 LOAD_ERROR_LINGER_S = 10.0
@@ -40,54 +37,6 @@ it to connect and hear why (a bad folder fails in milliseconds, faster than the 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 FEATURES = (protocol.REWRITE_FEATURE,)
 """What this engine does beyond plain infills, whatever the model (``HelloOk.features``)."""
-
-
-class AlreadyRunningError(RuntimeError):
-    """Another engine is listening on the socket."""
-
-
-def prepare_socket_dir(path: Path) -> None:
-    """Create the socket's directory 0700, or check the one there: a real directory (never a symlink followed)
-    of this user's; the default runtime directory is made private if it is not, any other is refused if others
-    can write to it (``socket_paths.UnsafeSocketError``)."""
-    directory = path.parent
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        directory.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError as exc:  # ELOOP: a symlink; ENOTDIR: a file
-        raise socket_paths.UnsafeSocketError(f"socket directory {directory} is not a real directory: {exc}") from None
-    try:
-        info = os.fstat(fd)
-        if info.st_uid != os.getuid():
-            raise socket_paths.UnsafeSocketError(
-                f"socket directory {directory} belongs to uid {info.st_uid}, not to this user: another user made it"
-            )
-        mode = stat.S_IMODE(info.st_mode)
-        if mode & 0o077 and directory == socket_paths.runtime_dir():
-            os.fchmod(fd, 0o700)  # on the directory itself, not on whatever a path would lead to now
-        elif mode & 0o022:
-            raise socket_paths.UnsafeSocketError(
-                f"socket directory {directory} can be written by others (mode {mode:o})"
-            )
-        elif mode & 0o077:
-            logger.warning("socket directory %s is not private (mode %o)", directory, mode)
-    finally:
-        os.close(fd)
-
-
-def is_listening(path: Path) -> bool:
-    """Whether something accepts connections on the Unix socket ``path``."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
 
 
 class EngineServer:
@@ -103,104 +52,23 @@ class EngineServer:
         self._connection_ids = itertools.count(1)
         self._writers: dict[int, tuple[asyncio.StreamWriter, asyncio.Lock]] = {}
         self._handlers: set[asyncio.Task[None]] = set()
-        self._socket_id: tuple[int, int] | None = None
         self._waiting_ready: set[int] = set()
-        self._server: asyncio.Server | None = None
-        self._lock_file: int | None = None
         self._stopped = asyncio.Event()
         self._load_error_heard = asyncio.Event()
         self._last_activity = time.monotonic()
-        self.socket_path: Path | None = None
+        self.socket = SocketFile(self._handle)
         self.replies = ReplyLog()
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
-    def _take_lock(self, path: Path) -> None:
-        """Hold the socket's lock file (created if missing); ``AlreadyRunningError`` if another engine holds it.
-        A lock this engine holds on the same file is kept (a second ``flock`` would conflict with it)."""
-        lock_path = path.with_name(path.name + ".lock")
-        if self._lock_file is not None:
-            held = os.fstat(self._lock_file)
-            with contextlib.suppress(FileNotFoundError):
-                current = os.lstat(lock_path)
-                if (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
-                    return
-        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(descriptor)
-            raise AlreadyRunningError(f"another engine is starting or running on {path}") from None
-        if self._lock_file is not None:
-            os.close(self._lock_file)
-        self._lock_file = descriptor
-
-    def _claim_socket(self, path: Path) -> None:
-        """Take the socket's lock and clear a stale socket file; ``AlreadyRunningError`` if an engine holds it."""
-        prepare_socket_dir(path)
-        self._take_lock(path)
-        if path.exists() or path.is_symlink():
-            if is_listening(path):
-                raise AlreadyRunningError(f"another engine is listening on {path}")
-            path.unlink()
-
-    async def _bind(self, path: Path) -> asyncio.Server:
-        """Listen on ``path`` (0600); its identity is kept to notice when the file is removed or replaced."""
-        old_umask = os.umask(0o177)
-        try:
-            server = await asyncio.start_unix_server(self._handle, path=str(path))
-        finally:
-            os.umask(old_umask)
-        os.chmod(path, 0o600)
-        info = os.lstat(path)
-        self._socket_id = (info.st_dev, info.st_ino)
-        return server
+    @property
+    def socket_path(self) -> Path | None:
+        """Where the engine listens (None once another process has the path)."""
+        return self.socket.path
 
     async def start(self, path: Path) -> None:
         """Bind the socket (0600 in a 0700 directory); ``AlreadyRunningError`` if an engine holds it."""
-        self._claim_socket(path)
-        self._server = await self._bind(path)
-        self.socket_path = path
-        logger.info("listening on %s", path)
-
-    async def _socket_watchdog(self) -> None:
-        """Listen again when the socket file disappears (a /tmp cleaner): new clients would find no engine, and
-        could start none while this one holds the lock. When another process has taken the path meanwhile, take
-        no new clients and exit once the connected ones have left."""
-        while True:
-            await asyncio.sleep(SOCKET_CHECK_S)
-            path = self.socket_path
-            if path is None:
-                if not self._writers:
-                    logger.info("the socket is another engine's now and no client is left: exiting")
-                    self.stop()
-                    return
-                continue
-            try:
-                info = os.lstat(path)
-            except FileNotFoundError:
-                info = None
-            if info is not None and (info.st_dev, info.st_ino) == self._socket_id:
-                continue
-            try:
-                if info is not None:
-                    raise AlreadyRunningError(f"{path} was replaced by another process's file")
-                self._claim_socket(path)
-                server = await self._bind(path)
-            except (AlreadyRunningError, OSError) as exc:
-                logger.warning("socket %s is gone and cannot be taken again (%s): taking no new clients", path, exc)
-                self._stop_listening()
-                continue
-            logger.warning("socket %s was removed: listening on it again", path)
-            if self._server is not None:
-                self._server.close()  # the old listener, on a file that is gone; its connections stay
-            self._server = server
-
-    def _stop_listening(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        self._server = None
-        self.socket_path = None  # not ours any more: close() must not remove it
+        await self.socket.start(path)
 
     async def serve_until_stopped(self) -> None:
         """Serve until ``stop`` (a signal, a model load failure, or the idle timeout)."""
@@ -208,7 +76,7 @@ class EngineServer:
         for signum in STOP_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, self.stop)
-        watchdogs = [asyncio.create_task(self._socket_watchdog())]
+        watchdogs = [asyncio.create_task(self.socket.watch(lambda: bool(self._writers), self.stop))]
         if self.idle_exit_s is None or self.idle_exit_s > 0:
             watchdogs.append(asyncio.create_task(self._idle_watchdog()))
         await self._stopped.wait()
@@ -223,18 +91,12 @@ class EngineServer:
     async def close(self) -> None:
         """Stop listening, close every connection (their handlers finish, rather than being cancelled at exit
         with a traceback each) and remove the socket."""
-        if self._server is not None:
-            self._server.close()
+        self.socket.stop_accepting()
         for writer, _ in list(self._writers.values()):
             writer.close()
         if self._handlers:
             await asyncio.wait(list(self._handlers), timeout=CLOSE_WAIT_S)
-        if self.socket_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.socket_path.unlink()
-        if self._lock_file is not None:
-            os.close(self._lock_file)
-            self._lock_file = None
+        self.socket.remove()
 
     async def _idle_watchdog(self) -> None:
         while True:

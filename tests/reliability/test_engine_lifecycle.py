@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from diffgemma_engine import protocol
-from diffgemma_engine.server import SOCKET_CHECK_S
+from diffgemma_engine.socket_file import SOCKET_CHECK_S
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
