@@ -146,7 +146,7 @@ def test_static_tools_resolve_both_packages_from_the_editable_install(tmp_path: 
             linked = tree / "diffgemma_engine" / source.relative_to(ROOT / "engine")
             assert linked.resolve() == source, f"{linked}: a module added since the install? run make setup"
     # The check itself, by pyright, where npm can install it (CI requires it).
-    from tests.lsp.test_vscode_extension import npm_or_skip
+    from tests.support.npm import npm_or_skip
 
     npm = npm_or_skip()
     tools = ROOT / ".cache" / "pyright"

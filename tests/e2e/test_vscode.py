@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_lsp_engine import _kill_engine
-from tests.lsp.test_vscode_extension import EXTENSION, ROOT, ensure_node_modules, run_npm
 from tests.support.lsp import READY_TIMEOUT_S
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+from tests.support.npm import EXTENSION, ROOT, ensure_node_modules, run_npm
 
 pytestmark = pytest.mark.e2e
 CODE_SERVER_ENV = "DIFFGEMMA_CODE_SERVER"
