@@ -25,7 +25,7 @@ from .canvas.loop import StopCheck
 from .canvas.runtime import grad_mode
 from .clock import hold_deadline
 from .errors import BadRequestError
-from .infill import check_request, finish_row, start_canvas, timed_prompt_ids, timed_start_row
+from .infill import Answer, check_request, finish_row, start_canvas, timed_prompt_ids, timed_start_row
 from .model import LoadedModel
 
 
@@ -54,8 +54,8 @@ def compatible(a: protocol.Infill, b: protocol.Infill, loaded: LoadedModel) -> b
         return False  # it fails on its own
 
 
-def run_batch(loaded: LoadedModel, rows: Sequence[Row]) -> list[tuple[str, protocol.StopReason, protocol.Timings]]:
-    """Denoise one canvas for each row in a single batch; returns each row's (text, stop reason, timings)."""
+def run_batch(loaded: LoadedModel, rows: Sequence[Row]) -> list[Answer]:
+    """Denoise one canvas for each row in a single batch; returns each row's answer."""
     assert loaded.prefix_cache is not None
     canvas_length, steps = check_request(loaded, rows[0].request)
     views, reused, prompt_lengths, tokenize_ms, encode_ms, starts = [], [], [], [], [], []

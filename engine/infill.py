@@ -16,7 +16,7 @@ import itertools
 import math
 import time
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import torch
@@ -34,6 +34,15 @@ MAX_CANVAS_LENGTH = protocol.MAX_CANVAS_LENGTH
 MAX_STEPS = protocol.MAX_STEPS
 MAX_INSTRUCTION_CHARS = protocol.MAX_INSTRUCTION_CHARS
 CHARS_PER_TOKEN = 4
+
+
+class Answer(NamedTuple):
+    """What one canvas row answers (a named tuple: ``text, stop, timings = run_infill(...)`` reads it too)."""
+
+    text: str
+    """The completion or replacement; "" when the request was cancelled or superseded."""
+    stop: protocol.StopReason
+    timings: protocol.Timings
 
 
 def build_prompt(loaded: LoadedModel, request: protocol.Infill) -> Prompt:
@@ -208,7 +217,7 @@ def run_infill(
     should_stop: StopCheck | None = None,
     cache_key: Hashable | None = None,
     time_left_ms: float | None = None,
-) -> tuple[str, protocol.StopReason, protocol.Timings]:
+) -> Answer:
     """Denoise the middle for ``request``; returns (text, why it stopped, timings without queue time).
 
     ``cache_key`` (e.g. the connection and document) lets the prompt's encoding be reused by the next request
@@ -257,8 +266,8 @@ def run_infill(
 
 def finish_row(
     loaded: LoadedModel, canvas: list[int], stopped_by: str | None, held_until: int = 0, **timings: float
-) -> tuple[str, protocol.StopReason, protocol.Timings]:
-    """(text, stop reason, timings) of one denoised canvas row; ``stopped_by`` is a cancel/deadline reason;
+) -> Answer:
+    """The answer of one denoised canvas row; ``stopped_by`` is a cancel/deadline reason;
     ``held_until``: a rewrite's held tokens end there (see ``cut_at_eos``)."""
     tokens, found_eos = cut_at_eos(canvas, loaded.eos_ids, loaded.pad_id, held_until)
     if stopped_by is not None:
@@ -269,7 +278,7 @@ def finish_row(
     rounded: dict[str, Any] = {
         name: round(value, 3) if name.endswith("_ms") else int(value) for name, value in timings.items()
     }
-    return "" if dropped else loaded.decode(tokens), stop, protocol.Timings(new_tokens=len(tokens), **rounded)
+    return Answer("" if dropped else loaded.decode(tokens), stop, protocol.Timings(new_tokens=len(tokens), **rounded))
 
 
 def cut_at_eos(tokens: list[int], eos_ids: set[int], pad_id: int | None, held_until: int = 0) -> tuple[list[int], bool]:

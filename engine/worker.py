@@ -17,7 +17,7 @@ from .canvas.captured import CapturedLoop, serving_shapes
 from .canvas.step_mode import StepMode
 from .canvas.warmup import trace_serving_shapes
 from .errors import EngineError, describe
-from .infill import check_request, prompt_ids, run_infill
+from .infill import Answer, check_request, prompt_ids, run_infill
 from .jobs import DEFAULT_MAX_BATCH, Job, JobQueue
 from .model import LoadedModel, load_model
 from .model_info import ModelInfo
@@ -158,7 +158,7 @@ class ModelWorker(threading.Thread):
             return
         try:
             if request.candidates > 1:
-                text, stop, timings, alternatives = self._run_candidates(loaded, job)
+                (text, stop, timings), alternatives = self._run_candidates(loaded, job)
             else:
                 text, stop, timings = self._run_with_memory_fallback(loaded, request, job)
                 alternatives = []
@@ -191,9 +191,7 @@ class ModelWorker(threading.Thread):
         )
         job.resolve_threadsafe(self._result(job, text, stop, timings, alternatives))
 
-    def _run_candidates(
-        self, loaded: LoadedModel, job: Job
-    ) -> tuple[str, protocol.StopReason, protocol.Timings, list[str]]:
+    def _run_candidates(self, loaded: LoadedModel, job: Job) -> tuple[Answer, list[str]]:
         """``candidates`` canvases for one prompt in one batch: the first row's answer and the other distinct ones.
         As many as the memory allows (``loaded.max_rows``); out of memory, half as many, down to one."""
         count = min(job.request.candidates, loaded.max_rows)
@@ -210,19 +208,16 @@ class ModelWorker(threading.Thread):
                 )
                 count //= 2
         else:
-            text, stop, timings = self._run_with_memory_fallback(loaded, job.request, job)
-            return text, stop, timings, []
-        text, stop, timings = rows[0]
+            return self._run_with_memory_fallback(loaded, job.request, job), []
+        first = rows[0]
         alternatives: list[str] = []
-        for other, _, _ in rows[1:]:
-            if other and other != text and other not in alternatives:
-                alternatives.append(other)
-        return text, stop, timings, alternatives
+        for other in rows[1:]:
+            if other.text and other.text != first.text and other.text not in alternatives:
+                alternatives.append(other.text)
+        return first, alternatives
 
     @staticmethod
-    def _run_with_memory_fallback(
-        loaded: LoadedModel, request: protocol.Infill, job: Job
-    ) -> tuple[str, protocol.StopReason, protocol.Timings]:
+    def _run_with_memory_fallback(loaded: LoadedModel, request: protocol.Infill, job: Job) -> Answer:
         """Run the request. Out of memory, shed what costs nothing in quality first: the other documents' encoded
         prompts (the prefix cache); then a canvas longer than the model's own is halved down to it. Never quietly
         below the canvas the model was trained on (256 for the release): what it writes in a shorter one is not
