@@ -71,8 +71,8 @@ def main() -> None:
     model, canvas, device = loaded.model, loaded.canvas_length, loaded.device
     settings = dataclasses.replace(loaded.sampler, exact=args.exact)
     if args.compile == "on" and not args.exact:  # exact runs generate's eager arithmetic
-        loaded.step.start_compiling(warm_up=trace_serving_shapes)
-        loaded.step.wait()
+        loaded.serving.step.start_compiling(warm_up=trace_serving_shapes)
+        loaded.serving.step.wait()
     ratios, identical, ours_ms, reference_ms, steps, cached, encode_ms = [], 0, [], [], [], [], []
     for index, request in enumerate([workload(1)[0], *workload(args.requests)]):
         ids = torch.tensor([prompt_ids(loaded, request)], device=device)
@@ -87,9 +87,9 @@ def main() -> None:
             canvas,
             settings,
             generator=torch.Generator(device=device).manual_seed(request.seed or 0),
-            prefix_cache=loaded.prefix_cache if args.prefix_reuse else None,
+            prefix_cache=loaded.serving.prefix_cache if args.prefix_reuse else None,
             cache_key="benchmark",
-            step=loaded.step,
+            step=loaded.serving.step,
         )
         synchronize(device)
         end = time.perf_counter()
@@ -117,8 +117,8 @@ def main() -> None:
         "identical_tokens": f"{identical}/{len(ratios)}",
         "prefix_reuse": args.prefix_reuse,
         "exact_sampler": args.exact,
-        "engine_step": loaded.step.state,
-        "compile_s": loaded.step.compile_s,
+        "engine_step": loaded.serving.step.state,
+        "compile_s": loaded.serving.step.compile_s,
         "cached_tokens_mean": round(statistics.fmean(cached), 1),
         "encode_ms_median": round(statistics.median(encode_ms), 2),
     }

@@ -56,14 +56,14 @@ def compatible(a: protocol.Infill, b: protocol.Infill, loaded: LoadedModel) -> b
 
 def run_batch(loaded: LoadedModel, rows: Sequence[Row]) -> list[Answer]:
     """Denoise one canvas for each row in a single batch; returns each row's answer."""
-    assert loaded.prefix_cache is not None
+    assert loaded.serving.prefix_cache is not None
     canvas_length, steps = check_request(loaded, rows[0].request)
     views, reused, prompt_lengths, tokenize_ms, encode_ms, starts = [], [], [], [], [], []
     for row in rows:
         first_canvas, start_ms = timed_start_row(loaded, row.request, canvas_length)
         ids, tokenized_ms = timed_prompt_ids(loaded, row.request)
         start = time.perf_counter()
-        view, cached = loaded.prefix_cache.prepare(row.cache_key, ids)
+        view, cached = loaded.serving.prefix_cache.prepare(row.cache_key, ids)
         starts.append(first_canvas)
         tokenize_ms.append(start_ms + tokenized_ms)
         encode_ms.append((time.perf_counter() - start) * 1000)
@@ -71,7 +71,7 @@ def run_batch(loaded: LoadedModel, rows: Sequence[Row]) -> list[Answer]:
         reused.append(cached)
         prompt_lengths.append(len(ids))
     with grad_mode(loaded.model)():  # the views' mode (inference tensors, unless torchao's need no_grad)
-        cache, positions, decoder_mask = stack_rows(views, loaded.prefix_cache.text_config, canvas_length)
+        cache, positions, decoder_mask = stack_rows(views, loaded.serving.prefix_cache.text_config, canvas_length)
     settings = dataclasses.replace(loaded.sampler, max_steps=steps)
     start = time.perf_counter()
     denoised = denoise_canvas(
@@ -83,7 +83,7 @@ def run_batch(loaded: LoadedModel, rows: Sequence[Row]) -> list[Answer]:
         position_ids=positions,
         decoder_mask=decoder_mask,
         row_checks=[hold_deadline(row.should_stop, loaded.step_floor(steps)) for row in rows],
-        step=loaded.step,
+        step=loaded.serving.step,
         start=start_canvas(loaded, [row.request for row in rows], starts),
     )
     denoise_ms = (time.perf_counter() - start) * 1000

@@ -227,7 +227,7 @@ def run_infill(
     canvas_length, steps = check_request(loaded, request)
     floor = loaded.step_floor(steps)
     if time_left_ms is not None:
-        steps = budget_steps(loaded.clock, canvas_length, steps, strength_of(request), time_left_ms, floor)
+        steps = budget_steps(loaded.serving.clock, canvas_length, steps, strength_of(request), time_left_ms, floor)
     should_stop = floored(should_stop, floor, strength_of(request))
     row, start_ms = timed_start_row(loaded, request, canvas_length)
     ids, tokenize_ms = timed_prompt_ids(loaded, request)
@@ -243,13 +243,13 @@ def run_infill(
         settings,
         generator,
         should_stop,
-        prefix_cache=loaded.prefix_cache,
+        prefix_cache=loaded.serving.prefix_cache,
         cache_key=cache_key,
-        step=loaded.step,
+        step=loaded.serving.step,
         start=start_canvas(loaded, [request], [row]),
-        loop=loaded.loop,
+        loop=loaded.serving.loop,
     )
-    loaded.clock.observe(canvas_length, out.encode_ms, out.denoise_ms, out.steps)
+    loaded.serving.clock.observe(canvas_length, out.encode_ms, out.denoise_ms, out.steps)
     return finish_row(
         loaded,
         out.tokens[0].tolist(),

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +47,29 @@ MAX_ROWS = 64
 
 
 @dataclass
+class ServingState:
+    """What changes while the engine serves a loaded model: the prompts it keeps, its step-time estimates, and the
+    way it runs the step (eager, then compiled once warm; or captured per serving shape)."""
+
+    step: DecoderStep
+    """The denoising step the engine runs: eager, then compiled once ``step.start_compiling(warm_up)`` has warmed
+    up."""
+    prefix_cache: PrefixCache | None = None
+    """Encoded prompts kept per document, reused by the next keystroke."""
+    clock: StepClock = field(default_factory=StepClock)
+    """Step times measured so far, from which a deadline becomes a step budget."""
+    loop: CapturedLoop | None = None
+    """With ``serve --step captured``: the step captured as a graph per serving shape, for the canvases it serves."""
+
+    def step_state(self) -> str:
+        """The one state of the way the step runs: the compiled step's (eager, compiling, compiled, failed), or with
+        a captured loop ``loop`` and its (warming, captured, failed)."""
+        return self.step.state if self.loop is None else f"loop {self.loop.state}"
+
+
+@dataclass(frozen=True)
 class LoadedModel:
-    """A model ready to serve, and what the engine needs to know about it."""
+    """A model ready to serve: the checkpoint's facts, fixed once loaded, and its :class:`ServingState`."""
 
     model: DiffusionGemmaForBlockDiffusion
     tokenizer: PreTrainedTokenizerBase
@@ -73,18 +94,16 @@ class LoadedModel:
     max_rows: int = MAX_ROWS
     """Canvas rows denoised together (batched requests, or a request's candidates) that the memory left after
     loading allows (``diffgemma_engine.plan.serving_limits``)."""
-    prefix_cache: PrefixCache | None = None
-    """Encoded prompts kept per document, reused by the next keystroke."""
-    clock: StepClock = field(default_factory=StepClock)
-    step: DecoderStep = field(init=False)
-    """The denoising step the engine runs: eager, then compiled once ``step.start_compiling(warm_up)`` has warmed
-    up."""
-    loop: CapturedLoop | None = None
-    """With ``serve --step captured``: the step captured as a graph per serving shape, for the canvases it serves."""
+    prefix_cache: InitVar[PrefixCache | None] = None
+    """The serving state's prefix cache to start with."""
+    serving: ServingState = field(init=False)
+    """What changes while it serves (the only part that does)."""
 
-    def __post_init__(self) -> None:
-        self.step = DecoderStep(self.model)
-        self.min_steps = min(self.min_steps or default_min_steps(self.sampler.max_steps), self.sampler.max_steps)
+    def __post_init__(self, prefix_cache: PrefixCache | None) -> None:
+        # frozen: the two derived fields are set once, here
+        object.__setattr__(self, "serving", ServingState(step=DecoderStep(self.model), prefix_cache=prefix_cache))
+        floor = min(self.min_steps or default_min_steps(self.sampler.max_steps), self.sampler.max_steps)
+        object.__setattr__(self, "min_steps", floor)
 
     def step_floor(self, steps: int) -> int:
         """The fewest steps a deadline leaves a schedule of ``steps`` (``diffgemma_engine.clock.floor_for``)."""
@@ -102,7 +121,9 @@ class LoadedModel:
             layout=self.layout.name,
             max_steps=self.sampler.max_steps,
             min_steps=self.min_steps,
-            compile_state=lambda: self.step.state if self.loop is None else f"loop {self.loop.state}",
+            compile_state=lambda: (
+                self.serving.step.state if self.serving.loop is None else f"loop {self.serving.loop.state}"
+            ),
         )
 
     def encode(self, text: str) -> list[int]:

@@ -86,13 +86,13 @@ class ModelWorker(threading.Thread):
             self.on_failed(exc)
             return
         if self.step_mode is StepMode.COMPILED:  # in the background: requests are served eagerly until it is done
-            self.loaded.step.start_compiling(warm_up=trace_serving_shapes)
+            self.loaded.serving.step.start_compiling(warm_up=trace_serving_shapes)
         if self.step_mode is StepMode.CAPTURED:  # in the background too: served eagerly until every shape is captured
             loaded = self.loaded
             canvases = [loaded.canvas_length, loaded.line_canvas_length or loaded.canvas_length]
             shapes = serving_shapes(canvases, loaded.max_prompt_tokens)
-            loaded.loop = CapturedLoop(loaded.model, loaded.sampler, shapes)
-            loaded.loop.start()
+            loaded.serving.loop = CapturedLoop(loaded.model, loaded.sampler, shapes)
+            loaded.serving.loop.start()
         self.on_loaded(self.loaded.info())  # after compiling starts, so that no client sees "eager" meanwhile
         while (job := self.queue.take()) is not None:
             batch = self._batch_for(self.loaded, job)
@@ -103,7 +103,7 @@ class ModelWorker(threading.Thread):
 
     def _batch_for(self, loaded: LoadedModel, job: Job) -> list[Job]:
         """``job`` and the queued jobs that can share its decoder passes (up to ``max_batch``)."""
-        if self.max_batch <= 1 or job.cancel_reason is not None or loaded.prefix_cache is None:
+        if self.max_batch <= 1 or job.cancel_reason is not None or loaded.serving.prefix_cache is None:
             return [job]
         rows = min(self.max_batch, loaded.max_rows)
         if rows <= 1:
@@ -231,9 +231,9 @@ class ModelWorker(threading.Thread):
             except torch.OutOfMemoryError as exc:
                 _release_device_memory(loaded)
                 canvas, _ = check_request(loaded, request)
-                if not cache_dropped and loaded.prefix_cache is not None:
+                if not cache_dropped and loaded.serving.prefix_cache is not None:
                     cache_dropped = True
-                    dropped = loaded.prefix_cache.drop_others(job.key)
+                    dropped = loaded.serving.prefix_cache.drop_others(job.key)
                     if dropped:
                         logger.warning(
                             "request %s: out of memory at canvas %d; dropped %d cached prompts, retrying",

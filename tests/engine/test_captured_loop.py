@@ -30,11 +30,11 @@ def captured() -> LoadedModel:
     """The shipped model with one shape captured (the model's canvas, prompts up to 256 tokens): compiled with
     the default mode on a CPU, where there are no CUDA graphs to record."""
     loaded = load_model(None)
-    loaded.loop = CapturedLoop(loaded.model, loaded.sampler, [(1, loaded.canvas_length, 256)], mode="default")
-    assert loaded.loop.state == "warming" and loaded.info().compile_state() == "loop warming"
-    loaded.loop.start()
-    assert loaded.loop.wait(timeout=600), "warming did not end"
-    assert loaded.loop.state == "captured", loaded.loop.state
+    loaded.serving.loop = CapturedLoop(loaded.model, loaded.sampler, [(1, loaded.canvas_length, 256)], mode="default")
+    assert loaded.serving.loop.state == "warming" and loaded.info().compile_state() == "loop warming"
+    loaded.serving.loop.start()
+    assert loaded.serving.loop.wait(timeout=600), "warming did not end"
+    assert loaded.serving.loop.state == "captured", loaded.serving.loop.state
     return loaded
 
 
@@ -45,19 +45,21 @@ def _answer(loaded: LoadedModel, seed: int, **fields: object) -> tuple[str, prot
 
 
 def test_a_captured_canvas_answers_as_the_eager_exact_loop(captured: LoadedModel) -> None:
-    assert captured.loop is not None and captured.info().compile_state() == "loop captured"
-    assert captured.loop.serves(1, captured.canvas_length, 40, captured.sampler)
-    eager = dataclasses.replace(captured, loop=None, sampler=dataclasses.replace(captured.sampler, exact=True))
-    served = captured.loop.served
+    assert captured.serving.loop is not None and captured.info().compile_state() == "loop captured"
+    assert captured.serving.loop.serves(1, captured.canvas_length, 40, captured.sampler)
+    eager = dataclasses.replace(
+        captured, prefix_cache=captured.serving.prefix_cache, sampler=dataclasses.replace(captured.sampler, exact=True)
+    )
+    served = captured.serving.loop.served
     for seed in range(3):
         graph_text, graph_timings = _answer(captured, seed)
         eager_text, eager_timings = _answer(eager, seed)
         assert graph_text == eager_text and graph_timings.steps == eager_timings.steps, seed
-    assert captured.loop.served == served + 3  # on the graph, not the eager loop
+    assert captured.serving.loop.served == served + 3  # on the graph, not the eager loop
 
 
 def test_other_canvases_are_left_to_the_eager_loop(captured: LoadedModel) -> None:
-    loop = captured.loop
+    loop = captured.serving.loop
     assert loop is not None
     line = captured.line_canvas_length or captured.canvas_length // 2
     assert not loop.serves(1, line, 40, captured.sampler)  # a shape not warmed: it would compile on this thread
@@ -76,13 +78,13 @@ def test_a_failed_capture_keeps_the_eager_loop_serving(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(torch, "compile", no_compiler)
     loaded = load_model(None)
-    loaded.loop = CapturedLoop(loaded.model, loaded.sampler, [(1, loaded.canvas_length, 256)])
-    loaded.loop.start()
-    assert loaded.loop.wait(60)
-    assert loaded.loop.state == "failed: RuntimeError: no C++ compiler found"
-    assert not loaded.loop.serves(1, loaded.canvas_length, 40, loaded.sampler)
+    loaded.serving.loop = CapturedLoop(loaded.model, loaded.sampler, [(1, loaded.canvas_length, 256)])
+    loaded.serving.loop.start()
+    assert loaded.serving.loop.wait(60)
+    assert loaded.serving.loop.state == "failed: RuntimeError: no C++ compiler found"
+    assert not loaded.serving.loop.serves(1, loaded.canvas_length, 40, loaded.sampler)
     text, timings = _answer(loaded, 0)
-    assert timings.steps > 0 and loaded.loop.served == 0 and text == _answer(load_model(None), 0)[0]
+    assert timings.steps > 0 and loaded.serving.loop.served == 0 and text == _answer(load_model(None), 0)[0]
 
 
 async def test_the_engine_captures_in_the_background_and_says_so(memorized_model_dir: Path, short_tmp: Path) -> None:

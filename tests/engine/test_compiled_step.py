@@ -26,10 +26,10 @@ COMPILE_TIMEOUT_S = 900
 def compiled(memorized_model_dir: Path) -> LoadedModel:
     """The memorized model with its step compiled; any call outside the warmed-up graphs raises."""
     loaded = load_model(memorized_model_dir)
-    loaded.step.start_compiling(warm_up=trace_serving_shapes)
-    assert loaded.step.wait(COMPILE_TIMEOUT_S), "compiling did not finish"
-    assert loaded.step.state == "compiled", loaded.step.state
-    loaded.step = loaded.step.without_fallback()
+    loaded.serving.step.start_compiling(warm_up=trace_serving_shapes)
+    assert loaded.serving.step.wait(COMPILE_TIMEOUT_S), "compiling did not finish"
+    assert loaded.serving.step.state == "compiled", loaded.serving.step.state
+    loaded.serving.step = loaded.serving.step.without_fallback()
     return loaded
 
 
@@ -39,7 +39,7 @@ def _request(prefix: str = MEMORIZED_PREFIX, **fields: object) -> protocol.Infil
 
 def test_compiled_scores_equal_the_eager_ones(compiled: LoadedModel) -> None:
     model = compiled.model
-    cache = compiled.prefix_cache.prepare("scores", torch.randint(20, 8000, (300,)).tolist())[0]
+    cache = compiled.serving.prefix_cache.prepare("scores", torch.randint(20, 8000, (300,)).tolist())[0]
     with torch.inference_mode():  # as in denoise_canvas: the graphs are traced for inference tensors
         canvas = torch.randint(0, model.config.text_config.vocab_size, (1, 32))
         positions = torch.arange(300, 332, dtype=torch.int32)[None]
@@ -50,9 +50,9 @@ def test_compiled_scores_equal_the_eager_ones(compiled: LoadedModel) -> None:
             decoder_attention_mask=torch.ones((1, 332), dtype=torch.bool),
         )
         temperature = torch.tensor(0.55)
-        previous = compiled.step.eager(canvas, None, mask, cache, positions, temperature).logits
-        eager = compiled.step.eager(canvas, previous, mask, cache, positions, temperature)
-        fused = compiled.step(canvas, previous, mask, cache, positions, temperature)
+        previous = compiled.serving.step.eager(canvas, None, mask, cache, positions, temperature).logits
+        eager = compiled.serving.step.eager(canvas, previous, mask, cache, positions, temperature)
+        fused = compiled.serving.step(canvas, previous, mask, cache, positions, temperature)
     assert torch.allclose(fused.logits, eager.logits, atol=1e-4)
     assert torch.allclose(fused.probs, eager.probs, atol=1e-5)
     assert torch.allclose(fused.entropy, eager.entropy, atol=1e-4)
@@ -91,9 +91,9 @@ def test_a_failed_compile_keeps_serving_eagerly(memorized_model_dir: Path, monke
 
     monkeypatch.setattr(torch, "compile", no_compiler)
     loaded = load_model(memorized_model_dir)
-    loaded.step.start_compiling(warm_up=trace_serving_shapes)
-    assert loaded.step.wait(60)
-    assert loaded.step.state == "failed: RuntimeError: no C++ compiler found"
+    loaded.serving.step.start_compiling(warm_up=trace_serving_shapes)
+    assert loaded.serving.step.wait(60)
+    assert loaded.serving.step.state == "failed: RuntimeError: no C++ compiler found"
     assert run_infill(loaded, _request())[0] == MEMORIZED_MIDDLE
 
 
