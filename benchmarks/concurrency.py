@@ -24,7 +24,7 @@ from pathlib import Path
 from benchmarks.machine import machine_report
 from benchmarks.plots import bars
 from benchmarks.report import RESULTS, add_compile_argument, write_report
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 from tests.support.engine import RawClient
 
 

@@ -25,7 +25,7 @@ from benchmarks.machine import machine_report
 from benchmarks.plots import bars
 from benchmarks.report import RESULTS, write_report
 from diffgemma_engine.canvas.denoise import run_canvas
-from diffgemma_engine.model import load_model
+from diffgemma_engine.loading.model import load_model
 
 
 def causal_twin(text_config: object) -> Gemma4ForCausalLM:

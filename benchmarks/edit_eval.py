@@ -286,10 +286,10 @@ def load_engine(model_dir: Path, device: str, steps: int, threads: int, instruct
     engine's own check that a selection fits that canvas."""
     import torch
 
-    from diffgemma_engine import protocol
     from diffgemma_engine.errors import BadRequestError
-    from diffgemma_engine.infill import check_request, run_infill, start_row
-    from diffgemma_engine.model import load_model
+    from diffgemma_engine.loading.model import load_model
+    from diffgemma_engine.request.infill import check_request, run_infill, start_row
+    from diffgemma_engine.shared import protocol
 
     torch.set_num_threads(threads)
     loaded = load_model(model_dir, device, "float32" if device == "cpu" else None)
@@ -325,13 +325,13 @@ def load_engine(model_dir: Path, device: str, steps: int, threads: int, instruct
 
     about = {
         "model": str(model_dir.resolve()),
-        "layout": loaded.layout.name,
+        "layout": loaded.layout.name.value,
         "device": str(loaded.device),
         "instruction": instruction,
         "canvas_length": loaded.canvas_length,
         "params": sum(p.numel() for p in loaded.model.parameters()),
     }
-    return Engine(rewrite, fits, loaded.layout.name == protocol.CHAT_LAYOUT, about)
+    return Engine(rewrite, fits, loaded.layout.name is protocol.Layout.CHAT, about)
 
 
 @dataclass(frozen=True)
@@ -422,7 +422,7 @@ def main() -> None:
     """Command-line entry point."""
     from benchmarks.machine import machine_report
     from benchmarks.plots import repair_by_strength
-    from diffgemma_engine.checkpoint_files import DEFAULT_MODEL_DIR
+    from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR)

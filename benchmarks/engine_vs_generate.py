@@ -26,11 +26,11 @@ import torch
 from benchmarks.machine import machine_report, synchronize
 from benchmarks.plots import bars
 from benchmarks.report import RESULTS, add_compile_argument, write_report
-from diffgemma_engine import protocol
 from diffgemma_engine.canvas.denoise import run_canvas
 from diffgemma_engine.canvas.warmup import trace_serving_shapes
-from diffgemma_engine.infill import cut_at_eos, prompt_ids
-from diffgemma_engine.model import load_model
+from diffgemma_engine.loading.model import load_model
+from diffgemma_engine.request.infill import cut_at_eos, prompt_ids
+from diffgemma_engine.shared import protocol
 
 
 def workload(count: int) -> list[protocol.Infill]:

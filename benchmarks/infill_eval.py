@@ -11,16 +11,16 @@ indentation; the empty fill for mid-line). ``--split all`` adds multi-line. ``--
 single-line tasks a mid-line split is derived from, so both splits come from the same tasks.
 
 Each task's prompt (text before the gap) and suffix (text after it) become the ``Infill`` request the language server
-would send with the cursor in the gap, and the engine serves it in-process (``diffgemma_engine.infill.run_infill``:
-the checkpoint's prompt layout, canvas and step choice, and the engine's sampler, seeded per task). The completion is
-the canvas text up to the first <eos>. ``--backend generate`` runs transformers' ``model.generate`` on the same prompt
-ids instead (the reference loop, with the checkpoint's generation config, after ``torch.manual_seed``; sessions 1 to 3
-measured with it). The program ``prompt + completion + suffix`` is run with the task's tests in a subprocess with a
-timeout: pass@1 (one sample). Also reported: exact match (completion == canonical solution, ignoring leading/trailing
-blank space), ``parses`` (the share of filled-in programs that are valid Python, tests aside: whether the completions
-read as code), ``suppressed`` (the share post-processing left nothing of: no completion shown, counted as failed and
-not parsing), tokens/s, ms per completion, tokens per forward, and the do-nothing floor (the gap filled with ``pass``
-at the right indentation).
+would send with the cursor in the gap, and the engine serves it in-process
+(``diffgemma_engine.request.infill.run_infill``: the checkpoint's prompt layout, canvas and step choice, and the
+engine's sampler, seeded per task). The completion is the canvas text up to the first <eos>. ``--backend generate`` runs
+transformers' ``model.generate`` on the same prompt ids instead (the reference loop, with the checkpoint's generation
+config, after ``torch.manual_seed``; sessions 1 to 3 measured with it). The program ``prompt + completion + suffix`` is
+run with the task's tests in a subprocess with a timeout: pass@1 (one sample). Also reported: exact match (completion ==
+canonical solution, ignoring leading/trailing blank space), ``parses`` (the share of filled-in programs that are valid
+Python, tests aside: whether the completions read as code), ``suppressed`` (the share post-processing left nothing of:
+no completion shown, counted as failed and not parsing), tokens/s, ms per completion, tokens per forward, and the
+do-nothing floor (the gap filled with ``pass`` at the right indentation).
 
 ``--pin-suffix N`` (with ``--backend generate``) also holds the suffix's first N tokens fixed at the end of the
 canvas (notes §6.3), where the bidirectional decoder sees them at every step; the middle is what comes before them.
@@ -65,13 +65,13 @@ from benchmarks.humaneval import (
 )
 from benchmarks.plots import pass_at_1_by_steps
 from benchmarks.report import RESULTS, write_json
-from diffgemma_engine import protocol, vocab
 from diffgemma_engine.canvas.caches import PrefixCache
-from diffgemma_engine.checkpoint_files import DEFAULT_MODEL_DIR
-from diffgemma_engine.infill import check_request, cut_at_eos, run_infill
-from diffgemma_engine.model import DEFAULT_MAX_PROMPT_TOKENS, read_hints
-from diffgemma_engine.model import load_model as engine_load_model
-from diffgemma_engine.prompt import PromptParts, build_fim_prompt, special_ids_from
+from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
+from diffgemma_engine.loading.model import DEFAULT_MAX_PROMPT_TOKENS, read_hints
+from diffgemma_engine.loading.model import load_model as engine_load_model
+from diffgemma_engine.request.infill import check_request, cut_at_eos, run_infill
+from diffgemma_engine.shared import protocol, vocab
+from diffgemma_engine.shared.prompt import PromptParts, build_fim_prompt, special_ids_from
 from diffgemma_lsp.postprocess import postprocess
 from diffgemma_lsp.postprocess.answer import strip_fence, unwrap_answer
 
@@ -375,7 +375,7 @@ def main() -> None:
         model = loaded.model
         # 0: the engine chooses, as it does for the language server (recorded as the model's own figures)
         canvases, steps_list = args.canvas or [0], args.steps or [0]
-        args.instruct = loaded.layout.name == protocol.CHAT_LAYOUT
+        args.instruct = loaded.layout.name is protocol.Layout.CHAT
 
         def completer(canvas: int, steps: int) -> Complete:
             return engine_completer(loaded, canvas, steps)

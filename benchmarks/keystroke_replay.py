@@ -31,8 +31,8 @@ from pathlib import Path
 from benchmarks.machine import machine_report
 from benchmarks.plots import cdf
 from benchmarks.report import RESULTS, add_compile_argument, write_report
-from diffgemma_engine import protocol
-from diffgemma_engine.checkpoint_files import HINTS_FILE
+from diffgemma_engine.loading.checkpoint_files import HINTS_FILE
+from diffgemma_engine.shared import protocol
 from tests.support.engine import RawClient
 from tests.support.lsp import RawLsp, server_command
 

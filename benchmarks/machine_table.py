@@ -3,15 +3,15 @@ bandwidth allows: the README's machine table, computed (no GPU needed).
 
     python -m benchmarks.machine_table [--model DIR]   # default: the release's config (tests/data/release)
 
-For each machine it asks the memory plan (``diffgemma_engine.plan``: the model on the meta device, no weights) where the
-weights go at each precision and which setting it recommends, then computes the floor of one denoising step:
+For each machine it asks the memory plan (``diffgemma_engine.loading.plan``: the model on the meta device, no weights)
+where the weights go at each precision and which setting it recommends, then computes the floor of one denoising step:
 every step reads the weights of every layer that runs (a 256-token canvas with 8 of 128 experts per token
 touches nearly every expert of every layer: 1 - (120/128)^256 > 0.99999), so the step can be no faster than
-those bytes over the memory bandwidth. The vision tower is not loaded for code (``diffgemma_engine.text_only``)
+those bytes over the memory bandwidth. The vision tower is not loaded for code (``diffgemma_engine.loading.text_only``)
 and not counted. Bandwidths are the vendors' figures; with offload, the part on the CPU is read over the host's
 memory (and PCIe; on a Mac, the one memory MPS shares). A setting the loader would refuse on the machine (int8 on
 MPS; fp8 without the ``kernels`` package, which this project does not install) is not given
-(``diffgemma_engine.loadable``). Everything here is computed, not measured. Writes
+(``diffgemma_engine.loading.loadable``). Everything here is computed, not measured. Writes
 ``benchmarks/results/machine_table.json`` and prints the Markdown table.
 """
 
@@ -21,7 +21,7 @@ import argparse
 from pathlib import Path
 
 from benchmarks.report import RESULTS, write_json
-from diffgemma_engine import loadable, plan
+from diffgemma_engine.loading import loadable, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

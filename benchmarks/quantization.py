@@ -4,7 +4,7 @@
 
 ``--model`` defaults to a release-format checkpoint of random weights at ``tests.support.release_format.WIDE``
 sizes (most of its weights in the routed experts, as in the release), built once into ``.cache/bench-models/``.
-Each method runs in its own process (so memory figures do not mix): ``diffgemma_engine.model.load_model`` with
+Each method runs in its own process (so memory figures do not mix): ``diffgemma_engine.loading.model.load_model`` with
 ``--quantization``, then ``--requests`` completions at the model's canvas (256) with ``--steps`` steps each
 (random weights never settle, so every step runs). Reports the weights by the quantization check's count (tied
 tensors once), the resident and anonymous memory after loading and after the completions, and the median ms per
@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("none", "int8")
 ONE_METHOD = r"""
 import json, statistics, sys
-from diffgemma_engine import protocol
-from diffgemma_engine.infill import run_infill
-from diffgemma_engine.model import load_model
+from diffgemma_engine.shared import protocol
+from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.loading.model import load_model
 
 def memory():
     fields = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)

@@ -8,8 +8,8 @@ The model is built on the meta device from the release's ``config.json`` (``test
 with ``to_empty`` onto the GPU (tied: never the untied construction, twice the size), tied again and initialised
 there (random weights; the rotary tables recomputed), then saved as a checkpoint with the release-format test
 tokenizer (``tests/support/release_format.py``): what ``diffgemma-engine serve --model`` reads. Each method then
-runs in its own process through ``diffgemma_engine.model.load_model(..., quantization=...)`` and
-``diffgemma_engine.infill.run_infill`` at the model's canvas (256) with 16 and 48 steps (random weights never
+runs in its own process through ``diffgemma_engine.loading.model.load_model(..., quantization=...)`` and
+``diffgemma_engine.request.infill.run_infill`` at the model's canvas (256) with 16 and 48 steps (random weights never
 settle: every step runs). Reports the load time, memory after loading, peak memory, and the median ms per step;
 writes ``release_on_gpu.json``.
 """
@@ -31,9 +31,9 @@ STEPS = (16, 48)
 ONE_METHOD = r"""
 import json, statistics, sys, time
 import torch
-from diffgemma_engine import protocol
-from diffgemma_engine.infill import run_infill
-from diffgemma_engine.model import load_model
+from diffgemma_engine.shared import protocol
+from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.loading.model import load_model
 
 folder, device, method, requests = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 steps_list = [int(s) for s in sys.argv[5].split(",")]

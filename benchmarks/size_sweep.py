@@ -27,7 +27,7 @@ from transformers import DiffusionGemmaForBlockDiffusion
 from benchmarks.machine import machine_report
 from benchmarks.plots import pyplot, save
 from benchmarks.report import RESULTS, write_report
-from diffgemma_engine.checkpoint_files import DEFAULT_MODEL_DIR, HINTS_FILE
+from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR, HINTS_FILE
 from diffgemma_engine.training import configs
 from diffgemma_engine.training.train import EVAL_STEPS
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from benchmarks.machine import machine_report
 from benchmarks.report import RESULTS, write_report
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 from tests.support.engine import RawClient
 
 

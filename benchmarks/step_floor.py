@@ -5,7 +5,7 @@ engine's own infill (the deadline's step budget picks a shorter schedule the sam
 ``python -m tests.support.release_format /tmp/release-memorized --memorized`` builds the checkpoint, then
 ``python -m benchmarks.step_floor --model /tmp/release-memorized --steps 1 2 4 6 8 12 16 24 48 --seeds 8``. The
 shipped model's side of the same question is ``benchmarks/infill_eval.py --steps ...`` (pass@1 and the share of
-completions that parse). ``engine/clock.py`` ``default_min_steps`` is set from these figures
+completions that parse). ``engine/canvas/clock.py`` ``default_min_steps`` is set from these figures
 (``benchmarks/README.md``).
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from benchmarks.machine import machine_report
 from benchmarks.report import RESULTS, write_report
-from diffgemma_engine import protocol
-from diffgemma_engine.infill import run_infill
-from diffgemma_engine.model import load_model
+from diffgemma_engine.loading.model import load_model
+from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.shared import protocol
 from tests.support.release_format import ANSWERED_PREFIX, ANSWERED_SUFFIX, RAW_ANSWER
 
 

@@ -19,7 +19,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.base import Backend, EngineRequestError, EngineUnavailable
 from diffgemma_lsp.backends.local import EngineTimeout
 from diffgemma_lsp.context import (
@@ -42,7 +42,7 @@ def infill_edits(
 ) -> list[Edit | None]:
     """What each candidate of ``result`` (``backend``'s answer to ``request``) puts at the cursor, best first: its
     post-processed edit, or None where nothing is left."""
-    instruct = backend.layout == protocol.CHAT_LAYOUT  # an instruction model's answers are unwrapped first
+    instruct = backend.layout is protocol.Layout.CHAT  # an instruction model's answers are unwrapped first
     return [
         postprocess(request.prefix, request.suffix, raw, language_id, instruct=instruct)
         for raw in (result.text, *result.alternatives)

@@ -9,7 +9,7 @@ import attrs
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
-from diffgemma_engine.budget import CHARS_PER_LINE, block_lines
+from diffgemma_engine.shared.budget import CHARS_PER_LINE, block_lines
 from diffgemma_lsp.document import LineDocument
 
 CHARS_PER_TOKEN = 4

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from diffgemma_engine import protocol, socket_paths
+from diffgemma_engine.shared import protocol, socket_paths
 from diffgemma_lsp.settings import Settings
 
 TIMEOUT_S = 10.0
@@ -43,6 +43,18 @@ def memory_plan(model: str | None, device: str) -> dict[str, object]:
         return {"error": (done.stderr.strip().splitlines() or [f"plan exited with {done.returncode}"])[-1]}
     plan = json.loads(done.stdout)
     return {"weights_gib": plan["weights_gib"], "recommendation": plan["recommendation"], "devices": plan["devices"]}
+
+
+def hub_cache(repo_id: str) -> str:
+    """How far a pull of ``repo_id`` got: ``diffgemma-engine pull --check``, in a subprocess (the language server's
+    side imports only ``diffgemma_engine.shared``), from the cache alone."""
+    command = [sys.executable, "-m", "diffgemma_engine", "pull", "--check", repo_id]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PLAN_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"no look at the hub cache: {exc}"
+    lines = done.stdout.strip().splitlines() or done.stderr.strip().splitlines()
+    return lines[-1] if lines else f"pull --check exited with {done.returncode}"
 
 
 def step_ms_of(report: dict[str, object]) -> float:
@@ -135,13 +147,14 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
             report["problem"] = f"the engine refused the handshake: {hello.code.value}: {hello.message}"
             return report, 1
         assert isinstance(hello, protocol.HelloOk), hello
-        report["layout"] = hello.layout
+        report["layout"] = hello.layout.value
         report["features"] = hello.features
         if not hello.ready:
             await wait_for_load(reader)
         stats = await ask(protocol.GetStats(id="stats"), "stats")
         assert isinstance(stats, protocol.Stats), stats
-        report.update(attrs.asdict(stats, filter=lambda attribute, _: attribute.name != "id"))
+        report.update(attrs.asdict(stats, recurse=False, filter=lambda attribute, _: attribute.name != "id"))
+        report["compiled"] = str(stats.compiled)
         status = 0
         if not stats.ready:
             report["problem"] = "the model is still loading" if not stats.last_error else stats.last_error
@@ -248,10 +261,8 @@ def main(argv: list[str]) -> int:
     failed_load = "failed to load" in str(report.get("problem", ""))
     if args.plan or (failed_load and model is not None):
         report["plan"] = memory_plan(model, args.device)
-    if args.model and socket_paths.is_hub_id(args.model):  # how far a pull got (huggingface_hub; no torch)
-        from diffgemma_engine.hub import cache_state
-
-        report["hub_cache"] = cache_state(args.model).summary()
+    if args.model and socket_paths.is_hub_id(args.model):
+        report["hub_cache"] = hub_cache(args.model)
     print(json.dumps(report, indent=2) if args.json else render(report))
     return status
 

@@ -58,7 +58,8 @@ ALIASES = {"code_gemma": "qwen", "starcoder": "star_coder", "codellama": "code_l
 
 CHAT = "chat"
 """Not a completions prompt either: an instruction model (the released DiffusionGemma-IT served by vLLM) asked
-through ``/v1/chat/completions`` with the engine's own chat instruction (``diffgemma_engine.prompt.chat_user_text``)."""
+through ``/v1/chat/completions`` with the engine's own chat instruction
+(``diffgemma_engine.shared.prompt.chat_user_text``)."""
 
 PROMPT_FORMATS = (SUFFIX_FIELD, CHAT, *FORMATS, *ALIASES)
 """Every name a user may configure."""

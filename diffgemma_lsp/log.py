@@ -8,7 +8,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from diffgemma_engine import logfile
+from diffgemma_engine.shared import logfile
 
 LEVELS = {
     logging.ERROR: types.MessageType.Error,

@@ -19,7 +19,7 @@ from lsprotocol.validators import INTEGER_MAX_VALUE, INTEGER_MIN_VALUE, UINTEGER
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.base import Backend, EngineRequestError, EngineUnavailable, RewriteUnsupported
 from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.context import CHARS_PER_TOKEN, PositionError, build_context, clamp_position
@@ -300,7 +300,7 @@ class Rewrite:
             selection.suffix,
             result.text,
             selection.language_id,
-            instruct=self.backend.layout == protocol.CHAT_LAYOUT,
+            instruct=self.backend.layout is protocol.Layout.CHAT,
         )
         if text is None:
             return Outcome(reason=EMPTY, show=types.MessageType.Info)

@@ -409,7 +409,7 @@ def status(ls: DiffgemmaServer, *args: object) -> dict[str, object]:
         "backend": ls.settings.backend,
         "engine": backend.state.value if backend else "not started",
         "model": backend.model_id if backend else "",
-        "layout": backend.layout if backend else "",
+        "layout": backend.layout.value if backend else "",
         "pending": backend.pending_count() if backend else 0,
         "inflight": len(completer.latest),
         "tasks": len(asyncio.all_tasks()),

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from diffgemma_engine import protocol, socket_paths
+from diffgemma_engine.shared import protocol, socket_paths
 from diffgemma_lsp.fim_formats import PROMPT_FORMATS
 
 KEY_ENV_PATTERN = r"([A-Z][A-Z0-9_]*API_KEY)?"

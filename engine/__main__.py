@@ -22,12 +22,12 @@ import os
 import sys
 from pathlib import Path
 
-from . import protocol, socket_paths
 from .canvas.step_mode import STEP_MODES, StepMode  # light: the standard library
-from .idle import parse_idle_exit  # light: the standard library
-from .jobs import DEFAULT_MAX_BATCH, DEFAULT_MAX_PENDING, JobQueue  # light, as the two below
-from .logfile import setup_logging
-from .plan import DEFAULT_PROMPT_TOKENS, PRECISIONS  # light: attrs and the standard library
+from .loading.plan import DEFAULT_PROMPT_TOKENS, PRECISIONS  # light: attrs and the standard library
+from .service.idle import parse_idle_exit  # light: the standard library
+from .service.jobs import DEFAULT_MAX_BATCH, DEFAULT_MAX_PENDING, JobQueue  # light, as the two below
+from .shared import protocol, socket_paths
+from .shared.logfile import setup_logging
 
 COMPILE_CHOICES = ("on", "off")
 """The older ``serve --compile`` (``on``: ``--step compiled``), and the benchmarks' own ``--compile``."""
@@ -78,9 +78,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 async def serve(args: argparse.Namespace) -> int:
     """Listen on the socket, load the model on the model thread, serve until stopped."""
-    from .server import EngineServer
-    from .socket_file import AlreadyRunningError
-    from .worker import ModelWorker
+    from .service.server import EngineServer
+    from .service.socket_file import AlreadyRunningError
+    from .service.worker import ModelWorker
 
     loop = asyncio.get_running_loop()
     queue = JobQueue(max_pending=args.max_pending)
@@ -117,8 +117,8 @@ async def serve(args: argparse.Namespace) -> int:
 
 def infill(args: argparse.Namespace) -> int:
     """Print one completion for a prefix and suffix, or with ``--start`` the replacement of a selection."""
-    from .infill import build_prompt, run_infill
-    from .model import load_model
+    from .loading.model import load_model
+    from .request.infill import build_prompt, run_infill
 
     try:
         prefix = args.prefix.read_text() if args.prefix else sys.stdin.read()
@@ -145,7 +145,7 @@ def infill(args: argparse.Namespace) -> int:
             code_tokens = prompt.prefix_tokens + prompt.suffix_tokens
             print(loaded.decode_prompt(prompt.ids), file=sys.stderr)
             print(
-                f"-- prompt: {len(prompt.ids)} tokens ({loaded.layout.name} layout"
+                f"-- prompt: {len(prompt.ids)} tokens ({loaded.layout.name.value} layout"
                 f"{', cut to fit' if prompt.truncated else ''}); code: {prompt.code_chars} characters in "
                 f"{code_tokens} tokens, {prompt.code_chars / max(code_tokens, 1):.2f} characters per token",
                 file=sys.stderr,
@@ -171,8 +171,8 @@ def plan(args: argparse.Namespace) -> int:
     """Print how much memory the checkpoint needs and where it would go, from its config (no weights loaded)."""
     import json
 
-    from .loadable import environment
-    from .plan import (
+    from .loading.loadable import environment
+    from .loading.plan import (
         PlanError,
         detect_devices,
         format_plan,
@@ -207,7 +207,7 @@ def plan(args: argparse.Namespace) -> int:
 def plan_folder(model: str | None) -> Path | None:
     """The folder to plan from: a hub id's snapshot (its ``config.json`` fetched alone when not cached; a note on
     stderr when its weights are not all there), else the folder as given."""
-    from . import hub
+    from .loading import hub
 
     if model is None or not socket_paths.is_hub_id(model):
         return Path(model) if model is not None else None
@@ -218,10 +218,16 @@ def plan_folder(model: str | None) -> Path | None:
 
 
 def pull(args: argparse.Namespace) -> int:
-    """Download what loading a hub id needs into huggingface_hub's cache; print the snapshot folder."""
+    """Download what loading a hub id needs into huggingface_hub's cache; print the snapshot folder. With
+    ``--check``, look in the cache alone and print how far a pull got."""
     from .errors import EngineError
-    from .hub import pull as pull_model
+    from .loading.hub import cache_state
+    from .loading.hub import pull as pull_model
 
+    if args.check:
+        state = cache_state(args.id)
+        print(state.summary())
+        return 0 if state.whole else 1
     try:
         folder = pull_model(args.id, args.revision)
     except EngineError as exc:
@@ -362,6 +368,11 @@ def add_pull_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
     pull_parser = commands.add_parser("pull", help="download a hub id's checkpoint into the hub cache (resumable)")
     pull_parser.add_argument("id", help="the hub id, e.g. google/diffusiongemma-26B-A4B-it")
     pull_parser.add_argument("--revision", default=None, help="a branch, tag or commit (default: main)")
+    pull_parser.add_argument(
+        "--check",
+        action="store_true",
+        help="download nothing: print how much of it the hub cache holds (exit 0 when every weight file is whole)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

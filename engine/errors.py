@@ -6,7 +6,7 @@ import site
 import sysconfig
 from pathlib import Path
 
-from .protocol import Error, ErrorCode
+from .shared.protocol import Error, ErrorCode
 
 LIBRARY_PATHS = ("stdlib", "platstdlib", "purelib", "platlib")
 # The package's folder, and where a strict editable install links it from (its files' paths in tracebacks).

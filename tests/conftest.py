@@ -21,7 +21,7 @@ MODEL_CACHE = ROOT / ".cache" / "test-models"
 # Lightest first, real processes and editors last (pygls reorders its end-to-end tests the same way): a broken
 # unit fails in seconds, before the slow layers start. Folders not named here run between the engine's and the
 # reliability tests.
-LAYER_ORDER = ("lsp", "protocol", "engine", "benchmarks", "reliability", "e2e")
+LAYER_ORDER = ("lsp", "protocol", "lsp_server", "engine", "benchmarks", "reliability", "e2e")
 
 
 def _layer_rank(item: pytest.Item) -> tuple[int, bool]:
@@ -65,7 +65,7 @@ def _checkpoint_path(name: str) -> Path:
     """Where the checkpoint ``name`` is cached for this version of the code that builds it."""
     import transformers
 
-    from diffgemma_engine.model import DEFAULT_MODEL_DIR
+    from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR
 
     digest = hashlib.sha1()
     for path in (
@@ -74,8 +74,8 @@ def _checkpoint_path(name: str) -> Path:
         ROOT / "tests/data/release/config.json",
         ROOT / "tests/data/release/generation_config.json",
         ROOT / "engine/training/configs.py",
-        ROOT / "engine/prompt.py",  # the memorized checkpoints answer the prompt the engine lays out
-        ROOT / "engine/budget.py",
+        ROOT / "engine/shared/prompt.py",  # the memorized checkpoints answer the prompt the engine lays out
+        ROOT / "engine/shared/budget.py",
         DEFAULT_MODEL_DIR / "tokenizer.json",
     ):
         digest.update(path.read_bytes())

@@ -13,7 +13,7 @@ import enum
 from collections.abc import Callable
 from typing import Protocol
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 
 
 class BackendState(enum.Enum):
@@ -109,8 +109,8 @@ class Backend(Protocol):
         ...
 
     @property
-    def layout(self) -> str:
-        """How the model is prompted (``protocol.FIM_LAYOUT`` or ``protocol.CHAT_LAYOUT``); ``""`` until known."""
+    def layout(self) -> protocol.Layout:
+        """How the model is prompted; ``Layout.NOT_KNOWN`` until known."""
         ...
 
     def start(self) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import attrs
 
-from diffgemma_engine import socket_paths
+from diffgemma_engine.shared import socket_paths
 from diffgemma_lsp.backends.base import Backend, BackendState, StateListener
 from diffgemma_lsp.backends.local import EngineClient, ExitCheck
 from diffgemma_lsp.backends.remote import OpenAIBackend
@@ -22,7 +22,8 @@ from diffgemma_lsp.settings import Settings
 logger = logging.getLogger(__name__)
 
 AUTO_IDLE_EXIT = "auto"
-"""The engine's ``--idle-exit`` that decides from how long its model took to load (``diffgemma_engine.idle``)."""
+"""The engine's ``--idle-exit`` that decides from how long its model took to load
+(``diffgemma_engine.service.idle``)."""
 
 
 def idle_exit_argument(minutes: int | None) -> str:

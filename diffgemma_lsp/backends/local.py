@@ -19,7 +19,7 @@ from pathlib import Path
 
 import attrs
 
-from diffgemma_engine import protocol, socket_paths
+from diffgemma_engine.shared import protocol, socket_paths
 from diffgemma_lsp.backends.base import (
     OLD_ENGINE,
     BackendState,
@@ -98,9 +98,9 @@ class EngineClient(StateReporter):
         return self.hello.model_id if self.hello is not None else ""
 
     @property
-    def layout(self) -> str:
-        """How the engine prompts its model, from the handshake (``""`` before it)."""
-        return self.hello.layout if self.hello is not None else ""
+    def layout(self) -> protocol.Layout:
+        """How the engine prompts its model, from the handshake (``Layout.NOT_KNOWN`` before it)."""
+        return self.hello.layout if self.hello is not None else protocol.Layout.NOT_KNOWN
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 

@@ -23,8 +23,8 @@ from typing import Any
 import aiohttp
 import attrs
 
-from diffgemma_engine import protocol
-from diffgemma_engine.prompt import chat_user_text, parts_of
+from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared.prompt import chat_user_text, parts_of
 from diffgemma_lsp.backends.base import (
     BackendState,
     EngineRequestError,
@@ -68,8 +68,8 @@ class OpenAIBackend(StateReporter):
         self.prompt_format = prompt_format
         self.model_id = ""
         """The model the server says answered (else the ``model`` setting); ``""`` until it has answered."""
-        self.layout = ""
-        """``chat`` for the ``chat`` prompt format, else ``fim``; ``""`` until the server has answered."""
+        self.layout = protocol.Layout.NOT_KNOWN
+        """``Layout.CHAT`` for the ``chat`` prompt format, else ``Layout.FIM``, once the server has answered."""
         self._session: aiohttp.ClientSession | None = None
         self._pending = 0
         self._ids = itertools.count(1)
@@ -104,9 +104,9 @@ class OpenAIBackend(StateReporter):
 
     def as_rewrite(self, request: protocol.Infill) -> protocol.Infill:
         """For the ``chat`` format, ``request`` as it is: the chat turn shows the selection, marked, with the
-        instruction (``engine/prompt.py``). A completions API cannot start a canvas from text: for the other formats
-        the selection is written anew between the same prefix and suffix, as a rewrite of strength 1 would be (the
-        instruction, which a FIM prompt has no place for, is dropped)."""
+        instruction (``engine/shared/prompt.py``). A completions API cannot start a canvas from text: for the other
+        formats the selection is written anew between the same prefix and suffix, as a rewrite of strength 1 would be
+        (the instruction, which a FIM prompt has no place for, is dropped)."""
         if self.prompt_format == CHAT:
             return request
         return attrs.evolve(request, start=[], strength=1.0, instruction="")
@@ -191,7 +191,7 @@ class OpenAIBackend(StateReporter):
         usage = reported if isinstance(reported, dict) else {}
         model = body.get("model")
         self.model_id = model if isinstance(model, str) and model else self.model
-        self.layout = protocol.CHAT_LAYOUT if self.prompt_format == CHAT else protocol.FIM_LAYOUT
+        self.layout = protocol.Layout.CHAT if self.prompt_format == CHAT else protocol.Layout.FIM
         self._set_state(BackendState.READY)
         return protocol.Result(
             id=request_id,

@@ -23,8 +23,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from aiohttp.web_urldispatcher import _default_expect_handler
 
-from diffgemma_engine import protocol
-from diffgemma_engine.logfile import setup_logging
+from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared.logfile import setup_logging
 from diffgemma_lsp import __version__
 from diffgemma_lsp.backends.base import BackendState, EngineRequestError, EngineUnavailable
 from diffgemma_lsp.backends.connect import local_backend
@@ -143,13 +143,13 @@ async def models(request: web.Request) -> web.Response:
     return web.json_response(models_body(model_name(request.app[ENGINE])))
 
 
-def canvas_for(max_tokens: int | None, model_canvas: int, layout: str = protocol.FIM_LAYOUT) -> int:
+def canvas_for(max_tokens: int | None, model_canvas: int, layout: protocol.Layout = protocol.Layout.FIM) -> int:
     """The canvas for a request (0: the model's own): a FIM checkpoint's is shorter when the client wants fewer
     tokens. A chat checkpoint's is always its own: its answer comes wrapped (a code fence, a line of prose) in tokens
     a FIM client's ``max_tokens`` does not count (Zed asks for 64 where the release's canvas is 256), and a shorter
     canvas is not what it was trained to answer in; ``max_tokens`` then bounds what is returned instead
     (``cut_to_tokens``)."""
-    if max_tokens is None or layout == protocol.CHAT_LAYOUT or (model_canvas and max_tokens >= model_canvas):
+    if max_tokens is None or layout is protocol.Layout.CHAT or (model_canvas and max_tokens >= model_canvas):
         return 0
     return max_tokens
 
@@ -200,7 +200,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     for edit in infill_edits(engine, infill, result, ""):
         # This API cannot replace text: pure text to insert at the cursor.
         text, stopped = cut_at_stop(edit.insertion(suffix) if edit is not None else "", wanted.stop)
-        text, shortened = cut_to_tokens(text, wanted.max_tokens if engine.layout == protocol.CHAT_LAYOUT else None)
+        text, shortened = cut_to_tokens(text, wanted.max_tokens if engine.layout is protocol.Layout.CHAT else None)
         if choices and (not text or any(text == seen for seen, _ in choices)):
             continue  # candidates that came out the same (or empty) after post-processing
         finished = not shortened and (stopped or result.stop is protocol.StopReason.EOS)

@@ -1,7 +1,7 @@
 """Turn an instruction-tuned model's answer into the text to insert at the cursor. Pure: stdlib only.
 
 An instruction-tuned checkpoint (the released DiffusionGemma-IT, prompted by the chat layout of
-``engine/prompt.py``) sees the code with :data:`CURSOR_MARK` at the cursor and is asked for only the missing
+``engine/shared/prompt.py``) sees the code with :data:`CURSOR_MARK` at the cursor and is asked for only the missing
 code. It often answers in other shapes, which :func:`unwrap_answer` undoes, in this order:
 
 1. :func:`strip_fence`: a Markdown code fence around the code, with a sentence before it or an explanation
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from diffgemma_engine.prompt import (  # the markers the chat prompt writes (a pure module, no torch)
+from diffgemma_engine.shared.prompt import (  # the markers the chat prompt writes (a pure module, no torch)
     CURSOR_MARK,
     SELECTION_CLOSE,
     SELECTION_OPEN,

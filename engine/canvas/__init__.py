@@ -10,5 +10,5 @@ the exact and fast samplers, the stopper) and ``start`` where a canvas starts. `
 the step. Three ways run it: eagerly (``denoise``), with the decoder pass compiled (``compiled``, traced by
 ``warmup`` on the shapes serving uses), and as one graph per serving shape on fixed buffers (``static``,
 ``captured``). ``caches`` encodes prompts and builds the decoder's caches. A canvas hands back token ids; turning
-them into text is ``diffgemma_engine.infill``'s job.
+them into text is ``diffgemma_engine.request.infill``'s job.
 """

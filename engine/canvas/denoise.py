@@ -16,8 +16,8 @@ to that; from a rewrite's start it is ``generate`` from ``decoder_input_ids`` on
 Which code denoises a canvas: :func:`run_canvas` hands it to a captured graph (``diffgemma_engine.canvas.captured``)
 where one serves its shape, else :func:`denoise_canvas` runs the step eagerly: with ``exact``, op by op with the exact
 sampler; otherwise with the fast sampler and the decoder pass of ``diffgemma_engine.canvas.compiled.DecoderStep``
-(compiled once warmed up). All three run ``denoise_step``. The canvas is token ids; ``diffgemma_engine.infill`` cuts it
-at the first end-of-sequence token and decodes it.
+(compiled once warmed up). All three run ``denoise_step``. The canvas is token ids; ``diffgemma_engine.request.infill``
+cuts it at the first end-of-sequence token and decodes it.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _now_ms() -> float:
     return time.perf_counter() * 1000.0
 
 
-@under_grad_mode  # inference mode, or no_grad for torchao's tensors (diffgemma_engine.quantize)
+@under_grad_mode  # inference mode, or no_grad for torchao's tensors (diffgemma_engine.loading.quantize)
 def denoise_canvas(
     model: DiffusionGemmaForBlockDiffusion,
     cache: DynamicCache,
@@ -88,8 +88,8 @@ def denoise_canvas(
     own, compiled once warmed up). With ``settings.exact`` the step is always eager with the exact sampler, as
     ``generate`` runs it.
 
-    For a batch of requests with prompts of different lengths (``diffgemma_engine.batch``), ``position_ids`` (B, C)
-    gives each row's canvas positions, ``decoder_mask`` (B, L + C) hides the padding of the shorter rows' caches, and
+    For a batch of requests with prompts of different lengths (``diffgemma_engine.request.batch``), ``position_ids`` (B,
+    C) gives each row's canvas positions, ``decoder_mask`` (B, L + C) hides the padding of the shorter rows' caches, and
     ``row_checks`` stop rows one by one (a stopped row is frozen like a settled one).
     """
     device = execution_device(model)

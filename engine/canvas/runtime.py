@@ -1,7 +1,7 @@
 """What the canvas maths reads off a loaded model: where its tensors go, the autograd mode it runs under, and its
-text config. The loader (``diffgemma_engine.placement``, ``diffgemma_engine.quantize``,
-``diffgemma_engine.checkpoint_files``) builds on these; nothing here imports the loader. torch is imported where it is
-used, so the loader's planning stays light."""
+text config. The loader (``diffgemma_engine.loading.placement``, ``diffgemma_engine.loading.quantize``,
+``diffgemma_engine.loading.checkpoint_files``) builds on these; nothing here imports the loader. torch is imported where
+it is used, so the loader's planning stays light."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ class StepState:
     def take_self_conditioning(self) -> torch.Tensor | None:
         """The last step's logits, for the decoder. The eager loop's state (``conditioned`` None) gives them up
         here, so that the step lets them go once the decoder has read them: one vocabulary-sized tensor fewer while
-        it samples (``diffgemma_engine.plan.STEP_VOCAB_TENSORS``). A fixed-shape state keeps its buffer."""
+        it samples (``diffgemma_engine.loading.plan.STEP_VOCAB_TENSORS``). A fixed-shape state keeps its buffer."""
         logits = self.self_conditioning
         if self.conditioned is None:
             self.self_conditioning = None

@@ -18,7 +18,7 @@ from transformers import (
 )
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
 
-from .. import vocab
+from ..shared import vocab
 
 SIZES: dict[str, dict[str, int]] = {
     # name: hidden, layers, heads, kv heads, head dim, dense MLP, experts, top-k, expert MLP

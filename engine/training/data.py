@@ -3,7 +3,7 @@
 Each example is one token sequence::
 
     <bos> <fim_suffix> SUFFIX <fim_prefix> PREFIX <fim_middle> | MIDDLE <eos> <pad> ... <pad>
-    '--------------- prompt (diffgemma_engine.prompt.build_fim_prompt) -----'  '------ canvas (C tokens) -----'
+    '--------------- prompt (diffgemma_engine.shared.prompt.build_fim_prompt) -----'  '------ canvas (C tokens) -----'
 
 with a block layout for the full-sequence block-diffusion step: the canvas is one block that starts right after
 ``<fim_middle>`` (exactly where the engine's canvas starts), and the prompt is cut into canvas-sized blocks
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import protocol, vocab
-from ..prompt import PromptParts, build_fim_prompt, special_ids_from, text_encoder
+from ..shared import protocol, vocab
+from ..shared.prompt import PromptParts, build_fim_prompt, special_ids_from, text_encoder
 from .corpus import EXTENSIONS, default_roots, is_held_out, iter_sources
 
 if TYPE_CHECKING:
@@ -128,8 +128,8 @@ class ExampleMaker:
     lines, or plain continuation (no suffix). The others start at any character inside a line, in the middle of a
     word too (character-level FIM, as StarCoder and SantaCoder train): ``rest_of_line`` fills up to the end of the
     line, ``span`` ends at any character of that line or the next two. Text is cut and encoded as the engine cuts
-    and encodes a request's (``diffgemma_engine.prompt``: the same encoder, line boundaries at the far ends), so the
-    prompt's last token is the partial word the engine would see.
+    and encodes a request's (``diffgemma_engine.shared.prompt``: the same encoder, line boundaries at the far ends), so
+    the prompt's last token is the partial word the engine would see.
 
     Each example's canvas is the one the engine would denoise for it: ``line_canvas`` when the cursor's scope is
     the rest of a line (``protocol.cursor_scope``, the model's ``line_canvas_length``), else ``canvas``. A middle
@@ -148,7 +148,7 @@ class ExampleMaker:
         self.canvas = canvas
         self.line_canvas = min(line_canvas or canvas, canvas)
         self.min_ctx, self.max_ctx = min_ctx, max_ctx
-        # as the engine reads them (diffgemma_engine.prompt.layout_for)
+        # as the engine reads them (diffgemma_engine.shared.prompt.layout_for)
         special = special_ids_from(tokenizer.get_vocab().get)
         if special is None:
             raise ValueError(f"the tokenizer lacks {vocab.FIM_PREFIX}, {vocab.FIM_SUFFIX} or {vocab.FIM_MIDDLE}")
@@ -228,13 +228,13 @@ class ExampleMaker:
         start, end, kind = choice
         line_start = text.rfind("\n", 0, start) + 1
         scope = protocol.cursor_scope(text[line_start:start])
-        canvas = self.line_canvas if scope == protocol.SCOPE_LINE else self.canvas
+        canvas = self.line_canvas if scope is protocol.Scope.LINE else self.canvas
         middle, middle_ids = self._fit(text, start, end, kind, canvas - 1)
         if not middle_ids:
             return None
         end = start + len(middle)
         ctx = rng.randint(self.min_ctx, self.max_ctx)
-        # far ends on line boundaries, as the engine cuts a long document (diffgemma_engine.budget)
+        # far ends on line boundaries, as the engine cuts a long document (diffgemma_engine.shared.budget)
         far = max(0, start - 6 * ctx)
         cut = text.find("\n", far - 1, start) if far else -1
         prefix = text[cut + 1 if cut >= 0 else (line_start if far else 0) : start]

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..checkpoint_files import canvas_length_of
-from ..infill import cut_at_eos
-from ..model import decode_text
+from ..loading.checkpoint_files import canvas_length_of
+from ..loading.model import decode_text
+from ..request.infill import cut_at_eos
 from .batches import to_device
 from .data import EOS, PAD, Example, ExampleMaker, ExampleStream, FileEntry
 from .objective import autocast, diffusion_forward, pad_batch, weighted_ce
@@ -79,7 +79,7 @@ def infill(
 ) -> tuple[str, list[int], float]:
     """One canvas with ``model.generate`` (the engine's sampler settings); text up to the first <eos>, its tokens,
     and the tokens per forward pass. A ``canvas`` shorter than the model's gets proportionally fewer steps, as
-    the engine gives it (``diffgemma_engine.infill.check_request``)."""
+    the engine gives it (``diffgemma_engine.request.infill.check_request``)."""
     torch.manual_seed(seed)
     own = canvas_length_of(model.config)
     canvas = canvas or own

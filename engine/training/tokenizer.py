@@ -15,7 +15,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from .. import vocab
+from ..shared import vocab
 from .corpus import default_roots, is_held_out, iter_sources
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from safetensors import safe_open
 
 from benchmarks.size_sweep import random_checkpoint
-from diffgemma_engine.model import load_model
-from diffgemma_engine.quantize_policy import MULTIMODAL_MODULES
+from diffgemma_engine.loading.model import load_model
+from diffgemma_engine.loading.quantize_policy import MULTIMODAL_MODULES
 
 
 def test_the_size_sweep_builds_a_servable_random_model_of_each_size(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import socket_paths
+from diffgemma_engine.shared import socket_paths
 from tests.e2e.test_lsp_engine import _engine_pid, _kill_engine
 from tests.support.hub import serve_hub
 from tests.support.lsp import complete_when_ready, open_document, start_client

@@ -14,7 +14,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
-from diffgemma_engine import socket_paths
+from diffgemma_engine.shared import socket_paths
 from tests.support.lsp import (
     complete,
     complete_when_ready,

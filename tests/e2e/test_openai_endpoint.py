@@ -204,7 +204,7 @@ def test_a_client_that_hangs_up_cancels_the_engines_work(isolated_env: Path, ran
 def _engine_stats(socket_path: Path):
     import asyncio
 
-    from diffgemma_engine import protocol
+    from diffgemma_engine.shared import protocol
 
     async def ask() -> protocol.Stats:
         reader, writer = await asyncio.open_unix_connection(str(socket_path))

@@ -160,7 +160,7 @@ def test_static_tools_resolve_both_packages_from_the_editable_install(tmp_path: 
         )
     probe = tmp_path / "probe.py"
     probe.write_text(
-        "from diffgemma_engine import protocol\nfrom diffgemma_engine.canvas.step import denoise_step\n"
+        "from diffgemma_engine.shared import protocol\nfrom diffgemma_engine.canvas.step import denoise_step\n"
         "from diffgemma_lsp.settings import Settings\nprint(protocol.PROTOCOL_VERSION, denoise_step, Settings)\n"
     )
     run = subprocess.run(

@@ -16,8 +16,8 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from diffgemma_engine import protocol
-from diffgemma_engine.prompt import CHAT_INSTRUCTION_SUFFIX_FIRST, CURSOR_MARK
+from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared.prompt import CHAT_INSTRUCTION_SUFFIX_FIRST, CURSOR_MARK
 from tests.e2e.test_lsp_engine import lsp_session
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.lsp import complete, complete_when_ready, inline_complete, open_document
@@ -179,8 +179,8 @@ def int8_memorized_dir(release_memorized_dir: Path, tmp_path_factory: pytest.Tem
     """The memorized release-format checkpoint saved quantized (int8, experts included): its config says so, and
     the engine loads it quantized with no option."""
     pytest.importorskip("torchao", reason='int8 needs the quant extra: pip install "torchao==0.18.0"')
-    from diffgemma_engine.model import load_model
-    from diffgemma_engine.quantize import save_quantized
+    from diffgemma_engine.loading.model import load_model
+    from diffgemma_engine.loading.quantize import save_quantized
 
     folder = tmp_path_factory.mktemp("int8") / "release-memorized-int8"
     save_quantized(load_model(release_memorized_dir, "cpu", quantization="int8").model, folder)

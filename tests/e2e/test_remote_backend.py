@@ -172,7 +172,7 @@ async def test_an_instruction_model_is_asked_through_chat_completions(
     The server here answers as vLLM's ``/v1/chat/completions`` does and records what it was sent."""
     from aiohttp import web
 
-    from diffgemma_engine.prompt import PromptParts, chat_user_text
+    from diffgemma_engine.shared.prompt import PromptParts, chat_user_text
 
     monkeypatch.setenv(KEY_ENV, "remote-key")
     bodies: list[dict[str, object]] = []

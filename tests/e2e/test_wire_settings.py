@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 from tests.e2e.test_rewrite import until_ready
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.fake_engine import relaying, serving

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffgemma_engine import protocol
 from diffgemma_engine.canvas.captured import CapturedLoop, serving_shapes
-from diffgemma_engine.infill import run_infill
-from diffgemma_engine.model import LoadedModel, load_model
+from diffgemma_engine.loading.model import LoadedModel, load_model
+from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.shared import protocol
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
@@ -68,7 +68,7 @@ def test_other_canvases_are_left_to_the_eager_loop(captured: LoadedModel) -> Non
     assert not loop.serves(1, captured.canvas_length, 40, dataclasses.replace(captured.sampler, t_min=0.1))
     assert loop.serves(1, captured.canvas_length, 40, dataclasses.replace(captured.sampler, max_steps=5))
     served = loop.served
-    text, timings = _answer(captured, 0, scope=protocol.SCOPE_LINE)  # the line canvas: eager, and answered
+    text, timings = _answer(captured, 0, scope=protocol.Scope.LINE)  # the line canvas: eager, and answered
     assert timings.steps > 0 and isinstance(text, str) and loop.served == served
 
 
@@ -94,7 +94,7 @@ async def test_the_engine_captures_in_the_background_and_says_so(memorized_model
         client = await RawClient.connect(engine.socket_path)
         await client.send(protocol.GetStats(id="s"))
         stats = await client.receive()
-        assert isinstance(stats, protocol.Stats) and stats.compiled in ("loop warming", "loop captured"), stats
+        assert isinstance(stats, protocol.Stats) and str(stats.compiled) in ("loop warming", "loop captured"), stats
         request = protocol.Infill(id="t", uri="file:///t.py", prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, seed=0)
         await client.send(request)
         answer = await client.receive()

@@ -8,9 +8,9 @@ import attrs
 import pytest
 from transformers import AutoTokenizer
 
-from diffgemma_engine import protocol
-from diffgemma_engine.model import DEFAULT_MODEL_DIR
-from diffgemma_engine.prompt import (
+from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR
+from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared.prompt import (
     CHAT_INSTRUCTION_SUFFIX_FIRST,
     CURSOR_MARK,
     IN_PLACE,
@@ -44,7 +44,7 @@ def long_document(lines: int = 2000) -> str:
 
 def test_the_rendered_prompt_is_the_release_template_token_for_token(release_tokenizer) -> None:
     layout = layout_for(release_tokenizer)
-    assert isinstance(layout, ChatLayout) and layout.name == "chat"
+    assert isinstance(layout, ChatLayout) and layout.name is protocol.Layout.CHAT
     ids = layout.prompt(PARTS, 1024).ids
     user = chat_user_text(PARTS)
     messages = [{"role": "user", "content": user}]

@@ -3,9 +3,9 @@ bar; how often they are right is `benchmarks/infill_eval.py`'s business)."""
 
 from __future__ import annotations
 
-from diffgemma_engine import protocol
-from diffgemma_engine.infill import run_infill
-from diffgemma_engine.model import load_model
+from diffgemma_engine.loading.model import load_model
+from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.shared import protocol
 
 PROMPTS = {
     "loop": ("def total(numbers):\n    result = 0\n    for n in numbers:\n        ", "\n    return result\n"),

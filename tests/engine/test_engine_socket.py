@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import protocol
-from diffgemma_engine.clock import MIN_STEP_SHARE
+from diffgemma_engine.canvas.clock import MIN_STEP_SHARE
+from diffgemma_engine.shared import protocol
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
@@ -67,8 +67,9 @@ def _infill(request_id: str, uri: str = "file:///a.py", **overrides: object) -> 
 
 def test_the_socket_side_does_not_import_torch() -> None:
     code = (
-        "import sys, diffgemma_engine.server; "
-        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'diffgemma_engine.server loads torch'"
+        "import sys, diffgemma_engine.service.server; "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
+        "'diffgemma_engine.service.server loads torch'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -210,7 +211,7 @@ async def test_newer_request_for_the_same_document_supersedes(random_engine: Eng
 
 async def test_deadline_becomes_a_step_budget(random_engine: EngineProcess) -> None:
     """A deadline caps the steps (a whole, shorter schedule); one that cannot afford even the model's floor
-    (``diffgemma_engine.clock``: half its schedule by default) runs the floor, later rather than worse."""
+    (``diffgemma_engine.canvas.clock``: half its schedule by default) runs the floor, later rather than worse."""
     client = await RawClient.connect(random_engine.socket_path)
     await client.send(_infill("warm", max_steps=20))  # the step clock's first estimates
     warm = await client.receive()

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import protocol
-from diffgemma_engine.hub import LOAD_PATTERNS
+from diffgemma_engine.loading.hub import LOAD_PATTERNS
+from diffgemma_engine.shared import protocol
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.hub import StandInHub, serve_hub
 
@@ -205,10 +205,11 @@ def _doctor(env: dict[str, str]) -> dict[str, str]:
 
 
 def test_the_cache_look_loads_no_torch() -> None:
-    """``doctor`` (which never imports torch) reads the hub cache through ``diffgemma_engine.hub``."""
+    """``doctor`` (which never imports torch) reads the hub cache through ``diffgemma_engine.loading.hub``."""
     code = (
-        "import sys\nfrom diffgemma_engine.hub import cache_state\ncache_state('a/b').summary()\n"
-        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'diffgemma_engine.hub loads torch'"
+        "import sys\nfrom diffgemma_engine.loading.hub import cache_state\ncache_state('a/b').summary()\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
+        "'diffgemma_engine.loading.hub loads torch'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from diffgemma_engine import protocol
 from diffgemma_engine.errors import BusyError
-from diffgemma_engine.jobs import Job, JobQueue
+from diffgemma_engine.service.jobs import Job, JobQueue
+from diffgemma_engine.shared import protocol
 
 
 def _job(

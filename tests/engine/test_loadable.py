@@ -1,10 +1,10 @@
-"""Which precision loads where (``diffgemma_engine.loadable``): every refusal says why and what instead."""
+"""Which precision loads where (``diffgemma_engine.loading.loadable``): every refusal says why and what instead."""
 
 from __future__ import annotations
 
 import pytest
 
-from diffgemma_engine.loadable import Environment, refusal
+from diffgemma_engine.loading.loadable import Environment, refusal
 
 HOPPER = {"cuda:0": (9, 0)}
 READY = Environment(torchao="0.18.0", kernels="0.18.2", fp8_kernel_cached=True, capabilities=HOPPER)

@@ -25,11 +25,12 @@ import attrs
 import pytest
 
 from benchmarks import machine_table
-from diffgemma_engine import loadable, plan, protocol
 from diffgemma_engine.__main__ import add_model_args, main
 from diffgemma_engine.errors import ModelLoadError
-from diffgemma_engine.infill import run_infill
-from diffgemma_engine.model import TOKENIZER_FILES, load_model
+from diffgemma_engine.loading import loadable, plan
+from diffgemma_engine.loading.model import TOKENIZER_FILES, load_model
+from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.shared import protocol
 from tests.support.devices import GIB, GPU, Machine, child_environment, machine_from_max_memory, simulated
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -263,7 +264,7 @@ def test_the_simulation_refuses_what_the_machine_could_not_serve(tmp_path: Path)
     offload or below Ada; what passes goes to the CPU."""
     from transformers import FineGrainedFP8Config
 
-    from diffgemma_engine.quantize import int8_config
+    from diffgemma_engine.loading.quantize import int8_config
     from tests.support.devices import SimulatedLoadError, Simulation
 
     ada = Machine(gpus=(GPU(free=23 * GIB, total=24 * GIB, capability=(8, 6)),), mps_limit=8 * GIB)

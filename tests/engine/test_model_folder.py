@@ -10,9 +10,9 @@ import pytest
 import torch
 import transformers
 
-from diffgemma_engine.checkpoint_files import MAX_SETTINGS_FILE_BYTES
 from diffgemma_engine.errors import ModelLoadError
-from diffgemma_engine.model import load_model
+from diffgemma_engine.loading.checkpoint_files import MAX_SETTINGS_FILE_BYTES
+from diffgemma_engine.loading.model import load_model
 from diffgemma_engine.training.data import ExampleMaker
 
 

@@ -17,7 +17,7 @@ from diffgemma_engine.canvas.caches import encode_prompt
 from diffgemma_engine.canvas.denoise import denoise_canvas
 from diffgemma_engine.canvas.sampler import SamplerSettings
 from diffgemma_engine.canvas.static import StaticPrompt, denoise_static, prompt_bucket
-from diffgemma_engine.model import load_model
+from diffgemma_engine.loading.model import load_model
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine"
 STEP_RULES = {"accept_mask", "settled", "pin_scores"}

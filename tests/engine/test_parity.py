@@ -11,8 +11,8 @@ from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
 from diffgemma_engine.canvas.denoise import run_canvas
 from diffgemma_engine.canvas.sampler import SamplerSettings
-from diffgemma_engine.infill import cut_at_eos
-from diffgemma_engine.prompt import PromptParts, build_fim_prompt, special_ids_from
+from diffgemma_engine.request.infill import cut_at_eos
+from diffgemma_engine.shared.prompt import PromptParts, build_fim_prompt, special_ids_from
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffgemma_engine import placement, protocol
 from diffgemma_engine.errors import ModelLoadError
-from diffgemma_engine.infill import run_infill
-from diffgemma_engine.model import load_model
-from diffgemma_engine.placement import Devices, parse_devices, pick_dtype
+from diffgemma_engine.loading import placement
+from diffgemma_engine.loading.model import load_model
+from diffgemma_engine.loading.placement import Devices, parse_devices, pick_dtype
+from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.shared import protocol
 from tests.support.release_format import ANSWERED_LANGUAGE, ANSWERED_PREFIX, ANSWERED_SUFFIX, RAW_ANSWER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,11 +94,11 @@ def _release_config_only(tmp_path: Path) -> Path:
 
 def _covers_every_tensor(where: dict[str, str], folder: Path) -> dict[str, str]:
     """The device of every tensor of the release model as the engine loads it (text only:
-    ``diffgemma_engine.text_only``), under each of its names, by the map, as accelerate reads it: the key that is the
-    tensor's module or an ancestor of it. Fails on a tensor no key covers, or two."""
+    ``diffgemma_engine.loading.text_only``), under each of its names, by the map, as accelerate reads it: the key that
+    is the tensor's module or an ancestor of it. Fails on a tensor no key covers, or two."""
     from transformers import AutoConfig
 
-    from diffgemma_engine.text_only import _text_only_class
+    from diffgemma_engine.loading.text_only import _text_only_class
 
     with torch.device("meta"):
         model = _text_only_class()(AutoConfig.from_pretrained(folder))
@@ -151,7 +152,7 @@ def test_auto_loads_the_checkpoints_own_dtype_on_the_cpu(release_random_dir: Pat
 
 ANON_PROBE = r"""
 import json, sys
-from diffgemma_engine.model import load_model
+from diffgemma_engine.loading.model import load_model
 
 def anon():
     for line in open("/proc/self/status"):
@@ -215,7 +216,7 @@ def test_cached_prompts_and_step_rows_follow_the_free_memory(
     tmp_path: Path, free_gib: int, slots: int, rows: int
 ) -> None:
     """The release at a 2048-token prompt: 640 MiB per cached document, 640 MiB per canvas row (bf16)."""
-    from diffgemma_engine import plan
+    from diffgemma_engine.loading import plan
 
     spec = plan.read_spec(_release_config_only(tmp_path))
     request = plan.request_memory(

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import plan as planning
-from diffgemma_engine.plan import (
+from diffgemma_engine.loading import plan as planning
+from diffgemma_engine.loading.plan import (
     DOES_NOT_FIT,
     FITS_CPU,
     FITS_GPU,
@@ -36,7 +36,7 @@ from diffgemma_engine.plan import (
     select_devices,
     weight_bytes,
 )
-from diffgemma_engine.quantize_policy import stays_unquantized
+from diffgemma_engine.loading.quantize_policy import stays_unquantized
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = ROOT / "tests" / "data" / "release"
@@ -288,7 +288,7 @@ def test_a_folder_with_the_index_and_some_shards_plans_as_incomplete(tmp_path: P
 
 @pytest.fixture(scope="module")
 def release_model(release_random_dir: Path):
-    from diffgemma_engine.model import load_model
+    from diffgemma_engine.loading.model import load_model
 
     return load_model(release_random_dir, "cpu", "bfloat16")
 
@@ -362,7 +362,7 @@ def _step_peak(loaded) -> float:
 
 
 def test_the_step_keeps_as_many_vocabulary_sized_tensors_as_the_plan_assumes(release_model, random_model_dir) -> None:
-    from diffgemma_engine.model import load_model
+    from diffgemma_engine.loading.model import load_model
 
     assert _step_peak(release_model) == planning.STEP_VOCAB_TENSORS - planning.HALF_PRECISION_SAVING  # bfloat16
     assert _step_peak(load_model(random_model_dir, "cpu", "float32")) == planning.STEP_VOCAB_TENSORS

@@ -3,8 +3,8 @@ release-format tokenizer in tests/engine/test_chat_layout.py)."""
 
 from __future__ import annotations
 
-from diffgemma_engine import budget
-from diffgemma_engine.prompt import PromptParts, SpecialIds, build_fim_prompt, char_budget_cut, special_ids_from
+from diffgemma_engine.shared import budget
+from diffgemma_engine.shared.prompt import PromptParts, SpecialIds, build_fim_prompt, char_budget_cut, special_ids_from
 
 SPECIAL = SpecialIds(bos=2, fim_prefix=4, fim_suffix=5, fim_middle=6, file_sep=7)
 
@@ -102,8 +102,8 @@ def test_the_character_cut_keeps_the_text_next_to_the_cursor_on_line_boundaries(
 
 def test_other_files_too_long_to_fit_are_not_tokenized() -> None:
     """A 7 MB chunk is dropped before the tokenizer sees it (it held the model thread for seconds)."""
-    from diffgemma_engine import protocol
-    from diffgemma_engine.infill import build_prompt
+    from diffgemma_engine.request.infill import build_prompt
+    from diffgemma_engine.shared import protocol
 
     seen: list[int] = []
 

@@ -1,5 +1,5 @@
-"""Quantized loading (``diffgemma_engine.quantize``) on the release-format checkpoints: int8 really quantizes (experts
-included, encoder still tied, smaller), runs, stays close to the float model, saves and reloads; the traps are
+"""Quantized loading (``diffgemma_engine.loading.quantize``) on the release-format checkpoints: int8 really quantizes
+(experts included, encoder still tied, smaller), runs, stays close to the float model, saves and reloads; the traps are
 refused; fp8's load path ties its scales.
 
 int8 needs torchao (``pip install "torchao==0.18.0"``): without it the tests that load are skipped, and the one
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffgemma_engine import loadable, quantize, quantize_check
 from diffgemma_engine.canvas.runtime import grad_mode_for
 from diffgemma_engine.errors import ModelLoadError
-from diffgemma_engine.quantize_policy import stays_unquantized
+from diffgemma_engine.loading import loadable, quantize, quantize_check
+from diffgemma_engine.loading.quantize_policy import stays_unquantized
 
 needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason=quantize.TORCHAO_INSTALL)
 PROMPT_TOKENS = 40
@@ -326,9 +326,9 @@ def test_int8_gives_the_memorized_answer_of_its_float_model(release_memorized_di
     from diffgemma_engine.canvas.caches import encode_prompt
     from diffgemma_engine.canvas.denoise import denoise_canvas
     from diffgemma_engine.canvas.sampler import SamplerSettings
-    from diffgemma_engine.infill import cut_at_eos
-    from diffgemma_engine.model import DEFAULT_MAX_PROMPT_TOKENS
-    from diffgemma_engine.prompt import PromptParts, layout_for
+    from diffgemma_engine.loading.model import DEFAULT_MAX_PROMPT_TOKENS
+    from diffgemma_engine.request.infill import cut_at_eos
+    from diffgemma_engine.shared.prompt import PromptParts, layout_for
     from tests.support.release_format import ANSWERED_LANGUAGE, ANSWERED_PREFIX, ANSWERED_SUFFIX
 
     tokenizer = AutoTokenizer.from_pretrained(release_memorized_dir)

@@ -7,10 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from diffgemma_engine import protocol
-from diffgemma_engine.errors import BadRequestError
-from diffgemma_engine.infill import check_request
-from diffgemma_engine.model import DEFAULT_MODEL_DIR, HINTS_FILE
+from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR, HINTS_FILE
+from diffgemma_engine.request.infill import check_request
+from diffgemma_engine.shared import protocol
 
 
 def _model(line_canvas: int | None) -> SimpleNamespace:
@@ -41,8 +40,16 @@ def test_a_model_without_the_hint_keeps_its_canvas() -> None:
 
 
 def test_unknown_scope_is_refused() -> None:
-    with pytest.raises(BadRequestError, match="scope"):
-        check_request(_model(16), _request(scope="file"))
+    """``Infill.scope`` is an enum: an unknown value is refused with ``bad_request`` naming the field when the frame
+    is read, before any request reaches the model."""
+    frame = protocol.encode(_request())[protocol.HEADER.size :]
+    body = json.loads(frame)
+    body["scope"] = "file"
+    with pytest.raises(protocol.ProtocolError, match="scope") as refused:
+        protocol.decode(json.dumps(body).encode())
+    assert refused.value.code is protocol.ErrorCode.BAD_REQUEST
+    with pytest.raises(ValueError, match="file"):
+        _request(scope="file")
 
 
 def test_the_shipped_model_has_the_hint() -> None:

@@ -14,16 +14,16 @@ import pytest
 import torch
 from transformers import DiffusionGemmaForBlockDiffusion
 
-from diffgemma_engine import protocol
-from diffgemma_engine.batch import Row, compatible, run_batch
+from diffgemma_engine.canvas.clock import StepClock
 from diffgemma_engine.canvas.compiled import DecoderStep
 from diffgemma_engine.canvas.denoise import run_canvas
 from diffgemma_engine.canvas.sampler import SamplerSettings, Scores
 from diffgemma_engine.canvas.start import StartCanvas, renoise_start, start_step
-from diffgemma_engine.clock import StepClock
 from diffgemma_engine.errors import BadRequestError
-from diffgemma_engine.infill import budget_steps, build_prompt, check_request, cut_at_eos, run_infill, start_row
-from diffgemma_engine.model import LoadedModel, load_model
+from diffgemma_engine.loading.model import LoadedModel, load_model
+from diffgemma_engine.request.batch import Row, compatible, run_batch
+from diffgemma_engine.request.infill import budget_steps, build_prompt, check_request, cut_at_eos, run_infill, start_row
+from diffgemma_engine.shared import protocol
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 WRONG_MIDDLE = MEMORIZED_MIDDLE.replace("a + b", "a - b")

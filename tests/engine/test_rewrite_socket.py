@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 

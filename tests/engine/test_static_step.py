@@ -16,7 +16,7 @@ from diffgemma_engine.canvas.sampler import SamplerSettings, StepNoise, sample_a
 from diffgemma_engine.canvas.start import StartCanvas
 from diffgemma_engine.canvas.static import StaticPrompt, compile_step, denoise_static, exact_step, prompt_bucket
 from diffgemma_engine.canvas.step import initial_state
-from diffgemma_engine.model import load_model
+from diffgemma_engine.loading.model import load_model
 from tests.support.host_sync import OperatorLog
 
 EXACT = SamplerSettings(max_steps=16, exact=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diffgemma_engine.clock import StepClock
+from diffgemma_engine.canvas.clock import StepClock
 
 
 def test_no_estimate_means_the_full_budget() -> None:

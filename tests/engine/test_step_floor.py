@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import protocol
-from diffgemma_engine.clock import StepClock, default_min_steps, floor_for, hold_deadline
+from diffgemma_engine.canvas.clock import StepClock, default_min_steps, floor_for, hold_deadline
 from diffgemma_engine.errors import ModelLoadError
-from diffgemma_engine.model import load_model
+from diffgemma_engine.loading.model import load_model
+from diffgemma_engine.shared import protocol
 from tests.support.engine import EngineProcess, RawClient
 
 
@@ -76,7 +76,8 @@ async def test_a_deadline_that_cannot_afford_the_floor_still_runs_it(client: Raw
 
 
 async def test_a_batch_row_runs_the_floor_under_a_deadline_too(client: RawClient, random_model_dir: Path) -> None:
-    """Candidates are one batch (``diffgemma_engine.batch``): each row's deadline is held as a single request's is."""
+    """Candidates are one batch (``diffgemma_engine.request.batch``): each row's deadline is held as a single request's
+    is."""
     schedule = json.loads((random_model_dir / "generation_config.json").read_text())["max_denoising_steps"]
     await client.send(protocol.Infill(id="rows", uri="file:///a.py", prefix="def f(x):\n", deadline_ms=1, candidates=2))
     result = await client.receive()

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from transformers import DiffusionGemmaForBlockDiffusion
 
-from diffgemma_engine import plan, protocol
-from diffgemma_engine.infill import run_infill
-from diffgemma_engine.model import load_model
-from diffgemma_engine.quantize_policy import MULTIMODAL_MODULES
+from diffgemma_engine.loading import plan
+from diffgemma_engine.loading.model import load_model
+from diffgemma_engine.loading.quantize_policy import MULTIMODAL_MODULES
+from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.shared import protocol
 
 RELEASE = Path(__file__).resolve().parents[2] / "tests" / "data" / "release"
 

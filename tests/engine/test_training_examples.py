@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from diffgemma_engine import protocol, vocab
-from diffgemma_engine.infill import build_prompt, check_request
-from diffgemma_engine.model import DEFAULT_MODEL_DIR, LoadedModel, load_model
+from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR, LoadedModel, load_model
+from diffgemma_engine.request.infill import build_prompt, check_request
+from diffgemma_engine.shared import protocol, vocab
 from diffgemma_engine.training.data import EOS, MIDDLE_KINDS, PAD, Example, ExampleMaker
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine"

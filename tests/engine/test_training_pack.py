@@ -6,7 +6,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from diffgemma_engine.model import DEFAULT_MODEL_DIR
+from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR
 from diffgemma_engine.training.data import ExampleMaker, ExampleStream, FileEntry, load_pack
 from diffgemma_engine.training.pack import pack
 

@@ -4,21 +4,21 @@ chat answer's wrapping take tokens the client does not count), and ``max_tokens`
 
 from __future__ import annotations
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 from diffgemma_lsp.endpoint.server import canvas_for
 from diffgemma_lsp.endpoint.wire import cut_to_tokens
 
 
 def test_a_chat_checkpoints_canvas_is_its_own_whatever_max_tokens_asks() -> None:
-    assert canvas_for(64, 256, protocol.CHAT_LAYOUT) == 0  # 0: the model's own
-    assert canvas_for(8, 256, protocol.CHAT_LAYOUT) == 0
-    assert canvas_for(None, 256, protocol.CHAT_LAYOUT) == 0
+    assert canvas_for(64, 256, protocol.Layout.CHAT) == 0  # 0: the model's own
+    assert canvas_for(8, 256, protocol.Layout.CHAT) == 0
+    assert canvas_for(None, 256, protocol.Layout.CHAT) == 0
 
 
 def test_a_fim_checkpoints_canvas_follows_max_tokens_up_to_its_own() -> None:
-    assert canvas_for(8, 32, protocol.FIM_LAYOUT) == 8
-    assert canvas_for(64, 32, protocol.FIM_LAYOUT) == 0
-    assert canvas_for(None, 32, protocol.FIM_LAYOUT) == 0
+    assert canvas_for(8, 32, protocol.Layout.FIM) == 8
+    assert canvas_for(64, 32, protocol.Layout.FIM) == 0
+    assert canvas_for(None, 32, protocol.Layout.FIM) == 0
 
 
 def test_max_tokens_bounds_a_chat_answer_at_a_line_end() -> None:

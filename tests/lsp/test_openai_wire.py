@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.remote import DEFAULT_MAX_TOKENS, OpenAIBackend
 from diffgemma_lsp.endpoint.server import canvas_for
 from diffgemma_lsp.endpoint.wire import ApiError, CompletionRequest, cut_at_stop, parse_completion_request

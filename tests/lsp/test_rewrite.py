@@ -12,7 +12,7 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.base import OLD_ENGINE, RewriteUnsupported
 from diffgemma_lsp.backends.local import EngineClient
 from diffgemma_lsp.backends.remote import OpenAIBackend

@@ -8,7 +8,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from diffgemma_engine.socket_paths import default_socket_path, socket_path_for
+from diffgemma_engine.shared.socket_paths import default_socket_path, socket_path_for
 from diffgemma_lsp.settings import WIRE_KEYS, Settings, parse_settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -81,7 +81,7 @@ def test_plain_http_to_another_machine_is_told_apart() -> None:
 
 
 def test_limits_the_engine_would_refuse_are_reported_here() -> None:
-    from diffgemma_engine.infill import MAX_CANVAS_LENGTH, MAX_STEPS
+    from diffgemma_engine.request.infill import MAX_CANVAS_LENGTH, MAX_STEPS
 
     settings, problems = parse_settings(
         {"canvasLength": MAX_CANVAS_LENGTH + 1, "steps": MAX_STEPS + 1, "contextTokens": 10**9, "debounceMs": 5}
@@ -120,7 +120,7 @@ def test_a_strength_outside_the_share_is_reported_and_the_default_used(value: ob
 
 
 def test_rewrite_steps_have_the_engines_limit() -> None:
-    from diffgemma_engine.infill import MAX_STEPS
+    from diffgemma_engine.request.infill import MAX_STEPS
 
     settings, problems = parse_settings({"rewriteSteps": MAX_STEPS + 1, "rewriteEnabled": "yes"})
     assert (settings.rewrite_steps, settings.rewrite_enabled) == (0, True)

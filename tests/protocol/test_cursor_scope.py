@@ -5,25 +5,25 @@ from __future__ import annotations
 
 import pytest
 
-from diffgemma_engine.protocol import SCOPE_BLOCK, SCOPE_LINE, cursor_scope
+from diffgemma_engine.shared.protocol import Scope, cursor_scope
 
 
 @pytest.mark.parametrize(
     ("prefix", "scope"),
     [
-        ("def f():\n    return x +", SCOPE_LINE),
-        ("def f():\n    ", SCOPE_BLOCK),
-        ("def f():", SCOPE_BLOCK),
-        ("if (x) {", SCOPE_BLOCK),
-        ("print(", SCOPE_BLOCK),
-        ("x = compute(a, b)", SCOPE_LINE),
-        ("", SCOPE_BLOCK),
+        ("def f():\n    return x +", Scope.LINE),
+        ("def f():\n    ", Scope.BLOCK),
+        ("def f():", Scope.BLOCK),
+        ("if (x) {", Scope.BLOCK),
+        ("print(", Scope.BLOCK),
+        ("x = compute(a, b)", Scope.LINE),
+        ("", Scope.BLOCK),
     ],
 )
-def test_cursor_scope(prefix: str, scope: str) -> None:
+def test_cursor_scope(prefix: str, scope: Scope) -> None:
     assert cursor_scope(prefix) == scope
 
 
 def test_cursor_scope_reads_only_the_cursor_line() -> None:
-    assert cursor_scope("x = 1\nif (x) {\n    y = f(x") == SCOPE_LINE
-    assert cursor_scope("x = compute(a, b)\n") == SCOPE_BLOCK
+    assert cursor_scope("x = 1\nif (x) {\n    y = f(x") == Scope.LINE
+    assert cursor_scope("x = compute(a, b)\n") == Scope.BLOCK

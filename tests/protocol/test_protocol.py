@@ -7,11 +7,12 @@ import json
 import subprocess
 import sys
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 
 MESSAGES = [
     protocol.Hello(protocol=1, client="test", pid=42),
@@ -164,7 +165,47 @@ def test_any_text_round_trips(prefix: str, suffix: str, version: int) -> None:
 
 def test_language_server_does_not_import_torch() -> None:
     code = (
-        "import sys, diffgemma_lsp.server, diffgemma_lsp.__main__, diffgemma_engine.protocol; "
+        "import sys, diffgemma_lsp.server, diffgemma_lsp.__main__, diffgemma_engine.shared.protocol; "
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("state", list(protocol.StepState))
+def test_a_step_report_is_typed_and_spelled_as_before(state: protocol.StepState) -> None:
+    """Issue 28: ``Stats.compiled`` is a :class:`StepState` with its reason, spelled on the wire as the one string
+    the engine sent before it was typed (``loop failed: RuntimeError: ...``), so the wire stays compatible."""
+    reason = "RuntimeError: no C++ compiler found" if state.value.endswith("failed") else ""
+    report = protocol.StepReport(state, reason)
+    stats = protocol.Stats(id="s", model_id="m", device="cpu", ready=True, uptime_s=1, connections=1, queued=0)
+    frame = protocol.encode(attrs.evolve(stats, compiled=report))
+    assert json.loads(frame[protocol.HEADER.size :])["compiled"] == (
+        f"{state.value}: {reason}" if reason else state.value
+    )
+    decoded = protocol.decode(frame[protocol.HEADER.size :])
+    assert isinstance(decoded, protocol.Stats) and decoded.compiled == report
+
+
+def test_unknown_enum_values_are_refused_when_read() -> None:
+    """A scope, a layout or a step state the wire does not know is a ``bad_request`` naming the field."""
+    for tag, field, extra in (
+        ("infill", "scope", {"id": "1", "uri": "u", "prefix": ""}),
+        ("hello_ok", "layout", {"protocol": 1, "model_id": "m", "ready": True}),
+        (
+            "stats",
+            "compiled",
+            {
+                "id": "s",
+                "model_id": "m",
+                "device": "cpu",
+                "ready": True,
+                "uptime_s": 1.0,
+                "connections": 0,
+                "queued": 0,
+            },
+        ),
+    ):
+        body = json.dumps({"type": tag, **extra, field: "turbo"}).encode()
+        with pytest.raises(protocol.ProtocolError, match=field) as refused:
+            protocol.decode(body)
+        assert refused.value.code is protocol.ErrorCode.BAD_REQUEST

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.base import EngineUnavailable
 from diffgemma_lsp.backends.local import ANSWER_SLACK_S, EngineClient, ExitCheck
 from diffgemma_lsp.backends.remote import MAX_ANSWER_BYTES, OpenAIBackend

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine.idle import QUICK_IDLE_S, SLOW_IDLE_S, idle_exit_after, parse_idle_exit
+from diffgemma_engine.service.idle import QUICK_IDLE_S, SLOW_IDLE_S, idle_exit_after, parse_idle_exit
 from diffgemma_lsp.backends.connect import engine_command
 from diffgemma_lsp.doctor import pace_advice
 from diffgemma_lsp.settings import parse_settings

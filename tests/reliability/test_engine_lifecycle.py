@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import protocol
-from diffgemma_engine.socket_file import SOCKET_CHECK_S
+from diffgemma_engine.service.socket_file import SOCKET_CHECK_S
+from diffgemma_engine.shared import protocol
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 from diffgemma_lsp.rewrite import REWRITE_COMMAND
 from tests.e2e.test_lsp_engine import _kill_engine
 from tests.support.engine import EngineProcess, RawClient

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from diffgemma_engine.errors import ModelLoadError
-from diffgemma_engine.folder_limits import FILE_CAPS
-from diffgemma_engine.model import load_model
-from diffgemma_engine.plan import read_spec
-from diffgemma_engine.prompt import layout_for
-from diffgemma_engine.template_render import TemplateLimitError
+from diffgemma_engine.loading.folder_limits import FILE_CAPS
+from diffgemma_engine.loading.model import load_model
+from diffgemma_engine.loading.plan import read_spec
+from diffgemma_engine.shared.prompt import layout_for
+from diffgemma_engine.shared.template_render import TemplateLimitError
 from tests.conftest import ROOT
 
 
@@ -151,7 +151,7 @@ def test_the_release_template_renders_as_transformers_renders_it(release_random_
     """The limited renderer is transformers' own: the release-format template gives what apply_chat_template gives."""
     from transformers import AutoTokenizer
 
-    from diffgemma_engine.prompt import USER_SLOT, chat_template_of
+    from diffgemma_engine.shared.prompt import USER_SLOT, chat_template_of
 
     tokenizer = AutoTokenizer.from_pretrained(release_random_dir, local_files_only=True)
     template = chat_template_of(tokenizer)
@@ -198,8 +198,8 @@ async def test_a_load_that_fails_at_once_waits_for_a_client_to_hear_why(short_tm
     import asyncio
     import time
 
-    from diffgemma_engine import protocol
-    from diffgemma_engine.server import LOAD_ERROR_LINGER_S
+    from diffgemma_engine.service.server import LOAD_ERROR_LINGER_S
+    from diffgemma_engine.shared import protocol
     from tests.support.engine import EngineProcess, RawClient
 
     folder = short_tmp / "no-weights"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 from tests.e2e.test_lsp_engine import _kill_engine
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.lsp import RawLsp, server_command

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine import socket_paths
+from diffgemma_engine.shared import socket_paths
 from tests.support.lsp import RawLsp, server_command
 
 pytestmark = pytest.mark.e2e

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffgemma_engine import protocol
-from diffgemma_engine import worker as worker_module
-from diffgemma_engine.jobs import Job, JobQueue
-from diffgemma_engine.worker import ModelWorker
+from diffgemma_engine.service import worker as worker_module
+from diffgemma_engine.service.jobs import Job, JobQueue
+from diffgemma_engine.service.worker import ModelWorker
+from diffgemma_engine.shared import protocol
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 
@@ -82,7 +82,7 @@ async def test_out_of_memory_halves_a_canvas_longer_than_the_models_own_down_to_
         return real(loaded, request, should_stop, **kwargs)
 
     monkeypatch.setattr(worker_module, "run_infill", oom_above_32)
-    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.worker"):
+    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.service.worker"):
         (reply,) = await _serve(memorized_model_dir, [_request("big", canvas_length=128)])
     assert isinstance(reply, protocol.Result) and reply.text == MEMORIZED_MIDDLE
     assert canvases == [128, 64, 32]  # the model's own canvas is 32: never below it
@@ -122,7 +122,7 @@ async def test_out_of_memory_drops_other_documents_cached_prompts_first(
         return real(loaded, request, should_stop, **kwargs)
 
     monkeypatch.setattr(worker_module, "run_infill", oom_once_for_second)
-    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.worker"):
+    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.service.worker"):
         first, second = await _serve(memorized_model_dir, [_request("first"), _request("second")])
     assert isinstance(first, protocol.Result) and isinstance(second, protocol.Result)
     assert second.text == MEMORIZED_MIDDLE
@@ -142,7 +142,7 @@ async def test_out_of_memory_with_candidates_sheds_candidates_not_canvas(
         return real(loaded, jobs)
 
     monkeypatch.setattr(worker_module, "run_batch", oom_above_two_rows)
-    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.worker"):
+    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.service.worker"):
         (reply,) = await _serve(memorized_model_dir, [_request("several", candidates=4)])
     assert isinstance(reply, protocol.Result) and reply.text == MEMORIZED_MIDDLE
     assert rows_tried == [4, 2]

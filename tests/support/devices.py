@@ -1,15 +1,16 @@
 """Machines the tests do not have, simulated at torch's public surface: CUDA devices of a given memory and compute
 capability (one or several), Apple's MPS, and the CPU's available memory.
 
-The engine's own code runs unchanged (``diffgemma_engine.plan.detect_devices``, ``diffgemma_engine.placement``,
-``diffgemma_engine.quantize``, ``diffgemma_engine.model.load_model``) down to
-``DiffusionGemmaForBlockDiffusion.from_pretrained``, which is checked and then loads on the CPU:
+The engine's own code runs unchanged (``diffgemma_engine.loading.plan.detect_devices``,
+``diffgemma_engine.loading.placement``, ``diffgemma_engine.loading.quantize``,
+``diffgemma_engine.loading.model.load_model``) down to ``DiffusionGemmaForBlockDiffusion.from_pretrained``, which is
+checked and then loads on the CPU:
 
 * torch's answers are the machine's: ``torch.cuda.is_available``, ``device_count``, ``get_device_properties``,
   ``get_device_capability``, ``mem_get_info``, ``current_device``, ``get_device_name``,
   ``torch.backends.mps.is_available`` / ``is_built``, ``torch.mps.recommended_max_memory`` and
   ``driver_allocated_memory``; the CPU's available memory is a ``/proc/meminfo``-format file the engine reads
-  (``diffgemma_engine.plan.devices.MEMINFO``).
+  (``diffgemma_engine.loading.plan.devices.MEMINFO``).
 * ``from_pretrained`` is called as the engine calls it (Python itself refuses a keyword given twice); the
   simulation then checks what a real machine would: the device map names only devices the machine has (``cpu``,
   ``disk``, its ``cuda:N``, ``mps``), a ``disk`` entry comes with an ``offload_folder``, and a quantization config
@@ -72,7 +73,7 @@ def machine_from_max_memory(spec: str, capability: tuple[int, int] | None = None
     as the README's machine table writes them): each GPU with that much free (and 1 GiB more in all) at
     ``capability``; MPS with that limit; the CPU with that much available beside it (MPS and the CPU share one
     memory, so the simulated ``MemAvailable`` is their sum)."""
-    from diffgemma_engine.plan import parse_max_memory
+    from diffgemma_engine.loading.plan import parse_max_memory
 
     devices = {device.name: device.bytes for device in parse_max_memory(spec)}
     gpus = []
@@ -153,7 +154,7 @@ class Simulation:
     def install(self) -> None:
         from transformers import DiffusionGemmaForBlockDiffusion
 
-        from diffgemma_engine.plan import devices as plan_devices
+        from diffgemma_engine.loading.plan import devices as plan_devices
 
         available = self.machine.mem_available // 1024
         self.meminfo.write_text(f"MemTotal: {available + 1024 * 1024} kB\nMemAvailable: {available} kB\n")

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 
 ENGINE_START_TIMEOUT_S = 120
 LISTEN_GRACE_S = 5.0
@@ -120,8 +120,8 @@ class RawClient:
             await self.send(protocol.GetStats(id="compiled?"))
             stats = await self.receive()
             assert isinstance(stats, protocol.Stats), stats
-            if stats.compiled != "compiling" or time.monotonic() > deadline:
-                return stats.compiled
+            if str(stats.compiled) != "compiling" or time.monotonic() > deadline:
+                return str(stats.compiled)
             await asyncio.sleep(0.5)
 
     async def close(self) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import attrs
 
-from diffgemma_engine import protocol
+from diffgemma_engine.shared import protocol
 
 HELLO_OK = protocol.HelloOk(protocol=protocol.PROTOCOL_VERSION, model_id="fake", ready=True, layout="fim")
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]

@@ -80,7 +80,7 @@ class StandInHub:
     def wait_for_the_others(self, repo_id: str, timeout_s: float = 30.0) -> None:
         """Until every file of ``repo_id`` that ``pull`` downloads, other than the refused ones, has been asked for
         (at most ``timeout_s``)."""
-        from diffgemma_engine.hub import LOAD_PATTERNS
+        from diffgemma_engine.loading.hub import LOAD_PATTERNS
 
         wanted = {
             file.name

@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, DynamicCache
 
-from diffgemma_engine import vocab
-from diffgemma_engine.model import DEFAULT_MODEL_DIR
-from diffgemma_engine.prompt import PromptParts, build_fim_prompt, special_ids_from
+from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR
+from diffgemma_engine.shared import vocab
+from diffgemma_engine.shared.prompt import PromptParts, build_fim_prompt, special_ids_from
 from diffgemma_engine.training.configs import build_config, save_checkpoint, set_generation_defaults
 
 CANVAS = 32
@@ -76,9 +76,9 @@ TRAIN_ATTEMPTS = 3
 def wrong_answer(folder: Path, document: PromptParts, expected: str, seeds: Sequence[int]) -> str | None:
     """The first of the engine's answers for ``document`` (its own load and infill, as served) that is not
     ``expected``, over ``seeds`` and ``CHECK_DTYPES`` (None: every one is)."""
-    from diffgemma_engine import protocol
-    from diffgemma_engine.infill import run_infill
-    from diffgemma_engine.model import load_model
+    from diffgemma_engine.loading.model import load_model
+    from diffgemma_engine.request.infill import run_infill
+    from diffgemma_engine.shared import protocol
 
     for dtype in CHECK_DTYPES:
         loaded = load_model(folder, device="cpu", dtype=dtype)

@@ -203,8 +203,8 @@ def build_release_memorized(out_dir: Path, train_steps: int = 400, seed: int = 0
     """A release-format checkpoint trained to answer ``RAW_ANSWER`` (then ``<turn|>``) to the engine's chat
     prompt for ``ANSWERED_PREFIX``/``ANSWERED_SUFFIX``, laid out by the engine's own code; kept only once the
     engine answers it so (``train_until_answered``)."""
-    from diffgemma_engine.model import DEFAULT_MAX_PROMPT_TOKENS
-    from diffgemma_engine.prompt import PromptParts, layout_for
+    from diffgemma_engine.loading.model import DEFAULT_MAX_PROMPT_TOKENS
+    from diffgemma_engine.shared.prompt import PromptParts, layout_for
     from tests.support.models import train_to_answer, train_until_answered
 
     parts = PromptParts(prefix=ANSWERED_PREFIX, suffix=ANSWERED_SUFFIX, language=ANSWERED_LANGUAGE)

@@ -1,0 +1,512 @@
+"""The wire protocol between the language server and the engine.
+
+Both processes use it (with ``diffgemma_engine.shared.socket_paths``, where the socket is). It imports only the standard
+library, attrs and cattrs, so that the language server never loads torch.
+
+Transport: a Unix domain socket in a per-user runtime directory (``diffgemma_engine.shared.socket_paths``). Framing: a
+4-byte big-endian length, then that many bytes of UTF-8 JSON. Every message is a JSON object with a ``type`` tag.
+
+Conversation::
+
+    client                                   engine
+    Hello{protocol, client, pid}      ->
+                                      <-     HelloOk{protocol, model_id, ready, ...}   (or Error + close)
+                                      <-     Ready{...}            (once, if HelloOk.ready was false)
+    Infill{id, uri, prefix, suffix}   ->
+    Cancel{id}                        ->     (idempotent)
+    GetStats{id}                      ->
+                                      <-     Stats{id, model_id, ready, recent latencies, ...}
+                                      <-     Result{id, text, stop, timings}  or  Error{id, code, message}
+
+Every Infill gets exactly one Result or Error. A newer Infill on the same connection for the same ``uri``
+supersedes the older one, which then ends with ``stop = "superseded"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import struct
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import attrs
+import cattrs
+from cattrs.dispatch import StructureHook
+from cattrs.preconf.json import make_converter
+from cattrs.strategies import configure_tagged_union
+from cattrs.v import format_exception
+
+PROTOCOL_VERSION = 1
+REWRITE_FEATURE = "rewrite"
+"""``HelloOk.features`` member: the engine starts a canvas from ``Infill.start``."""
+HEADER = struct.Struct(">I")
+MAX_FRAME_BYTES = 8 * 1024 * 1024
+"""Frames larger than this are refused with ``ErrorCode.TOO_LARGE``."""
+MAX_CANVAS_LENGTH = 512
+MAX_STEPS = 256
+"""The largest ``Infill.canvas_length`` and ``Infill.max_steps`` the engine accepts."""
+MAX_START_CHARS_PER_TOKEN = 32
+"""A rewrite's ``Infill.start`` holding more characters than this per token of its canvas cannot fit one canvas:
+the engine refuses it before tokenizing it (``max_start_chars``), and the language server before sending it."""
+DISCARD_LIMIT_BYTES = 64 * 1024 * 1024
+"""An oversized frame up to this size is read and thrown away so the connection stays usable."""
+
+
+QUANTIZATION_CHOICES: tuple[str, ...] = ("none", "int8", "fp8")
+"""The quantizations an engine loads (``diffgemma-engine serve --quantization``), the one list of them: the
+language server's ``quantization`` setting, the VS Code extension's choices and ``diffgemma-lsp openai`` offer
+these, and "" for the checkpoint's own. An engine per quantization has its own socket."""
+
+
+class Layout(enum.Enum):
+    """How a model is prompted (``HelloOk.layout``, ``Ready.layout``)."""
+
+    NOT_KNOWN = ""
+    """Not known yet: the model is still loading."""
+    FIM = "fim"
+    """FIM sentinels around the prefix and suffix; the answer is the middle as written."""
+    CHAT = "chat"
+    """An instruction model, prompted in its chat template: its answer may come fenced or echo the code around the
+    cursor (see ``diffgemma_lsp.postprocess.answer``)."""
+
+
+class ErrorCode(enum.Enum):
+    """Why a request or a frame was refused."""
+
+    BAD_REQUEST = "bad_request"
+    TOO_LARGE = "too_large"
+    UNKNOWN_TYPE = "unknown_type"
+    VERSION_MISMATCH = "version_mismatch"
+    NOT_READY = "not_ready"
+    BUSY = "busy"
+    PERMISSION_DENIED = "permission_denied"
+    MODEL_ERROR = "model_error"
+    INTERNAL = "internal"
+
+
+class StopReason(enum.Enum):
+    """Why a canvas stopped."""
+
+    EOS = "eos"
+    """The model wrote end-of-sequence: the completion is whole."""
+    LENGTH = "length"
+    """The canvas filled without an end-of-sequence."""
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+    DEADLINE = "deadline"
+    """The deadline ran out; ``text`` is the best canvas so far."""
+
+
+class StepState(enum.Enum):
+    """How the engine runs its denoising step now (``Stats.compiled``), for ``serve --step``."""
+
+    NOT_LOADED = ""
+    """No model loaded yet."""
+    EAGER = "eager"
+    """Op by op (``--step eager``)."""
+    COMPILING = "compiling"
+    """``--step compiled``: compiling in the background, served eagerly meanwhile."""
+    COMPILED = "compiled"
+    FAILED = "failed"
+    """Compiling failed (the reason follows); served eagerly."""
+    LOOP_WARMING = "loop warming"
+    """``--step captured``: capturing the step per serving shape, served eagerly meanwhile."""
+    LOOP_CAPTURED = "loop captured"
+    LOOP_FAILED = "loop failed"
+    """Capturing failed (the reason follows); served with the eager loop."""
+
+
+@attrs.frozen
+class StepReport:
+    """A :class:`StepState` and, for a failure, why. On the wire one string, ``state`` or ``state: reason``
+    (``loop failed: RuntimeError: no C++ compiler found``), as the engine reported it before it was typed."""
+
+    state: StepState
+    reason: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.state.value}: {self.reason}" if self.reason else self.state.value
+
+    @classmethod
+    def parse(cls, text: str) -> StepReport:
+        """The report ``text`` spells; ``ValueError`` for a state not in :class:`StepState`."""
+        state, _, reason = text.partition(": ")
+        return cls(StepState(state), reason)
+
+
+@attrs.frozen(kw_only=True)
+class Chunk:
+    """A piece of another file, given to the model as extra context."""
+
+    filename: str
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class StartSegment:
+    """A piece of the text a rewrite's canvas starts from."""
+
+    text: str
+    keep: bool = False
+    """Hold this text's tokens fixed through denoising: the model rewrites only the other segments."""
+
+
+@attrs.frozen(kw_only=True)
+class Timings:
+    """Where a request's time went, measured by the engine."""
+
+    queue_ms: float = 0.0
+    """From arrival to the start of work."""
+    tokenize_ms: float = 0.0
+    """Prompt layout and tokenization."""
+    encode_ms: float = 0.0
+    """Prompt prefill into the cache."""
+    denoise_ms: float = 0.0
+    """All denoising steps, sampler included."""
+    steps: int = 0
+    """Denoising steps run."""
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    """Tokens in the completion, end-of-sequence excluded."""
+    cached_tokens: int = 0
+    """Prompt tokens whose encoding was reused from an earlier request."""
+
+    @property
+    def total_ms(self) -> float:
+        """The engine's own time for the request: queue, tokenization, prefill and denoising."""
+        return self.queue_ms + self.tokenize_ms + self.encode_ms + self.denoise_ms
+
+
+@attrs.frozen(kw_only=True)
+class Hello:
+    """First message from a client."""
+
+    TYPE: ClassVar[str] = "hello"
+    protocol: int
+    client: str = ""
+    pid: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class HelloOk:
+    """The engine accepts the client."""
+
+    TYPE: ClassVar[str] = "hello_ok"
+    protocol: int
+    model_id: str
+    ready: bool
+    """False while the model is still loading; a ``Ready`` follows."""
+    device: str = ""
+    canvas_length: int = 0
+    max_prompt_tokens: int = 0
+    layout: Layout = attrs.field(default=Layout.NOT_KNOWN, converter=Layout)
+    """How the model is prompted."""
+    features: list[str] = attrs.field(factory=list)
+    """What this engine does beyond plain infills: ``REWRITE_FEATURE`` (``Infill.start``). An engine that predates
+    a feature ignores its fields, so a client checks here first."""
+
+    @property
+    def instruct(self) -> bool:
+        """Whether answers are an instruction model's, to unwrap before post-processing."""
+        return self.layout is Layout.CHAT
+
+
+@attrs.frozen(kw_only=True)
+class Ready:
+    """The model finished loading (sent to clients that connected before)."""
+
+    TYPE: ClassVar[str] = "ready"
+    model_id: str
+    device: str = ""
+    load_ms: float = 0.0
+    canvas_length: int = 0
+    max_prompt_tokens: int = 0
+    layout: Layout = attrs.field(default=Layout.NOT_KNOWN, converter=Layout)
+    """How the model is prompted."""
+
+
+def max_start_chars(canvas_length: int) -> int:
+    """The most characters a rewrite's ``Infill.start`` may hold for a canvas of ``canvas_length`` tokens (more are
+    refused whatever the tokenizer makes of them)."""
+    return canvas_length * MAX_START_CHARS_PER_TOKEN
+
+
+MAX_DEADLINE_MS = 3_600_000
+"""The longest ``Infill.deadline_ms`` accepted: an hour (a completion's is seconds; none is 0)."""
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)
+"""The ``Infill.seed`` values ``torch.Generator.manual_seed`` takes (a 64-bit integer, signed or not)."""
+
+
+def _within(low: int, high: int) -> Callable[[object, attrs.Attribute[Any], int | None], None]:
+    """An attrs validator: the value (if not None) from ``low`` to ``high``; ``ValueError`` naming the field."""
+
+    def check(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"{attribute.name} must be from {low} to {high}, got {value}")
+
+    return check
+
+
+MAX_INSTRUCTION_CHARS = 2_000
+"""The longest ``Infill.instruction`` the engine accepts (a longer one is refused with ``bad_request``)."""
+
+
+class Scope(enum.Enum):
+    """Where the cursor stands (``Infill.scope``), which picks the canvas a model with a ``line_canvas_length``
+    hint uses."""
+
+    MODEL = ""
+    """Not said: the model's canvas."""
+    LINE = "line"
+    """Code precedes the cursor on its line: the answer is most likely the rest of that line (the shorter canvas)."""
+    BLOCK = "block"
+    """At the start of a line, or after a block opener: the answer may be lines (the model's canvas)."""
+
+
+BLOCK_OPENERS = (":", "{", "(", "[")
+"""A line that ends with one of these before the cursor is most likely followed by a block, not more line."""
+
+
+def cursor_scope(prefix: str) -> Scope:
+    """``Scope.LINE`` when code precedes the cursor on its line (the answer is the rest of it), else
+    ``Scope.BLOCK``. The language server sends it; training draws its canvases by the same rule."""
+    before = prefix[prefix.rfind("\n") + 1 :].rstrip()
+    return Scope.LINE if before.strip() and not before.endswith(BLOCK_OPENERS) else Scope.BLOCK
+
+
+@attrs.frozen(kw_only=True)
+class Infill:
+    """Fill the middle between ``prefix`` and ``suffix``."""
+
+    TYPE: ClassVar[str] = "infill"
+    id: str
+    uri: str
+    prefix: str
+    suffix: str = ""
+    language_id: str = ""
+    extra: list[Chunk] = attrs.field(factory=list)
+    doc_version: int = 0
+    canvas_length: int = 0
+    """0: the model's default for ``scope``."""
+    max_steps: int = 0
+    """0: the model's default, scaled down with a canvas shorter than the model's own."""
+    candidates: int = 1
+    """Canvases to denoise in one batch for this prompt (1 to 4); the distinct answers come back as ``text``
+    and ``alternatives``, for the editor to cycle through."""
+    scope: Scope = attrs.field(default=Scope.MODEL, converter=Scope)
+    """``Scope.LINE``: the cursor is inside a line and the answer is most likely the rest of it, so a model with a
+    ``line_canvas_length`` hint uses that shorter canvas; otherwise the model's canvas. An unknown value is refused
+    with ``bad_request`` when the frame is read."""
+    deadline_ms: int = attrs.field(default=0, validator=_within(0, MAX_DEADLINE_MS))
+    """0: no deadline. Otherwise the engine stops denoising this long after arrival."""
+    seed: int | None = attrs.field(default=None, validator=_within(*SEED_RANGE))
+    """Fixes the sampler's random stream, for reproducible results."""
+    echo: bool = False
+    """Return the prompt as the model saw it in ``Result.prompt`` (for debugging a layout)."""
+    start: list[StartSegment] = attrs.field(factory=list)
+    """A rewrite: the canvas starts from this text (the segments in order, tokenized one by one) instead of noise,
+    and the answer replaces it. Empty: an insertion, denoised from noise."""
+    strength: float = 1.0
+    """With ``start``: the share of the canvas positions renoised at the start, in (0, 1]. The loop starts at the
+    step of its schedule that matches it, so a light touch costs few steps; 1 denoises the same span from noise."""
+    instruction: str = ""
+    """With ``start``, for a chat-layout checkpoint: what to do with the text (it goes into the prompt). FIM
+    checkpoints ignore it and re-fill the span."""
+
+
+@attrs.frozen(kw_only=True)
+class Cancel:
+    """Stop request ``id`` at the next denoising step. Unknown or finished ids are ignored."""
+
+    TYPE: ClassVar[str] = "cancel"
+    id: str
+
+
+@attrs.frozen(kw_only=True)
+class GetStats:
+    """Ask for the engine's health and recent figures (``diffgemma-lsp doctor``)."""
+
+    TYPE: ClassVar[str] = "get_stats"
+    id: str
+
+
+@attrs.frozen(kw_only=True)
+class Stats:
+    """The engine's health and recent figures."""
+
+    TYPE: ClassVar[str] = "stats"
+    id: str
+    model_id: str
+    device: str
+    ready: bool
+    uptime_s: float
+    connections: int
+    queued: int
+    replies: dict[str, int] = attrs.field(factory=dict)
+    """Replies sent, by stop reason or error code."""
+    recent_ms_p50: float = 0.0
+    recent_ms_p95: float = 0.0
+    """Engine time (queue + encode + denoise) over the last completed requests."""
+    recent_count: int = 0
+    last_error: str = ""
+    rss_mb: float = 0.0
+    compiled: StepReport = StepReport(StepState.NOT_LOADED)
+    """How the denoising step runs."""
+    step_ms_p50: float = 0.0
+    """Denoising time per step over the last completed requests (0: none yet)."""
+    max_steps: int = 0
+    """The model's schedule: steps per completion at its own canvas."""
+    min_steps: int = 0
+    """The fewest of those a deadline leaves a completion (its answer means little below)."""
+    load_ms: float = 0.0
+    """How long loading the model took."""
+    idle_exit_s: float = 0.0
+    """The engine exits after this long without clients (0: never; -1: decided once the model has loaded)."""
+
+
+@attrs.frozen(kw_only=True)
+class Result:
+    """The completion for request ``id``."""
+
+    TYPE: ClassVar[str] = "result"
+    id: str
+    text: str
+    stop: StopReason
+    timings: Timings = attrs.field(factory=Timings)
+    alternatives: list[str] = attrs.field(factory=list)
+    """With ``candidates`` > 1: the other distinct, non-empty answers."""
+    prompt: str = ""
+    """With ``echo``: the encoder's input decoded, control tokens included."""
+
+
+@attrs.frozen(kw_only=True)
+class Error:
+    """A refused request (``id`` set) or a refused frame (``id`` None)."""
+
+    TYPE: ClassVar[str] = "error"
+    code: ErrorCode
+    message: str
+    id: str | None = None
+
+
+Message = Hello | HelloOk | Ready | Infill | Cancel | GetStats | Stats | Result | Error
+MESSAGE_TYPES: dict[str, type] = {
+    cls.TYPE: cls for cls in (Hello, HelloOk, Ready, Infill, Cancel, GetStats, Stats, Result, Error)
+}
+
+converter = make_converter(forbid_extra_keys=False)
+
+
+def valid_text(value: str) -> str:
+    """``value`` with lone surrogates (legal in JSON, not in UTF-8) replaced by U+FFFD."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return value
+
+
+def _strict(kind: type, *more: type) -> StructureHook:
+    """A structure hook that refuses values of the wrong JSON type instead of coercing them."""
+    allowed = (kind, *more)
+
+    def hook(value: object, _: type) -> object:
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, allowed):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+        return valid_text(value) if isinstance(value, str) else value
+
+    return hook
+
+
+converter.register_structure_hook(str, _strict(str))
+converter.register_structure_hook(int, _strict(int))
+converter.register_structure_hook(float, lambda v, _: float(_strict(float, int)(v, float)))
+converter.register_structure_hook(bool, _strict(bool))
+converter.register_structure_hook(StepReport, lambda value, _: StepReport.parse(_strict(str)(value, str)))
+converter.register_unstructure_hook(StepReport, str)
+_TAGS: dict[type, str] = {cls: tag for tag, cls in MESSAGE_TYPES.items()}
+configure_tagged_union(Message, converter, tag_name="type", tag_generator=_TAGS.__getitem__)
+
+
+class ProtocolError(Exception):
+    """A frame that cannot be understood. ``code`` says how to answer it."""
+
+    def __init__(self, code: ErrorCode, message: str, request_id: str | None = None, *, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.request_id = request_id
+        self.fatal = fatal
+        """True when the stream lost its frame alignment: answer, then close the connection."""
+
+    def to_error(self) -> Error:
+        """The wire answer to this fault."""
+        return Error(code=self.code, message=str(self), id=self.request_id)
+
+
+def encode(message: Message) -> bytes:
+    """One frame: length header plus the JSON body."""
+    raw = converter.unstructure(message, Message)
+    try:
+        body = json.dumps(raw, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: JSON's \u escapes carry them
+        body = json.dumps(raw).encode("ascii")
+    if len(body) > MAX_FRAME_BYTES:
+        raise ProtocolError(ErrorCode.TOO_LARGE, f"message of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
+    return HEADER.pack(len(body)) + body
+
+
+def _field_error(exc: BaseException, kind: type | None) -> str:
+    """cattrs' description of a field's error, with a validator's own message (``seed must be from ...``)."""
+    if type(exc) is ValueError:  # raised by a field validator (``_within``): its message names the bound
+        return str(exc)
+    return format_exception(exc, kind)
+
+
+def decode(body: bytes) -> Message:
+    """Parse one frame body into a message, or raise ``ProtocolError`` saying what is wrong."""
+    try:
+        raw = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"frame is not valid UTF-8: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"frame is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "frame is not valid JSON: nested too deeply") from None
+    if not isinstance(raw, dict):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"frame must be a JSON object, got {type(raw).__name__}")
+    request_id = valid_text(raw["id"]) if isinstance(raw.get("id"), str) else None
+    tag = raw.get("type")
+    if not isinstance(tag, str) or tag not in MESSAGE_TYPES:
+        known = ", ".join(sorted(MESSAGE_TYPES))
+        raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {tag!r} (known: {known})", request_id)
+    try:
+        return converter.structure(raw, MESSAGE_TYPES[tag])
+    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        detail = (
+            "; ".join(cattrs.transform_error(exc, format_exception=_field_error))
+            if isinstance(exc, cattrs.BaseValidationError)
+            else exc
+        )
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"invalid {tag!r} message: {detail}", request_id) from None
+
+
+async def read_message(reader: asyncio.StreamReader) -> Message:
+    """Read one frame. Raises ``asyncio.IncompleteReadError`` at end of stream, ``ProtocolError`` on bad frames.
+
+    A too-large frame is skipped (up to ``DISCARD_LIMIT_BYTES``) before ``ProtocolError`` is raised, so that
+    the stream stays aligned on frame boundaries; beyond that limit the error is ``fatal``.
+    """
+    (length,) = HEADER.unpack(await reader.readexactly(HEADER.size))
+    if length > MAX_FRAME_BYTES:
+        if length <= DISCARD_LIMIT_BYTES:
+            remaining = length
+            while remaining:
+                remaining -= len(await reader.readexactly(min(remaining, 1 << 20)))
+        raise ProtocolError(
+            ErrorCode.TOO_LARGE,
+            f"frame of {length} bytes exceeds the limit of {MAX_FRAME_BYTES} bytes",
+            fatal=length > DISCARD_LIMIT_BYTES,
+        )
+    return decode(await reader.readexactly(length))

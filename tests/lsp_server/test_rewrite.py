@@ -1,0 +1,308 @@
+"""Rewrite selection over real LSP: the real language server (a subprocess, driven by pytest-lsp's client), the code
+action and its command, the progress, the versioned edit, and what never gets applied.
+
+A fake engine on the server's socket (tests/support/fake_engine.py ``Rewrites``) speaks the real wire: it answers
+each rewrite with a fixed text once the test releases it, so that a test can edit the document, cancel or send a
+second rewrite while the first is surely in flight. The editor side (``Editor``) applies ``workspace/applyEdit`` as
+a real client does and refuses an edit made for another version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import attrs
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from diffgemma_engine.shared import protocol
+from diffgemma_lsp.backends.base import OLD_ENGINE
+from tests.support.fake_engine import Rewrites, serving
+from tests.support.lsp import Editor, capabilities, complete, rewrite, server_command, span
+
+pytestmark = pytest.mark.e2e
+URI = "file:///work/add.py"
+PREFIX = "def add(a, b):\n"
+WRONG = "    total = a - b\n    return total"
+FIXED = "    total = a + b\n    return total"
+SUFFIX = "\n\nprint(add(1, 2))\n"
+SELECTED = span(1, 0, 2, 16)
+"""``WRONG``: the two lines of the function's body, without the line break after them."""
+
+
+@attrs.frozen
+class Session:
+    client: LanguageClient
+    editor: Editor
+    engine: Rewrites
+    initialized: types.InitializeResult
+
+
+@contextlib.asynccontextmanager
+async def session(
+    isolated_env: Path, engine: Rewrites, options: dict[str, object] | None = None
+) -> AsyncIterator[Session]:
+    """The real server on a fake engine that rewrites, with ``SOURCE`` open and the engine connected."""
+    socket_dir = isolated_env / "run"
+    socket_dir.mkdir(mode=0o700)
+    socket_path = socket_dir / "engine.sock"
+    async with serving(socket_path, engine.handler()):
+        client = await ClientServerConfig(
+            server_command=server_command(socket_path, None), server_env=dict(os.environ)
+        ).start()
+        assert isinstance(client, LanguageClient)
+        editor = Editor(client)
+        try:
+            initialized = await client.initialize_session(
+                types.InitializeParams(
+                    capabilities=capabilities(),
+                    initialization_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, **(options or {})}},
+                )
+            )
+            editor.open(URI, PREFIX + WRONG + SUFFIX)
+            deadline = asyncio.get_running_loop().time() + 30
+            while (await status(client))["engine"] != "ready":
+                assert asyncio.get_running_loop().time() < deadline, "the server never connected to the engine"
+                await asyncio.sleep(0.05)
+            yield Session(client, editor, engine, initialized)
+        finally:
+            await client.shutdown_session()
+
+
+async def status(client: LanguageClient) -> dict[str, object]:
+    """The server's diffgemma.status; its answer also says every message sent before it was handled."""
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
+    assert isinstance(result, dict)
+    return result
+
+
+async def code_actions(client: LanguageClient, selected: types.Range) -> list[types.CodeAction]:
+    result = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=URI),
+            range=selected,
+            context=types.CodeActionContext(diagnostics=[], trigger_kind=types.CodeActionTriggerKind.Invoked),
+        )
+    )
+    assert all(isinstance(action, types.CodeAction) for action in result or []), result
+    return list(result or [])  # type: ignore[arg-type]
+
+
+async def run_action(client: LanguageClient, action: types.CodeAction) -> dict[str, object]:
+    """Run the action's command, as an editor does when the user picks it."""
+    assert action.command is not None
+    result = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=action.command.command, arguments=action.command.arguments)
+    )
+    assert isinstance(result, dict)
+    return result
+
+
+async def in_flight(engine: Rewrites, count: int = 1) -> None:
+    """Until the engine holds ``count`` rewrites."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while len(engine.rewrites()) < count:
+        assert asyncio.get_running_loop().time() < deadline, "the rewrite never reached the engine"
+        await asyncio.sleep(0.02)
+
+
+def rewrite_progress(client: LanguageClient) -> list[tuple[types.ProgressToken, list[object]]]:
+    """The progress the server showed for rewrites: (token, reports), in order."""
+    return [
+        (token, reports)
+        for token, reports in client.progress_reports.items()
+        if reports and getattr(reports[0], "title", "") == "Rewriting the selection"
+    ]
+
+
+@pytest.fixture
+def engine() -> Rewrites:
+    return Rewrites(FIXED)
+
+
+async def test_the_action_is_offered_on_a_selection_only(isolated_env: Path, engine: Rewrites) -> None:
+    async with session(isolated_env, engine) as s:
+        commands = s.initialized.capabilities.execute_command_provider
+        assert commands is not None and "diffgemma.rewriteSelection" in commands.commands
+        provider = s.initialized.capabilities.code_action_provider
+        assert isinstance(provider, types.CodeActionOptions) and list(provider.code_action_kinds or []) == [
+            "refactor.rewrite"
+        ]
+        [action] = await code_actions(s.client, SELECTED)
+        assert (action.title, action.kind) == ("Rewrite selection", types.CodeActionKind.RefactorRewrite)
+        assert action.command is not None and action.command.command == "diffgemma.rewriteSelection"
+        assert list(action.command.arguments or []) == [
+            {"uri": URI, "range": s.client.protocol._converter.unstructure(SELECTED), "version": 1}
+        ]
+        assert await code_actions(s.client, span(1, 4, 1, 4)) == []  # a cursor, no selection
+        s.client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"diffgemma": {"rewriteEnabled": False}})
+        )
+        assert await code_actions(s.client, SELECTED) == []
+        assert engine.received == []  # offering the action costs no model call
+
+
+async def test_the_actions_command_applies_one_versioned_edit_with_progress(
+    isolated_env: Path, engine: Rewrites
+) -> None:
+    engine.release.set()
+    async with session(isolated_env, engine, {"rewriteStrength": 0.4, "rewriteSteps": 6}) as s:
+        [action] = await code_actions(s.client, SELECTED)
+        assert await run_action(s.client, action) == {"applied": True, "reason": ""}
+        assert s.editor.text(URI) == PREFIX + FIXED + SUFFIX
+        [edit] = s.editor.edits
+        assert edit.label == "Rewrite selection"
+        [change] = edit.edit.document_changes or []
+        assert isinstance(change, types.TextDocumentEdit) and change.text_document.version == 1
+        assert list(change.edits) == [types.TextEdit(range=SELECTED, new_text=FIXED)]
+        [request] = engine.rewrites()
+        assert request.start == [protocol.StartSegment(text=WRONG)]
+        assert (request.prefix, request.suffix, request.strength, request.max_steps) == (PREFIX, SUFFIX, 0.4, 6)
+        [(_, reports)] = rewrite_progress(s.client)
+        assert [report.kind for report in reports] == ["begin", "end"]  # type: ignore[attr-defined]
+        assert reports[0].cancellable is True  # type: ignore[attr-defined]
+        assert s.client.messages == []
+
+
+async def test_an_edit_while_the_rewrite_is_in_flight_is_never_overwritten(
+    isolated_env: Path, engine: Rewrites
+) -> None:
+    async with session(isolated_env, engine) as s:
+        pending = asyncio.ensure_future(rewrite(s.client, URI, SELECTED, 1))
+        await in_flight(engine)
+        typed = types.TextDocumentContentChangePartial(range=span(4, 0, 4, 0), text="# typed meanwhile\n")
+        s.editor.change(URI, typed)
+        await status(s.client)  # the server has taken the edit (version 2) before the engine answers
+        engine.release.set()
+        result = await pending
+        assert result["applied"] is False and "changed" in str(result["reason"]), result
+        assert s.editor.edits == []  # nothing was even sent
+        assert s.editor.text(URI) == PREFIX + WRONG + "\n\n# typed meanwhile\nprint(add(1, 2))\n"
+        assert any("changed" in message.message for message in s.client.messages), s.client.messages
+
+
+async def test_a_rewrite_of_an_old_version_is_not_started(isolated_env: Path, engine: Rewrites) -> None:
+    engine.release.set()
+    async with session(isolated_env, engine) as s:
+        [action] = await code_actions(s.client, SELECTED)  # offered for version 1
+        s.editor.change(URI, types.TextDocumentContentChangePartial(range=span(0, 0, 0, 0), text="# new\n"))
+        result = await run_action(s.client, action)
+        assert result["applied"] is False and "changed" in str(result["reason"])
+        assert engine.rewrites() == [] and s.editor.edits == []
+
+
+async def test_the_editor_refusing_the_edit_is_told(isolated_env: Path, engine: Rewrites) -> None:
+    engine.release.set()
+    async with session(isolated_env, engine) as s:
+        s.editor.refuse = True
+        result = await rewrite(s.client, URI, SELECTED, 1)
+        assert result == {"applied": False, "reason": "the editor did not apply the edit: refused by the test"}
+        assert len(s.editor.edits) == 1 and s.editor.text(URI) == PREFIX + WRONG + SUFFIX
+
+
+async def test_cancelling_the_progress_cancels_the_engines_work(isolated_env: Path, engine: Rewrites) -> None:
+    async with session(isolated_env, engine) as s:
+        pending = asyncio.ensure_future(rewrite(s.client, URI, SELECTED, 1))
+        await in_flight(engine)
+        deadline = asyncio.get_running_loop().time() + 10
+        while not rewrite_progress(s.client):
+            assert asyncio.get_running_loop().time() < deadline, "no progress shown"
+            await asyncio.sleep(0.02)
+        [(token, _)] = rewrite_progress(s.client)
+        s.client.window_work_done_progress_cancel(types.WorkDoneProgressCancelParams(token=token))
+        assert await pending == {"applied": False, "reason": "cancelled"}
+        assert engine.cancelled == [engine.rewrites()[0].id]  # the engine was told to stop
+        assert s.editor.edits == [] and s.client.messages == []
+        [(_, reports)] = rewrite_progress(s.client)
+        assert reports[-1].kind == "end"  # type: ignore[attr-defined]
+
+
+async def test_a_second_rewrite_of_the_document_supersedes_the_first(isolated_env: Path, engine: Rewrites) -> None:
+    async with session(isolated_env, engine) as s:
+        first = asyncio.ensure_future(rewrite(s.client, URI, SELECTED, 1))
+        await in_flight(engine)
+        second = asyncio.ensure_future(rewrite(s.client, URI, SELECTED, 1, instruction="use a plus"))
+        assert await first == {"applied": False, "reason": "superseded by a newer rewrite of this document"}
+        await in_flight(engine, 2)
+        old, new = engine.rewrites()
+        assert engine.cancelled == [old.id] and new.instruction == "use a plus"
+        engine.release.set()
+        assert await second == {"applied": True, "reason": ""}
+        assert s.editor.text(URI) == PREFIX + FIXED + SUFFIX and len(s.editor.edits) == 1
+
+
+async def test_completions_of_the_document_wait_for_its_rewrite(isolated_env: Path, engine: Rewrites) -> None:
+    """The engine keeps one request per document and connection: a completion would supersede the rewrite."""
+    async with session(isolated_env, engine) as s:
+        pending = asyncio.ensure_future(rewrite(s.client, URI, SELECTED, 1))
+        await in_flight(engine)
+        assert list((await complete(s.client, URI, 1, 4)).items) == []
+        assert len(engine.received) == 1  # the completion was not sent
+        engine.release.set()
+        assert (await pending)["applied"] is True
+        await complete(s.client, URI, 1, 4)
+        assert len(engine.received) == 2  # and afterwards it is
+
+
+@pytest.mark.parametrize(
+    ("argument", "says"),
+    [
+        (None, "one argument object"),
+        ({"range": {"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": 16}}, "version": 1}, "uri"),
+        ({"uri": "file:///work/never-opened.py", "range": None, "version": 1}, "range"),
+        (
+            {
+                "uri": "file:///work/never-opened.py",
+                "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 1}},
+                "version": 1,
+            },
+            "not open",
+        ),
+        (
+            {
+                "uri": URI,
+                "range": {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 4}},
+                "version": 1,
+            },
+            "empty",
+        ),
+        (
+            {
+                "uri": URI,
+                "range": {"start": {"line": 1, "character": 0}, "end": {"line": 40, "character": 0}},
+                "version": 1,
+            },
+            "not in the document",
+        ),
+        ({"uri": URI, "range": {"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": 0}}}, "version"),
+    ],
+    ids=["no argument", "no uri", "no range", "not open", "empty", "past the end", "no version"],
+)
+async def test_bad_arguments_are_invalid_params_and_the_server_keeps_serving(
+    isolated_env: Path, engine: Rewrites, argument: object, says: str
+) -> None:
+    engine.release.set()
+    async with session(isolated_env, engine) as s:
+        arguments = [] if argument is None else [argument]
+        with pytest.raises(JsonRpcException, match=says) as caught:
+            await s.client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command="diffgemma.rewriteSelection", arguments=arguments)
+            )
+        assert caught.value.code == -32602
+        assert engine.rewrites() == []
+        assert await rewrite(s.client, URI, SELECTED, 1) == {"applied": True, "reason": ""}
+
+
+async def test_an_engine_that_predates_rewrites_is_not_asked(isolated_env: Path) -> None:
+    engine = Rewrites(FIXED, features=())
+    engine.release.set()
+    async with session(isolated_env, engine) as s:
+        assert await rewrite(s.client, URI, SELECTED, 1) == {"applied": False, "reason": OLD_ENGINE}
+        assert engine.received == [] and s.editor.edits == []
+        assert [message.message for message in s.client.messages] == [f"diffgemma: {OLD_ENGINE}"]
