@@ -48,8 +48,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Train the checkpoints the collected tests will need and the cache lacks, each in a background process on its
     own thread, while the light layers run: their fixtures then wait on the checkpoint's lock instead of training
     one after the other when first asked. A run that needs none (``pytest tests/lsp``) starts none."""
-    needed = {fixture for item in session.items for fixture in getattr(item, "fixturenames", ())} & set(TRAINED)
-    for fixture in sorted(needed):
+    asked = {fixture for item in session.items for fixture in getattr(item, "fixturenames", ())}
+    if "vllm_python" in asked:  # mostly downloading and unpacking: beside the tests, not before them
+        from tests.support.vllm_env import VENV
+
+        if not (VENV / ".complete").is_file():
+            VENV.parent.mkdir(parents=True, exist_ok=True)
+            code = "from tests.support.vllm_env import vllm_python; vllm_python()"
+            with (VENV.parent / f"{VENV.name}.build.log").open("w") as log:
+                subprocess.Popen(
+                    [sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+                )
+    for fixture in sorted(asked & set(TRAINED)):
         name, module, function = TRAINED[fixture]
         if not (_checkpoint_path(name) / "config.json").is_file():
             MODEL_CACHE.mkdir(parents=True, exist_ok=True)
@@ -59,6 +69,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 subprocess.Popen(
                     [sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log
                 )
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The Python of a venv holding vLLM's own request code (tests/support/vllm_env.py)."""
+    from tests.support.vllm_env import vllm_python as build
+
+    return build()
 
 
 def _checkpoint_path(name: str) -> Path:

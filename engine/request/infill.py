@@ -208,6 +208,39 @@ def floored(should_stop: StopCheck | None, floor: int, strength: float) -> StopC
     return hold_deadline(should_stop, start_step(strength, floor))
 
 
+class LaidOut(NamedTuple):
+    """A request checked and laid out, before any canvas runs (``lay_out``)."""
+
+    canvas_length: int
+    steps: int
+    """The schedule's length, after a deadline's step budget."""
+    floor: int
+    """The fewest steps a deadline leaves it (``LoadedModel.step_floor``)."""
+    row: StartRow | None
+    """A rewrite's start; None for an insertion."""
+    prompt_ids: list[int]
+    tokenize_ms: float
+
+
+def lay_out(loaded: LoadedModel, request: protocol.Infill, time_left_ms: float | None = None) -> LaidOut:
+    """``request`` checked (``BadRequestError``), its canvas and schedule (``time_left_ms``, what remains of the
+    deadline, becomes a step budget), its start and its prompt ids: what every runtime runs."""
+    canvas_length, steps = check_request(loaded, request)
+    floor = loaded.step_floor(steps)
+    if time_left_ms is not None:
+        steps = budget_steps(loaded.serving.clock, canvas_length, steps, strength_of(request), time_left_ms, floor)
+    row, start_ms = timed_start_row(loaded, request, canvas_length)
+    ids, tokenize_ms = timed_prompt_ids(loaded, request)
+    return LaidOut(canvas_length, steps, floor, row, ids, start_ms + tokenize_ms)
+
+
+def seeded(loaded: LoadedModel, request: protocol.Infill) -> torch.Generator | None:
+    """The request's random stream on the model's device (None: unseeded)."""
+    if request.seed is None:
+        return None
+    return torch.Generator(device=loaded.device).manual_seed(request.seed)
+
+
 def run_infill(
     loaded: LoadedModel,
     request: protocol.Infill,
@@ -221,16 +254,9 @@ def run_infill(
     with the same key. ``time_left_ms`` (what remains of the deadline) becomes a step budget, so that a whole
     temperature schedule fits in it instead of being cut off part-way.
     """
-    canvas_length, steps = check_request(loaded, request)
-    floor = loaded.step_floor(steps)
-    if time_left_ms is not None:
-        steps = budget_steps(loaded.serving.clock, canvas_length, steps, strength_of(request), time_left_ms, floor)
+    canvas_length, steps, floor, row, ids, tokenize_ms = lay_out(loaded, request, time_left_ms)
     should_stop = floored(should_stop, floor, strength_of(request))
-    row, start_ms = timed_start_row(loaded, request, canvas_length)
-    ids, tokenize_ms = timed_prompt_ids(loaded, request)
-    generator = None
-    if request.seed is not None:
-        generator = torch.Generator(device=loaded.device).manual_seed(request.seed)
+    generator = seeded(loaded, request)
     settings = dataclasses.replace(loaded.sampler, max_steps=steps)
     prompt = torch.tensor([ids], dtype=torch.long, device=loaded.device)
     out = run_canvas(
@@ -252,7 +278,7 @@ def run_infill(
         out.tokens[0].tolist(),
         out.stopped_by,
         held_until=row.held_until if row is not None else 0,
-        tokenize_ms=start_ms + tokenize_ms,
+        tokenize_ms=tokenize_ms,
         encode_ms=out.encode_ms,
         denoise_ms=out.denoise_ms,
         steps=out.steps,

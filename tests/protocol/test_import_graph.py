@@ -141,8 +141,9 @@ def test_the_language_server_imports_only_what_the_engine_shares() -> None:
 
 def test_the_engine_folders_import_downward() -> None:
     """The engine's layers, top to bottom: the service (socket side, model thread), the request, loading, the canvas
-    maths; ``shared`` and ``errors`` sit under all of them. No layer imports one above it."""
-    order = ["service", "request", "loading", "canvas"]
+    maths, the vLLM runtime's requests; ``shared`` and ``errors`` sit under all of them. No layer imports one above
+    it."""
+    order = ["service", "request", "loading", "canvas", "vllm"]
     graph = import_graph()
     for module, targets in graph.items():
         layer = module.split(".")[1] if module.startswith("diffgemma_engine.") else None

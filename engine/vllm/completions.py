@@ -1,0 +1,121 @@
+"""One request as vLLM's OpenAI-compatible ``/v1/completions`` takes it, and its answer back.
+
+What vLLM 0.33 accepts for DiffusionGemma (``vllm/utils/diffusion.py`` ``validate_diffusion_sampling_params``; the
+per-request options travel in ``vllm_xargs``, which ``CompletionRequest.to_sampling_params`` carries into
+``SamplingParams.extra_args``):
+
+* ``prompt``: token ids, the same ids the engine's own layout builds, so vLLM's prefix cache keeps the stable head;
+* ``diffusion_canvas_length``: a canvas narrower than the served one (the rest of a line);
+* ``diffusion_seed_canvas``: the ids a rewrite's canvas starts from instead of noise, exactly the canvas wide, with
+  the share its strength calls for already renoised by the engine; ``diffusion_pinned``: the positions held;
+* ``diffusion_max_steps``: the steps to run (a deadline's step budget; a rewrite's part of its schedule);
+* ``n`` for candidates, ``seed`` (from 0 to 2**63 - 1 there), ``max_tokens`` one canvas.
+
+The tests check every body built here with vLLM's own request model and validator (tests/support/vllm_check.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+INT64_MAX = (1 << 63) - 1
+
+
+@attrs.frozen(kw_only=True)
+class CanvasAsk:
+    """One request's canvas as the engine has laid it out: what a runtime that runs canvases elsewhere is asked."""
+
+    prompt_ids: list[int]
+    canvas_length: int
+    """This request's canvas width."""
+    steps: int
+    """Denoising steps to run: the schedule after a deadline's budget, or the part of it a rewrite's strength runs."""
+    candidates: int = 1
+    seed: int | None = None
+    """The engine's seed (``protocol.SEED_RANGE``: a 64-bit integer, signed or not)."""
+    start_ids: list[int] | None = None
+    """A rewrite's first canvas (``canvas_length`` ids), its renoised share drawn by the engine; None: from noise."""
+    held: list[int] = attrs.field(factory=list)
+    """Positions of ``start_ids`` held at their token through every step."""
+
+
+def vllm_seed(seed: int) -> int:
+    """The engine's 64-bit seed (signed or not) as a seed vLLM keeps: from 0 to ``INT64_MAX``. vLLM's request takes
+    a signed 64-bit integer and its ``SamplingParams`` reads -1 as "no seed" (a random one), so the seed is taken
+    modulo 2**63: the same seed always gives the same stream."""
+    return seed % (INT64_MAX + 1)
+
+
+def completion_body(ask: CanvasAsk, *, model: str, served_canvas: int) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/completions`` for ``ask``, served by vLLM at ``served_canvas`` wide."""
+    xargs: dict[str, Any] = {"diffusion_max_steps": ask.steps}
+    if ask.canvas_length != served_canvas:
+        xargs["diffusion_canvas_length"] = ask.canvas_length
+    if ask.start_ids is not None:
+        xargs["diffusion_seed_canvas"] = list(ask.start_ids)
+        if ask.held:
+            xargs["diffusion_pinned"] = list(ask.held)
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": list(ask.prompt_ids),
+        "max_tokens": ask.canvas_length,
+        "n": ask.candidates,
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+        "vllm_xargs": xargs,
+    }
+    if ask.seed is not None:
+        body["seed"] = vllm_seed(ask.seed)
+    return body
+
+
+@attrs.frozen(kw_only=True)
+class CanvasAnswer:
+    """One choice of a completion: the canvas's ids as vLLM returned them, and why it ended."""
+
+    token_ids: list[int]
+    finished_by_length: bool
+    """vLLM's ``finish_reason`` was ``length``: the canvas filled without an end-of-sequence."""
+
+
+@attrs.frozen(kw_only=True)
+class CompletionReply:
+    """What ``/v1/completions`` answered: the choices in order, and the prompt's cached share."""
+
+    choices: list[CanvasAnswer]
+    prompt_tokens: int
+    cached_tokens: int
+
+
+class ReplyError(ValueError):
+    """A ``/v1/completions`` answer this runtime cannot read."""
+
+
+def _object(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def read_reply(body: object, candidates: int) -> CompletionReply:
+    """The reply of ``completion_body``'s request, checked: ``candidates`` choices with their token ids (the
+    request asked for them), in index order."""
+    reply = _object(body)
+    if not isinstance(reply.get("choices"), list):
+        raise ReplyError(f"not a completions reply: {str(body)[:200]}")
+    choices = sorted((_object(choice) for choice in reply["choices"]), key=lambda choice: choice.get("index", 0))
+    if len(choices) != candidates:
+        raise ReplyError(f"asked for {candidates} choices, got {len(choices)}")
+    answers = []
+    for choice in choices:
+        ids = choice.get("token_ids")
+        if not isinstance(ids, list) or not all(isinstance(token, int) for token in ids):
+            raise ReplyError("a choice without its token_ids")
+        answers.append(CanvasAnswer(token_ids=ids, finished_by_length=choice.get("finish_reason") == "length"))
+    usage = _object(reply.get("usage"))
+    details = _object(usage.get("prompt_tokens_details"))
+    return CompletionReply(
+        choices=answers,
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+    )

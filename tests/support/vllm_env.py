@@ -1,0 +1,114 @@
+"""vLLM's own request code, installed for the tests: the vLLM wheel without its dependencies, in a venv of its own
+that sees this project's packages (torch, transformers) through a ``.pth`` file and adds the pure packages its
+protocol modules import. Enough to parse and validate a request as ``vllm serve`` would
+(``CompletionRequest``, ``to_sampling_params``, ``validate_diffusion_sampling_params``); nothing here runs a model.
+
+vLLM pins ``torch==2.14.0`` and ``transformers<5.21``; its request code imports and runs with this project's
+2.13.0 and 5.24 (pip warns of the pins). Built once per version under .cache/ (about two minutes: the wheel is
+336 MB), in the background while the light layers run (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_VERSION = "0.33.0"
+VENV = ROOT / ".cache" / f"vllm-{VLLM_VERSION}"
+WHEELS = ROOT / ".cache" / "wheels"
+PURE_PACKAGES = (
+    "pydantic",
+    "msgspec",
+    "cbor2",
+    "pyzmq",
+    "openai",
+    "openai-harmony",
+    "pillow",
+    "pybase64",
+    "uvloop",
+    "py-cpuinfo",
+    "fastapi",
+    "prometheus-client",
+    "psutil",
+    "cachetools",
+    "cloudpickle",
+    "urllib3",
+    "requests",
+)
+"""What ``vllm.entrypoints.openai.completion.protocol`` and ``vllm.utils.diffusion`` import beyond torch and
+transformers (found by importing them)."""
+
+
+def _pip(python: Path, *args: str) -> None:
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args], check=True)
+
+
+def vllm_python() -> Path:
+    """The Python of the venv holding vLLM's request code, built when missing."""
+    python = VENV / "bin" / "python"
+    done = VENV / ".complete"
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(VENV) + ".lock"):
+        if done.is_file():
+            return python
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+        purelib = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        (Path(purelib) / "diffgemma-project.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        _pip(python, *PURE_PACKAGES)
+        WHEELS.mkdir(parents=True, exist_ok=True)
+        wheels = sorted(WHEELS.glob(f"vllm-{VLLM_VERSION}-*.whl"))
+        if not wheels:
+            command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"vllm=={VLLM_VERSION}"]
+            subprocess.run([*command, "-d", str(WHEELS)], check=True)
+            wheels = sorted(WHEELS.glob(f"vllm-{VLLM_VERSION}-*.whl"))
+        _pip(python, "--no-deps", str(wheels[-1]))
+        done.write_text(VLLM_VERSION)
+    return python
+
+
+class VllmChecker:
+    """vLLM's own request and response code in a process of the vLLM venv (tests/support/vllm_check.py), asked one
+    question at a time."""
+
+    def __init__(self, python: Path) -> None:
+        self.process = subprocess.Popen(
+            [str(python), str(Path(__file__).with_name("vllm_check.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def _ask(self, kind: str, data: object) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps({"kind": kind, "data": data}) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"vllm_check.py exited with {self.process.wait()}"
+        return json.loads(line)
+
+    def requests(self, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each case (``{"body", "canvas_length", "vocab_size"}``) parsed and validated as ``vllm serve`` would:
+        ``{"ok": True, "params": ...}`` or ``{"ok": False, "error": ...}``."""
+        answer: list[dict[str, Any]] = self._ask("requests", cases)
+        return answer
+
+    def reply(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """A ``/v1/completions`` reply built with vLLM's own response classes from ``spec`` (choices, usage)."""
+        answer: dict[str, Any] = self._ask("reply", spec)
+        return answer
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
