@@ -1,0 +1,104 @@
+"""A stand-in for ``vllm serve`` of DiffusionGemma, for vLLM's GPU execution only, which cannot run here: run in the
+vLLM venv (tests/support/vllm_env.py), it listens on a Unix socket as ``vllm serve --uds`` does, parses and
+validates every ``/v1/completions`` request with vLLM 0.33's own code (``CompletionRequest``,
+``to_sampling_params``, ``validate_diffusion_sampling_params`` at ``--canvas`` and ``--vocab``), refuses what vLLM
+refuses in vLLM's error shape, and answers with vLLM's own ``CompletionResponse``: each choice's ids are the
+request's seed canvas (a rewrite) or ``--answer-ids``, after ``--delay-s`` (``POST /standin/delay`` changes it).
+Every request is logged to ``--log`` (JSON lines) with its verdict and whether its client went away before the
+answer (vLLM then aborts it).
+
+    python vllm_standin.py --socket PATH --canvas 256 --vocab 262144 --log FILE [--answer-ids 5,6,1] [--delay-s S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from pathlib import Path
+
+from aiohttp import web
+
+
+def _log(path: Path, entry: dict) -> None:
+    with path.open("a") as log:
+        log.write(json.dumps(entry) + "\n")
+
+
+def build_app(args: argparse.Namespace) -> web.Application:
+    import vllm
+    from vllm.entrypoints.openai.completion.protocol import (
+        CompletionRequest,
+        CompletionResponse,
+        CompletionResponseChoice,
+    )
+    from vllm.entrypoints.serve.engine.protocol import PromptTokenUsageInfo, UsageInfo
+    from vllm.utils.diffusion import validate_diffusion_sampling_params
+
+    answer_ids = [int(token) for token in args.answer_ids.split(",")] if args.answer_ids else [1]
+
+    async def completions(request: web.Request) -> web.Response:
+        body = await request.json()
+        try:
+            parsed = CompletionRequest.model_validate(body)
+            params = parsed.to_sampling_params(parsed.max_tokens, None)
+            validate_diffusion_sampling_params(params, canvas_length=args.canvas, vocab_size=args.vocab)
+        except Exception as exc:  # noqa: BLE001 - refused as vLLM refuses: 400 with the message
+            _log(args.log, {"body": body, "ok": False, "error": str(exc)})
+            error = {"message": str(exc), "type": "BadRequestError", "param": None, "code": 400}
+            return web.json_response({"error": error}, status=400)
+        try:
+            await asyncio.sleep(args.delay_s)
+        except asyncio.CancelledError:
+            _log(args.log, {"body": body, "ok": True, "aborted": True})
+            raise
+        ids = list(params.extra_args.get("diffusion_seed_canvas") or answer_ids)
+        choices = [
+            CompletionResponseChoice(index=index, text="", finish_reason="stop", token_ids=ids)
+            for index in range(params.n)
+        ]
+        prompt = len(parsed.prompt) if isinstance(parsed.prompt, list) else 0
+        usage = UsageInfo(
+            prompt_tokens=prompt,
+            completion_tokens=len(ids) * params.n,
+            total_tokens=prompt + len(ids) * params.n,
+            prompt_tokens_details=PromptTokenUsageInfo(cached_tokens=0),
+        )
+        response = CompletionResponse(model=parsed.model or "", choices=choices, usage=usage)
+        _log(args.log, {"body": body, "ok": True, "aborted": False, "extra_args": params.extra_args})
+        return web.Response(text=response.model_dump_json(), content_type="application/json")
+
+    async def set_delay(request: web.Request) -> web.Response:  # the test's own knob, not vLLM's
+        args.delay_s = float((await request.json())["delay_s"])
+        return web.Response(status=204)
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(_: web.Request) -> web.Response:
+        return web.json_response({"version": vllm.__version__})
+
+    app = web.Application()
+    app.add_routes([web.post("/v1/completions", completions), web.get("/health", health), web.get("/version", version)])
+    app.add_routes([web.post("/standin/delay", set_delay)])
+    return app
+
+
+async def serve(args: argparse.Namespace) -> None:
+    runner = web.AppRunner(build_app(args), handler_cancellation=True)
+    await runner.setup()
+    await web.UnixSite(runner, str(args.socket)).start()
+    os.chmod(args.socket, 0o600)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--socket", type=Path, required=True)
+    parser.add_argument("--canvas", type=int, required=True)
+    parser.add_argument("--vocab", type=int, required=True)
+    parser.add_argument("--log", type=Path, required=True)
+    parser.add_argument("--answer-ids", default="")
+    parser.add_argument("--delay-s", type=float, default=0.0)
+    asyncio.run(serve(parser.parse_args()))
