@@ -187,7 +187,8 @@ def render(report: dict[str, object]) -> str:
             f"model           {report['model_id'] or '(loading)'}",
             f"device          {report['device'] or '-'}",
             f"ready           {'yes' if report['ready'] else 'no'}",
-            f"uptime          {report['uptime_s']} s, {report['connections']} clients, {report['queued']} queued",
+            f"uptime          {report['uptime_s']} s, {report['connections']} clients, {report['queued']} queued, "
+            f"{report.get('in_flight', 0)} in flight",
             f"memory          {report['rss_mb']} MiB resident",
             f"denoising step  {report.get('compiled') or '-'}",
             f"replies         {report['replies'] or 'none yet'}",

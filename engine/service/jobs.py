@@ -149,6 +149,10 @@ class JobQueue:
             self._pending.append(None)
             self._condition.notify()
 
+    def in_flight(self) -> int:
+        """Requests the engine holds and has not answered: queued, or on the model thread. Call on the loop."""
+        return sum(1 for job in self._latest.values() if not job.future.done())
+
     def __len__(self) -> int:
         with self._condition:
             return sum(1 for job in self._pending if job is not None)

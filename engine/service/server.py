@@ -306,6 +306,7 @@ class EngineServer:
             uptime_s=round(time.monotonic() - self.replies.started, 1),
             connections=len(self._writers),
             queued=len(self.queue),
+            in_flight=self.queue.in_flight(),
             replies=dict(self.replies.counts),
             recent_ms_p50=round(self.replies.percentile(0.5), 1),
             recent_ms_p95=round(self.replies.percentile(0.95), 1),

@@ -344,6 +344,8 @@ class Stats:
     uptime_s: float
     connections: int
     queued: int
+    in_flight: int = 0
+    """Requests held and not yet answered: the queued ones and those on the model thread."""
     replies: dict[str, int] = attrs.field(factory=dict)
     """Replies sent, by stop reason or error code."""
     recent_ms_p50: float = 0.0

@@ -32,12 +32,15 @@ CURSOR = (1, 0)  # the start of the line after "def add(a, b):"
 
 
 @contextlib.asynccontextmanager
-async def lsp_session(isolated_env: Path, model_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
-    """The real language server on ``model_dir`` (it starts its engine), no debounce and no other files."""
+async def lsp_session(
+    isolated_env: Path, model_dir: Path, **settings: object
+) -> AsyncIterator[tuple[LanguageClient, Path]]:
+    """The real language server on ``model_dir`` (it starts its engine), no debounce and no other files; other
+    ``settings`` as the client sends them."""
     socket_path = isolated_env / "run" / "engine.sock"
     client = await start_client(
         server_command(socket_path, model_dir),
-        init_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0}},
+        init_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, **settings}},
     )
     try:
         yield client, socket_path

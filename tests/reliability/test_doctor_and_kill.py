@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from diffgemma_engine.shared import protocol
 from tests.e2e.test_lsp_engine import _engine_pid, _kill_engine
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.lsp import RawLsp, server_command
@@ -74,7 +75,20 @@ async def test_kill_9_with_requests_in_flight(isolated_env: Path, random_model_d
         await asyncio.sleep(1.0)  # the server's connection sees Ready
         for n, param in enumerate(params):
             lsp.request(100 + n, "textDocument/completion", param)
-        await asyncio.sleep(0.3)  # all three are now with the engine (256 steps take a second or more here)
+        # All three with the engine before it dies (a sleep was not enough beside two other test runs: a request
+        # still on its way went to the next engine instead, as an invoked one should, and took minutes there).
+        watcher = await RawClient.connect(socket_path)
+        try:
+            while True:
+                await watcher.send(protocol.GetStats(id="held"))
+                stats = await watcher.receive()
+                assert isinstance(stats, protocol.Stats), stats
+                if stats.in_flight == 3:
+                    break
+                assert asyncio.get_running_loop().time() < deadline, stats
+                await asyncio.sleep(0.05)
+        finally:
+            await watcher.close()
         old = _kill_engine(socket_path, signal.SIGKILL)
         assert old is not None
         replies = [await lsp.reply(100 + n, timeout=30) for n in range(3)]
