@@ -12,7 +12,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 from lsprotocol import types
@@ -119,9 +118,9 @@ class Completer:
         self.extra.take_edits(uri, self._text_of)
         extra = self.extra.for_request(uri, settings.extra_context_tokens * CHARS_PER_TOKEN)
         language_id = document.language_id or ""
-        answer = await self._ask(
-            uri,
-            not automatic,
+        request = protocol.Infill(
+            id="",  # the backend's next id, given when it is sent
+            uri=uri,
             prefix=context.prefix,
             suffix=context.suffix,
             extra=[protocol.Chunk(filename=chunk.name, text=chunk.text) for chunk in extra],
@@ -133,6 +132,7 @@ class Completer:
             scope=protocol.cursor_scope(context.prefix),
             candidates=candidates,
         )
+        answer = await self._ask(request, explicit=not automatic)
         current = self.open_document(uri)
         if answer is None or current is None or current.version != context.version:
             return []  # no answer, or the document changed while the model worked: the result is stale
@@ -155,15 +155,17 @@ class Completer:
         return self.latest.get(uri) is marker
 
     async def _ask(
-        self, uri: str, explicit: bool, **fields: Any
+        self, request: protocol.Infill, explicit: bool
     ) -> tuple[Backend, protocol.Infill, protocol.Result] | None:
-        """One infill for ``uri``, latest-wins: a newer request for ``uri`` cancels this one in the backend too.
-        The backend, the request as sent and its result; None when there is nothing to show. An ``explicit``
-        request (invoked by the user) waits for its answer past the deadline (``Backend.infill``)."""
+        """``request`` under the backend's next id, latest-wins per document: a newer request for its ``uri``
+        cancels this one in the backend too. The backend, the request as sent and its result; None when there is
+        nothing to show. An ``explicit`` request (invoked by the user) waits for its answer past the deadline
+        (``Backend.infill``)."""
         backend = self.backend()
         if backend is None:
             return None
-        request = protocol.Infill(id=backend.new_id(), uri=uri, **fields)
+        uri = request.uri
+        request = attrs.evolve(request, id=backend.new_id())
         started = time.perf_counter()
         call = asyncio.ensure_future(backend.infill(request, explicit=explicit))
         self.latest[uri] = call
