@@ -28,6 +28,7 @@ from .service.idle import parse_idle_exit  # light: the standard library
 from .service.jobs import DEFAULT_MAX_BATCH, DEFAULT_MAX_PENDING, JobQueue  # light, as the two below
 from .shared import protocol, socket_paths
 from .shared.logfile import setup_logging
+from .vllm.client import VllmServer  # light: the standard library
 
 COMPILE_CHOICES = ("on", "off")
 """The older ``serve --compile`` (``on``: ``--step compiled``), and the benchmarks' own ``--compile``."""
@@ -105,6 +106,8 @@ async def serve(args: argparse.Namespace) -> int:
         step_mode=StepMode(args.step),
         max_memory=args.max_memory,
         quantization=args.quantization,
+        vllm=vllm_server(args),
+        vllm_model=args.vllm_model,
     )
     worker.start()
     await server.serve_until_stopped()
@@ -239,6 +242,15 @@ def pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def vllm_server(args: argparse.Namespace) -> VllmServer | None:
+    """``serve --runtime vllm``'s server (None for the engine's own loop)."""
+    if args.runtime != "vllm":
+        return None
+    return VllmServer(
+        socket_path=args.vllm_socket, url=args.vllm_url, api_key=os.environ.get("DIFFGEMMA_VLLM_API_KEY", "")
+    )
+
+
 def default_step() -> str:
     """``serve --step``'s default: ``$DIFFGEMMA_STEP``; else compiled for the older ``$DIFFGEMMA_COMPILE=on``."""
     if step := os.environ.get("DIFFGEMMA_STEP"):
@@ -298,6 +310,16 @@ def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     serve_parser.add_argument(
         "--exist-ok", action="store_true", help="exit 0 (not 3) when another engine already serves the socket"
     )
+    serve_parser.add_argument(
+        "--runtime",
+        choices=("transformers", "vllm"),
+        default="transformers",
+        help="what runs the canvases: this process's own loop (transformers), or a vLLM server already listening "
+        "(vllm, with --vllm-socket or --vllm-url; the key from $DIFFGEMMA_VLLM_API_KEY)",
+    )
+    serve_parser.add_argument("--vllm-socket", type=Path, default=None, help="the Unix socket of `vllm serve --uds`")
+    serve_parser.add_argument("--vllm-url", default="", help="the URL of a vLLM server, e.g. http://127.0.0.1:8000")
+    serve_parser.add_argument("--vllm-model", default="", help="the served model's name (default: the one it serves)")
 
 
 def add_infill_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -392,6 +414,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "serve":
         args.step = step_mode_of(args, parser)
+        if args.runtime == "vllm" and (args.vllm_socket is None) == (not args.vllm_url):
+            parser.error("--runtime vllm needs one of --vllm-socket and --vllm-url")
     setup_logging(args.log_level, args.log_file, quiet=QUIET_LOGGERS)
     if args.command == "serve":
         if args.socket is None:

@@ -19,7 +19,9 @@ from ..loading.model import LoadedModel, load_model
 from ..loading.model_info import ModelInfo
 from ..request.batch import Row, compatible, run_batch
 from ..request.infill import Answer, check_request, prompt_ids, run_infill
+from ..request.on_vllm import run_on_vllm
 from ..shared import protocol
+from ..vllm.client import VllmError, VllmServer, wait_until_healthy
 from .jobs import DEFAULT_MAX_BATCH, Job, JobQueue
 
 logger = logging.getLogger(__name__)
@@ -33,6 +35,25 @@ def _release_device_memory(loaded: LoadedModel) -> None:
         torch.cuda.empty_cache()
     elif loaded.device.type == "mps":
         torch.mps.empty_cache()
+
+
+VLLM_WAIT_S = 600.0
+"""How long a starting engine waits for its vLLM server's ``/health``."""
+
+
+class VllmRequestError(EngineError):
+    """vLLM refused a request or could not be reached: the request's ``model_error``."""
+
+    CODE = protocol.ErrorCode.MODEL_ERROR
+
+
+def distinct_alternatives(answers: list[Answer]) -> list[str]:
+    """The texts of ``answers[1:]`` that differ from the first and from each other (empty ones left out)."""
+    alternatives: list[str] = []
+    for other in answers[1:]:
+        if other.text and other.text != answers[0].text and other.text not in alternatives:
+            alternatives.append(other.text)
+    return alternatives
 
 
 def batch_row(job: Job) -> Row:
@@ -58,8 +79,13 @@ class ModelWorker(threading.Thread):
         step_mode: StepMode = StepMode.EAGER,
         max_memory: str | None = None,
         quantization: str | None = None,
+        vllm: VllmServer | None = None,
+        vllm_model: str = "",
     ) -> None:
         super().__init__(name="diffgemma-model", daemon=True)
+        self.vllm = vllm
+        """``serve --runtime vllm``: the server that runs the canvases (None: this process's own loop)."""
+        self.vllm_model = vllm_model
         self.queue = queue
         self.model_dir = model_dir
         self.device = device
@@ -81,10 +107,19 @@ class ModelWorker(threading.Thread):
             self.loaded = load_model(
                 self.model_dir, self.device, self.dtype, max_memory=self.max_memory, quantization=self.quantization
             )
-            self._warm_up(self.loaded)
+            if self.vllm is None:
+                self._warm_up(self.loaded)
+            elif not wait_until_healthy(self.vllm, VLLM_WAIT_S):
+                raise VllmError(f"vLLM at {self.vllm.where()} did not answer /health within {VLLM_WAIT_S:.0f} s")
         except BaseException as exc:
             logger.exception("model load failed")
             self.on_failed(exc)
+            return
+        if self.vllm is not None:  # what clients and doctor see as the device: the runtime, its version, where
+            runtime = f"vllm {self.vllm.version() or '(version unknown)'} at {self.vllm.where()}"
+            logger.info("canvases run by %s", runtime)
+            self.on_loaded(attrs.evolve(self.loaded.info(), device=runtime))
+            self._serve_jobs(self.loaded)
             return
         if self.step_mode is StepMode.COMPILED:  # in the background: requests are served eagerly until it is done
             self.loaded.serving.step.start_compiling(warm_up=trace_serving_shapes)
@@ -95,12 +130,16 @@ class ModelWorker(threading.Thread):
             loaded.serving.loop = CapturedLoop(loaded.model, loaded.sampler, shapes)
             loaded.serving.loop.start()
         self.on_loaded(self.loaded.info())  # after compiling starts, so that no client sees "eager" meanwhile
+        self._serve_jobs(self.loaded)
+
+    def _serve_jobs(self, loaded: LoadedModel) -> None:
+        """Serve until the queue is closed: compatible jobs batched, each alone with vLLM (it batches its own)."""
         while (job := self.queue.take()) is not None:
-            batch = self._batch_for(self.loaded, job)
+            batch = self._batch_for(loaded, job) if self.vllm is None else [job]
             if len(batch) > 1:
-                self._serve_batch(self.loaded, batch)
+                self._serve_batch(loaded, batch)
             else:
-                self._serve(self.loaded, job)
+                self._serve(loaded, job)
 
     def _batch_for(self, loaded: LoadedModel, job: Job) -> list[Job]:
         """``job`` and the queued jobs that can share its decoder passes (up to ``max_batch``)."""
@@ -158,7 +197,9 @@ class ModelWorker(threading.Thread):
             job.resolve_threadsafe(self._result(job, "", job.cancel_reason, protocol.Timings()))
             return
         try:
-            if request.candidates > 1:
+            if self.vllm is not None:
+                (text, stop, timings), alternatives = self._run_on_vllm(loaded, job, self.vllm)
+            elif request.candidates > 1:
                 (text, stop, timings), alternatives = self._run_candidates(loaded, job)
             else:
                 text, stop, timings = self._run_with_memory_fallback(loaded, request, job)
@@ -192,6 +233,17 @@ class ModelWorker(threading.Thread):
         )
         job.resolve_threadsafe(self._result(job, text, stop, timings, alternatives))
 
+    def _run_on_vllm(self, loaded: LoadedModel, job: Job, server: VllmServer) -> tuple[Answer, list[str]]:
+        """The request run by vLLM: the first choice's answer and the other distinct ones. vLLM's refusal or
+        absence is the request's ``model_error``, with vLLM's message."""
+        deadline = job.deadline
+        time_left_ms = (deadline - time.monotonic()) * 1000.0 if deadline is not None else None
+        try:
+            answers = run_on_vllm(loaded, job.request, server, self.vllm_model, job.should_stop, time_left_ms)
+        except VllmError as exc:
+            raise VllmRequestError(str(exc)) from exc
+        return answers[0], distinct_alternatives(answers)
+
     def _run_candidates(self, loaded: LoadedModel, job: Job) -> tuple[Answer, list[str]]:
         """``candidates`` canvases for one prompt in one batch: the first row's answer and the other distinct ones.
         As many as the memory allows (``loaded.max_rows``); out of memory, half as many, down to one."""
@@ -210,12 +262,7 @@ class ModelWorker(threading.Thread):
                 count //= 2
         else:
             return self._run_with_memory_fallback(loaded, job.request, job), []
-        first = rows[0]
-        alternatives: list[str] = []
-        for other in rows[1:]:
-            if other.text and other.text != first.text and other.text not in alternatives:
-                alternatives.append(other.text)
-        return first, alternatives
+        return rows[0], distinct_alternatives(rows)
 
     @staticmethod
     def _run_with_memory_fallback(loaded: LoadedModel, request: protocol.Infill, job: Job) -> Answer:

@@ -151,8 +151,11 @@ class VllmServer:
             return False
 
     def version(self) -> str:
-        """vLLM's version (``/version``), or "" when it does not say."""
-        _, reply, _ = self.request("GET", "/version")
+        """vLLM's version (``/version``), or "" when it does not say or cannot be asked."""
+        try:
+            _, reply, _ = self.request("GET", "/version")
+        except VllmError:
+            return ""
         return str(reply.get("version", "")) if isinstance(reply, dict) else ""
 
 

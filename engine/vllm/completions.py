@@ -49,7 +49,8 @@ def vllm_seed(seed: int) -> int:
 
 
 def completion_body(ask: CanvasAsk, *, model: str, served_canvas: int) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/completions`` for ``ask``, served by vLLM at ``served_canvas`` wide."""
+    """The JSON body of ``POST /v1/completions`` for ``ask``, served by vLLM at ``served_canvas`` wide, for
+    ``model`` (the served model's name; "" for the one it serves)."""
     xargs: dict[str, Any] = {"diffusion_max_steps": ask.steps}
     if ask.canvas_length != served_canvas:
         xargs["diffusion_canvas_length"] = ask.canvas_length
@@ -58,7 +59,6 @@ def completion_body(ask: CanvasAsk, *, model: str, served_canvas: int) -> dict[s
         if ask.held:
             xargs["diffusion_pinned"] = list(ask.held)
     body: dict[str, Any] = {
-        "model": model,
         "prompt": list(ask.prompt_ids),
         "max_tokens": ask.canvas_length,
         "n": ask.candidates,
@@ -66,6 +66,8 @@ def completion_body(ask: CanvasAsk, *, model: str, served_canvas: int) -> dict[s
         "skip_special_tokens": False,
         "vllm_xargs": xargs,
     }
+    if model:  # else the one model the server serves
+        body["model"] = model
     if ask.seed is not None:
         body["seed"] = vllm_seed(ask.seed)
     return body

@@ -49,7 +49,8 @@ def standin(vllm_python: Path, shipped: LoadedModel) -> Iterator[tuple[VllmServe
 
 
 def _requests(log: Path) -> list[dict]:
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    """The requests the server answered, refused or dropped (not the notes of their arrival)."""
+    return [entry for line in log.read_text().splitlines() if "ok" in (entry := json.loads(line))]
 
 
 def _infill(**fields: object) -> protocol.Infill:
@@ -115,3 +116,15 @@ def test_a_socket_others_can_reach_is_refused_before_anything_is_sent(tmp_path: 
         VllmServer(socket_path=folder / "vllm.sock").complete({"prompt": [1]})
     assert not VllmServer(socket_path=folder / "vllm.sock").healthy()
     assert sys.platform.startswith("linux")
+
+
+@pytest.mark.parametrize(
+    "flags", [[], ["--vllm-socket", "/tmp/a.sock", "--vllm-url", "http://127.0.0.1:8000"]], ids=["none", "both"]
+)
+def test_serve_runtime_vllm_names_exactly_one_server(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from diffgemma_engine.__main__ import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--runtime", "vllm", *flags])
+    assert exited.value.code == 2
+    assert "--runtime vllm needs one of --vllm-socket and --vllm-url" in capsys.readouterr().err

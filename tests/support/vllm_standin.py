@@ -3,9 +3,10 @@ vLLM venv (tests/support/vllm_env.py), it listens on a Unix socket as ``vllm ser
 validates every ``/v1/completions`` request with vLLM 0.33's own code (``CompletionRequest``,
 ``to_sampling_params``, ``validate_diffusion_sampling_params`` at ``--canvas`` and ``--vocab``), refuses what vLLM
 refuses in vLLM's error shape, and answers with vLLM's own ``CompletionResponse``: each choice's ids are the
-request's seed canvas (a rewrite) or ``--answer-ids``, after ``--delay-s`` (``POST /standin/delay`` changes it).
-Every request is logged to ``--log`` (JSON lines) with its verdict and whether its client went away before the
-answer (vLLM then aborts it).
+request's seed canvas (a rewrite, unless ``--no-seed-echo``) or ``--answer-ids``, after ``--delay-s``
+(``POST /standin/delay`` changes it).
+Every request is logged to ``--log`` (JSON lines) when it arrives valid, then with its verdict and whether its
+client went away before the answer (vLLM then aborts it).
 
     python vllm_standin.py --socket PATH --canvas 256 --vocab 262144 --log FILE [--answer-ids 5,6,1] [--delay-s S]
 """
@@ -48,12 +49,14 @@ def build_app(args: argparse.Namespace) -> web.Application:
             _log(args.log, {"body": body, "ok": False, "error": str(exc)})
             error = {"message": str(exc), "type": "BadRequestError", "param": None, "code": 400}
             return web.json_response({"error": error}, status=400)
+        _log(args.log, {"arrived": True, "n": params.n})
         try:
             await asyncio.sleep(args.delay_s)
         except asyncio.CancelledError:
             _log(args.log, {"body": body, "ok": True, "aborted": True})
             raise
-        ids = list(params.extra_args.get("diffusion_seed_canvas") or answer_ids)
+        seed_canvas = params.extra_args.get("diffusion_seed_canvas") if args.seed_echo else None
+        ids = list(seed_canvas or answer_ids)
         choices = [
             CompletionResponseChoice(index=index, text="", finish_reason="stop", token_ids=ids)
             for index in range(params.n)
@@ -101,4 +104,5 @@ if __name__ == "__main__":
     parser.add_argument("--log", type=Path, required=True)
     parser.add_argument("--answer-ids", default="")
     parser.add_argument("--delay-s", type=float, default=0.0)
+    parser.add_argument("--seed-echo", action=argparse.BooleanOptionalAction, default=True)
     asyncio.run(serve(parser.parse_args()))

@@ -1,0 +1,67 @@
+"""One request run by a vLLM server (``serve --runtime vllm``): laid out by the engine as its own loop would run it
+(``canvas_ask``), sent to vLLM, and each choice cut at its end and decoded as a canvas row is (``infill.finish_row``).
+
+A cancel or a newer request for the document closes the connection, and vLLM aborts the request. A deadline is a
+step budget sent ahead (``diffusion_max_steps``), not a stop on the way: vLLM runs what it was asked. The step clock
+learns vLLM's time per step, so that the next deadline's budget is vLLM's."""
+
+from __future__ import annotations
+
+import time
+
+from ..canvas.loop import StopCheck
+from ..loading.model import LoadedModel
+from ..shared import protocol
+from ..vllm.client import VllmServer
+from ..vllm.completions import completion_body, read_reply
+from .canvas_ask import canvas_ask
+from .infill import Answer, finish_row
+
+STOPS_ON_THE_WAY = (protocol.StopReason.CANCELLED.value, protocol.StopReason.SUPERSEDED.value)
+
+
+def run_on_vllm(
+    loaded: LoadedModel,
+    request: protocol.Infill,
+    server: VllmServer,
+    model_name: str,
+    should_stop: StopCheck | None = None,
+    time_left_ms: float | None = None,
+) -> list[Answer]:
+    """The answer of each of the request's candidates, in order (one, empty, when it was cancelled or superseded)."""
+    ask, laid = canvas_ask(loaded, request, time_left_ms)
+    body = completion_body(ask, model=model_name, served_canvas=loaded.canvas_length)
+
+    def cancelled() -> str | None:
+        reason = should_stop() if should_stop is not None else None
+        return reason if reason in STOPS_ON_THE_WAY else None
+
+    started = time.perf_counter()
+    reply, stopped = server.complete(body, cancelled)
+    denoise_ms = (time.perf_counter() - started) * 1000.0
+    if stopped is not None:
+        timings = protocol.Timings(tokenize_ms=round(laid.tokenize_ms, 3), denoise_ms=round(denoise_ms, 3))
+        return [Answer("", protocol.StopReason(stopped), timings)]
+    answer = read_reply(reply, ask.candidates)
+    loaded.serving.clock.observe(ask.canvas_length, 0.0, denoise_ms, ask.steps)
+    held_until = laid.row.held_until if laid.row is not None else 0
+    end = min(loaded.eos_ids) if loaded.eos_ids else None
+    answers = []
+    for choice in answer.choices:
+        ids = choice.token_ids
+        if not choice.finished_by_length and end is not None and not set(ids) & loaded.eos_ids:
+            ids = [*ids, end]  # vLLM stopped on an end-of-sequence it did not return
+        answers.append(
+            finish_row(
+                loaded,
+                ids,
+                None,
+                held_until,
+                tokenize_ms=laid.tokenize_ms,
+                denoise_ms=denoise_ms,
+                steps=ask.steps,
+                prompt_tokens=answer.prompt_tokens,
+                cached_tokens=answer.cached_tokens,
+            )
+        )
+    return answers
