@@ -240,30 +240,18 @@ def load_model(
         quantized = quantize_check.verify_quantized(model, settings.method)
         logger.info("%s", quantized.summary())
     torch_device = execution_device(model)  # the map's first accelerator: where inputs and caches go
-    eos_ids, pad_id, sampler = _generation_of(model, tokenizer)
     max_prompt_tokens = min(max_prompt_tokens, hints.get("max_prompt_tokens", max_prompt_tokens))
-    line_canvas_length = hints.get("line_canvas_length")
     limits = serving_limits(model, torch_device, torch_dtype, max_prompt_tokens)
-    try:
-        layout = layout_for(tokenizer, chat_order=hints.get("chat_order", SUFFIX_FIRST))
-    except ValueError as exc:  # no FIM tokens and no usable chat template
-        raise ModelLoadError(f"cannot lay out prompts for the checkpoint in {folder}: {exc}") from exc
-    model_id = socket_paths.model_identity(str(model_dir)) if model_dir is not None else "default"  # hub id as is
-    loaded = LoadedModel(
-        model=model,
-        tokenizer=tokenizer,
-        model_id=model_id,
+    loaded = _assemble(
+        folder,
+        model_dir,
+        tokenizer,
+        model,
+        hints,
+        max_prompt_tokens,
+        start,
         device=torch_device,
-        layout=layout,
-        eos_ids=eos_ids,
-        pad_id=pad_id,
-        canvas_length=canvas_length_of(model.config),
-        sampler=sampler,
-        max_prompt_tokens=max_prompt_tokens,
-        load_ms=(time.perf_counter() - start) * 1000.0,
         prefix_cache=PrefixCache(model, slots=limits.cache_slots),
-        line_canvas_length=int(line_canvas_length) if line_canvas_length else None,
-        min_steps=int(hints.get("min_steps", 0)),
         max_rows=limits.rows,
         quantized=quantized,
     )
@@ -274,12 +262,85 @@ def load_model(
         torch_dtype,
         loaded.layout.name.value,
         loaded.canvas_length,
-        sampler.max_steps,
+        loaded.sampler.max_steps,
         loaded.min_steps,
         loaded.load_ms,
     )
     logger.info("memory left after loading: up to %d cached prompts, %d canvas rows at once", *attrs.astuple(limits))
     return loaded
+
+
+def load_facts(model_dir: str | Path | None, max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS) -> LoadedModel:
+    """What a runtime that holds the weights elsewhere (``serve --runtime vllm``) needs of a checkpoint: its
+    tokenizer, config, schedule, end ids, prompt layout and hints, checked as ``load_model`` checks them, with the
+    model built on the meta device: no weight is read, placed or kept (the release's 52 GB stay with vLLM)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoConfig, AutoTokenizer, DiffusionGemmaForBlockDiffusion
+
+    folder = hub.checkpoint_folder(model_dir)
+    _, hints = _checked_folder(folder)
+    start = time.perf_counter()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        with torch.device("meta"):
+            model = DiffusionGemmaForBlockDiffusion(config)
+        model.generation_config = type(model).generation_config_class.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot read the checkpoint in {folder}: {exc}") from exc
+    max_prompt_tokens = min(max_prompt_tokens, hints.get("max_prompt_tokens", max_prompt_tokens))
+    # the CPU: where a rewrite's start canvas is renoised (``request.canvas_ask``); nothing runs on the meta model
+    loaded = _assemble(folder, model_dir, tokenizer, model, hints, max_prompt_tokens, start, device=torch.device("cpu"))
+    logger.info(
+        "read %s: tokenizer, config and schedule, no weights (layout %s, canvas %d, %d steps)",
+        _load_name(folder, loaded.model_id),
+        loaded.layout.name.value,
+        loaded.canvas_length,
+        loaded.sampler.max_steps,
+    )
+    return loaded
+
+
+def _assemble(
+    folder: Path,
+    model_dir: str | Path | None,
+    tokenizer: PreTrainedTokenizerBase,
+    model: DiffusionGemmaForBlockDiffusion,
+    hints: dict[str, Any],
+    max_prompt_tokens: int,
+    start: float,
+    device: torch.device,
+    prefix_cache: PrefixCache | None = None,
+    max_rows: int = 1,
+    quantized: quantize_check.QuantizedReport | None = None,
+) -> LoadedModel:
+    """The ``LoadedModel`` of a checkpoint read from ``folder``, with inputs going to ``device``: its schedule and
+    end ids checked, its prompt layout, its hints."""
+    eos_ids, pad_id, sampler = _generation_of(model, tokenizer)
+    line_canvas_length = hints.get("line_canvas_length")
+    try:
+        layout = layout_for(tokenizer, chat_order=hints.get("chat_order", SUFFIX_FIRST))
+    except ValueError as exc:  # no FIM tokens and no usable chat template
+        raise ModelLoadError(f"cannot lay out prompts for the checkpoint in {folder}: {exc}") from exc
+    model_id = socket_paths.model_identity(str(model_dir)) if model_dir is not None else "default"  # hub id as is
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        model_id=model_id,
+        device=device,
+        layout=layout,
+        eos_ids=eos_ids,
+        pad_id=pad_id,
+        canvas_length=canvas_length_of(model.config),
+        sampler=sampler,
+        max_prompt_tokens=max_prompt_tokens,
+        load_ms=(time.perf_counter() - start) * 1000.0,
+        line_canvas_length=int(line_canvas_length) if line_canvas_length else None,
+        min_steps=int(hints.get("min_steps", 0)),
+        max_rows=max_rows,
+        prefix_cache=prefix_cache,
+        quantized=quantized,
+    )
 
 
 def _generation_of(

@@ -15,7 +15,7 @@ from ..canvas.captured import CapturedLoop, serving_shapes
 from ..canvas.step_mode import StepMode
 from ..canvas.warmup import trace_serving_shapes
 from ..errors import EngineError, describe
-from ..loading.model import LoadedModel, load_model
+from ..loading.model import LoadedModel, load_facts, load_model
 from ..loading.model_info import ModelInfo
 from ..request.batch import Row, compatible, run_batch
 from ..request.infill import Answer, check_request, prompt_ids, run_infill
@@ -104,9 +104,12 @@ class ModelWorker(threading.Thread):
         if self.threads:
             torch.set_num_threads(self.threads)
         try:
-            self.loaded = load_model(
-                self.model_dir, self.device, self.dtype, max_memory=self.max_memory, quantization=self.quantization
-            )
+            if self.vllm is None:
+                self.loaded = load_model(
+                    self.model_dir, self.device, self.dtype, max_memory=self.max_memory, quantization=self.quantization
+                )
+            else:  # the weights are vLLM's: the engine reads the rest
+                self.loaded = load_facts(self.model_dir)
             if self.vllm is None:
                 self._warm_up(self.loaded)
             elif not wait_until_healthy(self.vllm, VLLM_WAIT_S):

@@ -131,6 +131,7 @@ async def test_completions_and_a_rewrite_run_on_vllm(
     assert [entry["body"]["n"] for entry in sent] == [1, 3, 1]
     assert "diffusion_seed_canvas" in sent[2]["extra_args"]  # the rewrite started from the selection
     assert f"canvases run by vllm 0.33.0 at {vllm_socket[0].socket_path}" in engine.log()
+    assert "tokenizer, config and schedule, no weights" in engine.log()  # the weights are vLLM's alone
     command = [sys.executable, "-m", "diffgemma_lsp", "doctor", "--engine-socket", str(engine.socket_path), "--json"]
     doctor = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE)
     out, _ = await asyncio.wait_for(doctor.communicate(), 120)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from diffgemma_engine.canvas.start import start_step
-from diffgemma_engine.loading.model import LoadedModel, load_model
+from diffgemma_engine.loading.model import LoadedModel, load_facts, load_model
 from diffgemma_engine.request.canvas_ask import canvas_ask
 from diffgemma_engine.shared import protocol
 from diffgemma_engine.vllm.completions import CanvasAsk, completion_body, read_reply
@@ -146,3 +146,19 @@ def test_a_reply_built_by_vllm_is_read_in_order_with_its_cached_share(vllm: Vllm
     assert [choice.token_ids for choice in reply.choices] == [[5, 6, 1], [7, 8]]
     assert [choice.finished_by_length for choice in reply.choices] == [False, True]
     assert (reply.prompt_tokens, reply.cached_tokens) == (40, 32)
+
+
+def test_the_facts_alone_lay_out_the_same_requests(release: LoadedModel, release_random_dir: Path) -> None:
+    """``serve --runtime vllm`` reads the checkpoint without its weights (``load_facts``: the model on the meta
+    device) and asks vLLM exactly what the loaded model would have: a completion and a seeded rewrite."""
+    facts = load_facts(release_random_dir)
+    assert {parameter.device.type for parameter in facts.model.parameters()} == {"meta"}
+    assert (facts.canvas_length, facts.sampler, facts.eos_ids, facts.layout.name) == (
+        release.canvas_length,
+        release.sampler,
+        release.eos_ids,
+        release.layout.name,
+    )
+    rewrite = _infill(start=[protocol.StartSegment(text="    return totl\n")], strength=0.5, seed=11)
+    for request in (_infill(), rewrite):
+        assert canvas_ask(facts, request)[0] == canvas_ask(release, request)[0]
