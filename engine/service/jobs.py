@@ -55,6 +55,11 @@ class Job:
             return protocol.StopReason.DEADLINE.value
         return None
 
+    def time_left_ms(self) -> float | None:
+        """What remains of the request's deadline, in ms (None: it has none). Read on the model thread."""
+        deadline = self.deadline
+        return (deadline - time.monotonic()) * 1000.0 if deadline is not None else None
+
     def queue_ms(self) -> float:
         """Time from arrival to the start of work (or to now)."""
         return ((self.started or time.monotonic()) - self.arrived) * 1000.0

@@ -108,12 +108,11 @@ class ModelWorker(threading.Thread):
                 self.loaded = load_model(
                     self.model_dir, self.device, self.dtype, max_memory=self.max_memory, quantization=self.quantization
                 )
+                self._warm_up(self.loaded)
             else:  # the weights are vLLM's: the engine reads the rest
                 self.loaded = load_facts(self.model_dir)
-            if self.vllm is None:
-                self._warm_up(self.loaded)
-            elif not wait_until_healthy(self.vllm, VLLM_WAIT_S):
-                raise VllmError(f"vLLM at {self.vllm.where()} did not answer /health within {VLLM_WAIT_S:.0f} s")
+                if not wait_until_healthy(self.vllm, VLLM_WAIT_S):
+                    raise VllmError(f"vLLM at {self.vllm.where()} did not answer /health within {VLLM_WAIT_S:.0f} s")
         except BaseException as exc:
             logger.exception("model load failed")
             self.on_failed(exc)
@@ -239,10 +238,8 @@ class ModelWorker(threading.Thread):
     def _run_on_vllm(self, loaded: LoadedModel, job: Job, server: VllmServer) -> tuple[Answer, list[str]]:
         """The request run by vLLM: the first choice's answer and the other distinct ones. vLLM's refusal or
         absence is the request's ``model_error``, with vLLM's message."""
-        deadline = job.deadline
-        time_left_ms = (deadline - time.monotonic()) * 1000.0 if deadline is not None else None
         try:
-            answers = run_on_vllm(loaded, job.request, server, self.vllm_model, job.should_stop, time_left_ms)
+            answers = run_on_vllm(loaded, job.request, server, self.vllm_model, job.should_stop, job.time_left_ms())
         except VllmError as exc:
             raise VllmRequestError(str(exc)) from exc
         return answers[0], distinct_alternatives(answers)
@@ -276,8 +273,7 @@ class ModelWorker(threading.Thread):
         cache_dropped = False
         while True:
             try:
-                deadline = job.deadline
-                time_left_ms = (deadline - time.monotonic()) * 1000.0 if deadline is not None else None
+                time_left_ms = job.time_left_ms()
                 return run_infill(loaded, request, job.should_stop, cache_key=job.key, time_left_ms=time_left_ms)
             except torch.OutOfMemoryError as exc:
                 _release_device_memory(loaded)
