@@ -81,7 +81,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
     socket_path = runtime / "engine.sock"
     engine_command = [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning"]
     engine_command += ["serve", "--socket", str(socket_path)]
-    engine_command += ["--step", "compiled" if args.compile == "on" else "eager"]
+    engine_command += ["--step", "compiled" if args.compile == "on" else "eager", "--runtime", args.runtime]
     model = with_chat_order(args.model, args.chat_order, runtime) if args.chat_order else args.model
     if model:
         engine_command += ["--model", str(model)]
@@ -161,6 +161,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
     overhead = [total - own for total, own in zip(latencies, engine_ms, strict=True)]
     return {
         "model": str(args.model or "default"),
+        "runtime": args.runtime,
         "requests": len(latencies),
         "engine_step": engine_step,
         "p50_ms": round(percentile(latencies, 0.50), 1),
@@ -188,6 +189,12 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=len(SOURCES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--chat-order", choices=("suffix_first", "in_place"), default=None)
+    parser.add_argument(
+        "--runtime",
+        choices=("transformers", "vllm", "auto"),
+        default="transformers",
+        help="the engine's --runtime (vllm: the vllm on PATH runs the canvases; default: the engine's own loop)",
+    )
     add_compile_argument(parser)
     parser.add_argument("--out", type=Path, default=RESULTS / "keystroke_replay.json")
     args = parser.parse_args()

@@ -159,6 +159,9 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
         if not stats.ready:
             report["problem"] = "the model is still loading" if not stats.last_error else stats.last_error
             status = 1
+        elif stats.runtime_state and stats.runtime_state != protocol.RUNTIME_HEALTHY:
+            report["problem"] = f"vLLM, which runs the canvases: {stats.runtime_state}"
+            status = 1
         elif probe:
             infill = protocol.Infill(id="probe", uri="doctor://probe", prefix="def add(a, b):\n", seed=0)
             result = await ask(infill, "probe")
@@ -186,6 +189,7 @@ def render(report: dict[str, object]) -> str:
         lines += [
             f"model           {report['model_id'] or '(loading)'}",
             f"device          {report['device'] or '-'}",
+            *([f"runtime state   {report['runtime_state']}"] if report.get("runtime_state") else []),
             f"ready           {'yes' if report['ready'] else 'no'}",
             f"uptime          {report['uptime_s']} s, {report['connections']} clients, {report['queued']} queued, "
             f"{report.get('in_flight', 0)} in flight",

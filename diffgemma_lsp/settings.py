@@ -48,6 +48,8 @@ def _share(_: object, attribute: attrs.Attribute[float], value: float) -> None:
         raise ValueError(f"{attribute.name} must be above 0 and at most 1, got {value}")
 
 
+RUNTIMES = ("auto", "transformers", "vllm")
+"""The engine's --runtime choices."""
 QUANTIZATIONS = ("", *protocol.QUANTIZATION_CHOICES)
 """The engine's --quantization choices ("": not given, the checkpoint's own)."""
 MAX_CONTEXT_TOKENS = 262_144
@@ -68,6 +70,12 @@ class Settings:
     GPUs offload the rest)."""
     quantization: str = attrs.field(default="", validator=attrs.validators.in_(QUANTIZATIONS))
     """Weights of an engine this server starts: "" (the checkpoint's own), none, int8 (torchao) or fp8 (CUDA 8.9+)."""
+    runtime: str = attrs.field(default="auto", validator=attrs.validators.in_(RUNTIMES))
+    """What runs the canvases in an engine this server starts: auto (vLLM where there is a CUDA device and a
+    ``vllm`` to run, else the engine's own loop), transformers (the engine's own loop), vllm."""
+    vllm_command: str = attrs.field(default="", validator=lambda _, __, value: _check_executable(value))
+    """With runtime auto or vllm: the ``vllm`` executable of a vLLM installation, as an absolute path ("": ``vllm``
+    on PATH)."""
     engine_idle_exit_minutes: int | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
     """An engine this server starts exits after this many minutes without clients; 0: never; None (null): by what
     reloading costs, 15 minutes for a model that loads in 10 s or less, 8 hours for a slower one."""
@@ -112,7 +120,7 @@ class Settings:
         """What identifies the backend: when it changes, the server connects anew (to another engine, when the
         model or device changed: each (model, device) has its own engine)."""
         if self.backend == "engine":
-            return (self.backend, self.model or "", self.device, self.quantization)
+            return (self.backend, self.model or "", self.device, self.quantization, self.runtime, self.vllm_command)
         return (self.backend, self.openai_url, self.openai_model, self.openai_api_key_env, self.openai_prompt_format)
 
 
@@ -124,6 +132,12 @@ def _check_model(value: str | None) -> None:
     raise ValueError(
         f"expected a checkpoint folder or a hub id (owner/name, e.g. google/diffusiongemma-26B-A4B-it), got {value!r}"
     )
+
+
+def _check_executable(value: str) -> None:
+    """An absolute path (or ``~``): a relative one would be found from wherever the editor started the server."""
+    if value and not os.path.isabs(os.path.expanduser(value)):
+        raise ValueError(f"expected the absolute path of the vllm executable, got {value!r}")
 
 
 def _check_url(value: str) -> None:

@@ -26,9 +26,9 @@ from .canvas.step_mode import STEP_MODES, StepMode  # light: the standard librar
 from .loading.plan import DEFAULT_PROMPT_TOKENS, PRECISIONS  # light: attrs and the standard library
 from .service.idle import parse_idle_exit  # light: the standard library
 from .service.jobs import DEFAULT_MAX_BATCH, DEFAULT_MAX_PENDING, JobQueue  # light, as the two below
+from .service.runtime_choice import Runtime, RuntimeChoice, RuntimeRefused, ServeOptions, choose_runtime
 from .shared import protocol, socket_paths
 from .shared.logfile import setup_logging
-from .vllm.client import VllmServer  # light: the standard library
 
 COMPILE_CHOICES = ("on", "off")
 """The older ``serve --compile`` (``on``: ``--step compiled``), and the benchmarks' own ``--compile``."""
@@ -77,8 +77,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
 
-async def serve(args: argparse.Namespace) -> int:
-    """Listen on the socket, load the model on the model thread, serve until stopped."""
+async def serve(args: argparse.Namespace, runtime: RuntimeChoice) -> int:
+    """Listen on the socket, load the model on the model thread (or start the vLLM that holds it), serve until
+    stopped."""
     from .service.server import EngineServer
     from .service.socket_file import AlreadyRunningError
     from .service.worker import ModelWorker
@@ -106,15 +107,17 @@ async def serve(args: argparse.Namespace) -> int:
         step_mode=StepMode(args.step),
         max_memory=args.max_memory,
         quantization=args.quantization,
-        vllm=vllm_server(args),
-        vllm_model=args.vllm_model,
+        vllm=runtime.vllm,
     )
+    server.runtime_state = worker.runtime_state
+    logging.getLogger("diffgemma_engine").info("canvases run by %s", runtime.reason)
     worker.start()
     await server.serve_until_stopped()
     queue.close()
     # Let the model thread end its last job and return before the interpreter shuts down: a daemon thread still
     # inside torch while the process finalizes can abort it (SIGABRT) instead of a clean exit.
     await asyncio.to_thread(worker.join, WORKER_EXIT_TIMEOUT_S)
+    await asyncio.to_thread(worker.stop_runtime)
     return 1 if server.load_error else 0
 
 
@@ -242,13 +245,26 @@ def pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def vllm_server(args: argparse.Namespace) -> VllmServer | None:
-    """``serve --runtime vllm``'s server (None for the engine's own loop)."""
-    if args.runtime != "vllm":
-        return None
-    return VllmServer(
-        socket_path=args.vllm_socket, url=args.vllm_url, api_key=os.environ.get("DIFFGEMMA_VLLM_API_KEY", "")
+def runtime_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RuntimeChoice:
+    """What runs ``serve``'s canvases (``diffgemma_engine.service.runtime_choice``); its refusal is the parser's."""
+    options = ServeOptions(
+        runtime=Runtime(args.runtime),
+        engine_socket=args.socket,
+        device=args.device,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        max_memory=args.max_memory,
+        step=args.step,
+        vllm_command=args.vllm_command,
+        vllm_socket=args.vllm_socket,
+        vllm_url=args.vllm_url,
+        vllm_model=args.vllm_model,
+        api_key=os.environ.get("DIFFGEMMA_VLLM_API_KEY", ""),
     )
+    try:
+        return choose_runtime(options)
+    except RuntimeRefused as exc:
+        parser.error(str(exc))
 
 
 def default_step() -> str:
@@ -312,10 +328,15 @@ def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
     serve_parser.add_argument(
         "--runtime",
-        choices=("transformers", "vllm"),
-        default="transformers",
-        help="what runs the canvases: this process's own loop (transformers), or a vLLM server already listening "
-        "(vllm, with --vllm-socket or --vllm-url; the key from $DIFFGEMMA_VLLM_API_KEY)",
+        choices=[runtime.value for runtime in Runtime],
+        default=os.environ.get("DIFFGEMMA_RUNTIME", Runtime.AUTO.value),
+        help="what runs the canvases: this process's own loop (transformers); vLLM (vllm: one the engine starts "
+        "with --vllm-command or the vllm on PATH, or one already listening at --vllm-socket or --vllm-url, the "
+        "key from $DIFFGEMMA_VLLM_API_KEY); auto: vLLM where there is a CUDA device and a vllm to run, else the "
+        "own loop (default: $DIFFGEMMA_RUNTIME, else auto)",
+    )
+    serve_parser.add_argument(
+        "--vllm-command", default="", help="the vllm executable of a vLLM installation (default: vllm on PATH)"
     )
     serve_parser.add_argument("--vllm-socket", type=Path, default=None, help="the Unix socket of `vllm serve --uds`")
     serve_parser.add_argument("--vllm-url", default="", help="the URL of a vLLM server, e.g. http://127.0.0.1:8000")
@@ -414,13 +435,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "serve":
         args.step = step_mode_of(args, parser)
-        if args.runtime == "vllm" and (args.vllm_socket is None) == (not args.vllm_url):
-            parser.error("--runtime vllm needs one of --vllm-socket and --vllm-url")
-    setup_logging(args.log_level, args.log_file, quiet=QUIET_LOGGERS)
-    if args.command == "serve":
         if args.socket is None:
             args.socket = socket_paths.default_socket_path()
-        sys.exit(asyncio.run(serve(args)))
+        if args.runtime not in [runtime.value for runtime in Runtime]:  # a default read from the environment
+            parser.error(f"$DIFFGEMMA_RUNTIME must be one of transformers, vllm, auto, not {args.runtime!r}")
+        runtime = runtime_of(args, parser)
+    setup_logging(args.log_level, args.log_file, quiet=QUIET_LOGGERS)
+    if args.command == "serve":
+        sys.exit(asyncio.run(serve(args, runtime)))
     if args.command == "plan":
         sys.exit(plan(args))
     if args.command == "pull":

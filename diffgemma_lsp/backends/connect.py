@@ -37,15 +37,8 @@ def engine_log_path() -> Path:
     return base / "diffgemma" / "engine.log"
 
 
-def engine_command(
-    socket_path: Path,
-    model: str | None,
-    device: str,
-    log_path: Path | None = None,
-    quantization: str = "",
-    idle_exit_minutes: int | None = None,
-) -> list[str]:
-    """The command line of an engine for ``socket_path`` (``idle_exit_minutes``: the setting, None for auto)."""
+def engine_command(socket_path: Path, engine: EngineSettings, log_path: Path | None = None) -> list[str]:
+    """The command line of an engine for ``socket_path`` started with ``engine``'s settings."""
     command = [
         sys.executable,
         "-m",
@@ -56,15 +49,19 @@ def engine_command(
         "--socket",
         str(socket_path),
         "--device",
-        device,
+        engine.device,
         "--idle-exit",
-        idle_exit_argument(idle_exit_minutes),
+        idle_exit_argument(engine.idle_exit_minutes),
         "--exist-ok",
+        "--runtime",
+        engine.runtime,
     ]
-    if model:
-        command += ["--model", os.path.expanduser(model)]  # a folder, or a hub id as written
-    if quantization:
-        command += ["--quantization", quantization]
+    if engine.model:
+        command += ["--model", os.path.expanduser(engine.model)]  # a folder, or a hub id as written
+    if engine.quantization:
+        command += ["--quantization", engine.quantization]
+    if engine.vllm_command:
+        command += ["--vllm-command", os.path.expanduser(engine.vllm_command)]
     return command
 
 
@@ -115,13 +112,38 @@ class StartedEngine:
         return f"the engine exited with status {status} (no output; see {self.folder})"
 
 
-def spawn_engine(
-    socket_path: Path, model: str | None, device: str, quantization: str = "", idle_exit_minutes: int | None = None
-) -> StartedEngine:
+@attrs.frozen(kw_only=True)
+class EngineSettings:
+    """What an engine this server starts is started with (the settings of the same names)."""
+
+    model: str | None = None
+    device: str = "auto"
+    quantization: str = ""
+    idle_exit_minutes: int | None = None
+    runtime: str = "auto"
+    vllm_command: str = ""
+
+    @classmethod
+    def of(cls, settings: Settings) -> EngineSettings:
+        return cls(
+            model=settings.model,
+            device=settings.device,
+            quantization=settings.quantization,
+            idle_exit_minutes=settings.engine_idle_exit_minutes,
+            runtime=settings.runtime,
+            vllm_command=settings.vllm_command,
+        )
+
+    def socket_path(self) -> Path:
+        """The socket of the engine that serves these settings."""
+        return socket_paths.socket_path_for(self.model, self.device, self.quantization, self.runtime, self.vllm_command)
+
+
+def spawn_engine(socket_path: Path, engine: EngineSettings) -> StartedEngine:
     """Start an engine in its own session; its stdout never reaches the LSP's stdout, and its error output goes
     to ``engine.stderr`` beside its log (read by ``StartedEngine.exit_reason`` if it exits before serving)."""
     folder = _log_folder()
-    command = engine_command(socket_path, model, device, folder / "engine.log", quantization, idle_exit_minutes)
+    command = engine_command(socket_path, engine, folder / "engine.log")
     logger.info("starting engine: %s", " ".join(command))
     stderr = os.open(folder / STDERR_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -140,20 +162,16 @@ def spawn_engine(
 
 def local_backend(
     engine_socket: Path | None,
-    model: str | None,
-    device: str,
-    quantization: str,
+    engine: EngineSettings,
     on_state: StateListener | None,
     client_name: str = "diffgemma-lsp",
-    idle_exit_minutes: int | None = None,
 ) -> EngineClient:
-    """A started client of the engine on ``engine_socket`` (None: the one for ``model``, ``device`` and
-    ``quantization``), which starts that engine when none runs there (exiting after ``idle_exit_minutes`` without
-    clients; None: by what reloading costs)."""
-    socket_path = engine_socket or socket_paths.socket_path_for(model, device, quantization)
+    """A started client of the engine on ``engine_socket`` (None: the one for ``engine``'s settings), which starts
+    that engine when none runs there."""
+    socket_path = engine_socket or engine.socket_path()
 
     async def start_engine() -> ExitCheck:
-        return spawn_engine(socket_path, model, device, quantization, idle_exit_minutes).exit_reason
+        return spawn_engine(socket_path, engine).exit_reason
 
     client = EngineClient(socket_path, start_engine, on_state, client_name=client_name)
     client.start()
@@ -176,11 +194,4 @@ def connect(settings: Settings, engine_socket: Path | None, on_state: StateListe
         )
         remote.start()
         return remote
-    return local_backend(
-        engine_socket,
-        settings.model,
-        settings.device,
-        settings.quantization,
-        on_state,
-        idle_exit_minutes=settings.engine_idle_exit_minutes,
-    )
+    return local_backend(engine_socket, EngineSettings.of(settings), on_state)

@@ -27,7 +27,7 @@ from diffgemma_engine.shared import protocol
 from diffgemma_engine.shared.logfile import setup_logging
 from diffgemma_lsp import __version__
 from diffgemma_lsp.backends.base import BackendState, EngineRequestError, EngineUnavailable
-from diffgemma_lsp.backends.connect import local_backend
+from diffgemma_lsp.backends.connect import EngineSettings, local_backend
 from diffgemma_lsp.backends.local import EngineClient
 from diffgemma_lsp.completion import infill_edits
 from diffgemma_lsp.endpoint.http_guard import (
@@ -255,9 +255,7 @@ async def serve(args: argparse.Namespace) -> None:
     api_key, key_source = load_api_key()
     engine = local_backend(
         args.engine_socket,
-        args.model,
-        args.device,
-        args.quantization,
+        EngineSettings(model=args.model, device=args.device, quantization=args.quantization),
         lambda state, detail: logger.info("engine %s%s", state.value, f": {detail}" if detail else ""),
         client_name="diffgemma-openai",
     )

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import EngineError, describe
@@ -58,6 +59,8 @@ class EngineServer:
         self._last_activity = time.monotonic()
         self.socket = SocketFile(self._handle)
         self.replies = ReplyLog()
+        self.runtime_state: Callable[[], str] = lambda: ""
+        """How vLLM is doing, when it runs the canvases (``ModelWorker.runtime_state``)."""
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -319,4 +322,5 @@ class EngineServer:
             min_steps=loaded.min_steps if loaded else 0,
             load_ms=round(loaded.load_ms, 1) if loaded else 0.0,
             idle_exit_s=self.idle_exit_s if self.idle_exit_s is not None else -1.0,
+            runtime_state=self.runtime_state(),
         )

@@ -15,13 +15,15 @@ from ..canvas.captured import CapturedLoop, serving_shapes
 from ..canvas.step_mode import StepMode
 from ..canvas.warmup import trace_serving_shapes
 from ..errors import EngineError, describe
+from ..loading.hub import checkpoint_folder
 from ..loading.model import LoadedModel, load_facts, load_model
 from ..loading.model_info import ModelInfo
 from ..request.batch import Row, compatible, run_batch
 from ..request.infill import Answer, check_request, prompt_ids, run_infill
 from ..request.on_vllm import run_on_vllm
 from ..shared import protocol
-from ..vllm.client import VllmError, VllmServer, wait_until_healthy
+from ..vllm.client import VllmError
+from ..vllm.process import VllmRuntime, VllmSupervisor
 from .jobs import DEFAULT_MAX_BATCH, Job, JobQueue
 
 logger = logging.getLogger(__name__)
@@ -37,8 +39,11 @@ def _release_device_memory(loaded: LoadedModel) -> None:
         torch.mps.empty_cache()
 
 
-VLLM_WAIT_S = 600.0
-"""How long a starting engine waits for its vLLM server's ``/health``."""
+VLLM_ATTACH_WAIT_S = 600.0
+"""How long a starting engine waits for the ``/health`` of a vLLM it attaches to."""
+VLLM_START_WAIT_S = 3600.0
+"""How long it waits for one it starts (loading the release from a slow disk takes minutes; a vLLM that exits
+ends the wait at once)."""
 
 
 class VllmRequestError(EngineError):
@@ -79,13 +84,13 @@ class ModelWorker(threading.Thread):
         step_mode: StepMode = StepMode.EAGER,
         max_memory: str | None = None,
         quantization: str | None = None,
-        vllm: VllmServer | None = None,
-        vllm_model: str = "",
+        vllm: VllmRuntime | None = None,
     ) -> None:
         super().__init__(name="diffgemma-model", daemon=True)
         self.vllm = vllm
         """``serve --runtime vllm``: the server that runs the canvases (None: this process's own loop)."""
-        self.vllm_model = vllm_model
+        self.supervisor: VllmSupervisor | None = None
+        """What starts or attaches to that server and watches it, once the checkpoint's facts are read."""
         self.queue = queue
         self.model_dir = model_dir
         self.device = device
@@ -111,14 +116,19 @@ class ModelWorker(threading.Thread):
                 self._warm_up(self.loaded)
             else:  # the weights are vLLM's: the engine reads the rest
                 self.loaded = load_facts(self.model_dir)
-                if not wait_until_healthy(self.vllm, VLLM_WAIT_S):
-                    raise VllmError(f"vLLM at {self.vllm.where()} did not answer /health within {VLLM_WAIT_S:.0f} s")
+                folder = checkpoint_folder(self.model_dir)
+                self.supervisor = self.vllm.supervisor(folder, self.loaded.canvas_length, self.loaded.sampler.max_steps)
+                self.supervisor.start()
+                self.supervisor.wait_ready(VLLM_START_WAIT_S if self.vllm.executable else VLLM_ATTACH_WAIT_S)
         except BaseException as exc:
             logger.exception("model load failed")
             self.on_failed(exc)
             return
         if self.vllm is not None:  # what clients and doctor see as the device: the runtime, its version, where
-            runtime = f"vllm {self.vllm.version() or '(version unknown)'} at {self.vllm.where()}"
+            server = self.vllm.server
+            runtime = f"vllm {server.version() or '(version unknown)'} at {server.where()}"
+            if self.vllm.executable is not None:
+                runtime += f" (started by the engine: {self.vllm.executable})"
             logger.info("canvases run by %s", runtime)
             self.on_loaded(attrs.evolve(self.loaded.info(), device=runtime))
             self._serve_jobs(self.loaded)
@@ -235,14 +245,26 @@ class ModelWorker(threading.Thread):
         )
         job.resolve_threadsafe(self._result(job, text, stop, timings, alternatives))
 
-    def _run_on_vllm(self, loaded: LoadedModel, job: Job, server: VllmServer) -> tuple[Answer, list[str]]:
+    def _run_on_vllm(self, loaded: LoadedModel, job: Job, vllm: VllmRuntime) -> tuple[Answer, list[str]]:
         """The request run by vLLM: the first choice's answer and the other distinct ones. vLLM's refusal or
-        absence is the request's ``model_error``, with vLLM's message."""
+        absence is the request's ``model_error``, with vLLM's message (or, while it restarts, why)."""
         try:
-            answers = run_on_vllm(loaded, job.request, server, self.vllm_model, job.should_stop, job.time_left_ms())
+            answers = run_on_vllm(
+                loaded, job.request, vllm.server, vllm.model_name, job.should_stop, job.time_left_ms()
+            )
         except VllmError as exc:
-            raise VllmRequestError(str(exc)) from exc
+            down = self.supervisor.down_reason() if self.supervisor is not None else None
+            raise VllmRequestError(down or str(exc)) from exc
         return answers[0], distinct_alternatives(answers)
+
+    def runtime_state(self) -> str:
+        """How vLLM is doing (``healthy``, starting, restarting: why), for stats; "" for the engine's own loop."""
+        return self.supervisor.state() if self.supervisor is not None else ""
+
+    def stop_runtime(self) -> None:
+        """Stop the vLLM this engine started (and the watch of one it attached to)."""
+        if self.supervisor is not None:
+            self.supervisor.stop()
 
     def _run_candidates(self, loaded: LoadedModel, job: Job) -> tuple[Answer, list[str]]:
         """``candidates`` canvases for one prompt in one batch: the first row's answer and the other distinct ones.

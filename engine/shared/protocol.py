@@ -250,6 +250,10 @@ class GetStats:
     id: str
 
 
+RUNTIME_HEALTHY = "healthy"
+"""``Stats.runtime_state`` of a vLLM that answers ``/health``."""
+
+
 @attrs.frozen(kw_only=True)
 class Stats:
     """The engine's health and recent figures."""
@@ -284,6 +288,9 @@ class Stats:
     """How long loading the model took."""
     idle_exit_s: float = 0.0
     """The engine exits after this long without clients (0: never; -1: decided once the model has loaded)."""
+    runtime_state: str = ""
+    """With vLLM running the canvases: ``healthy``, or what it is doing instead (starting: its last output line;
+    restarting: why it exited); "" for the engine's own loop."""
 
 
 @attrs.frozen(kw_only=True)

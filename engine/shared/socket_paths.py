@@ -127,12 +127,16 @@ def model_identity(model: str | None) -> str:
     return model if is_hub_id(model) else str(Path(model).expanduser().resolve())
 
 
-def socket_path_for(model: str | None, device: str = "auto", quantization: str = "") -> Path:
+def socket_path_for(
+    model: str | None, device: str = "auto", quantization: str = "", runtime: str = "auto", vllm_command: str = ""
+) -> Path:
     """The socket of the engine that serves ``model`` on ``device`` (``quantization``: as the engine's option, ""
-    for the checkpoint's own): the per-user default for the shipped model on ``auto``, else one per (model, device,
-    quantization), so that a changed setting reaches an engine that serves it."""
-    if not model and device == "auto" and not quantization:
+    for the checkpoint's own; ``runtime`` and ``vllm_command``: what runs its canvases): the per-user default for
+    the shipped model on ``auto``, else one per (model, device, quantization, runtime, vllm), so that a changed
+    setting reaches an engine that serves it."""
+    runs = (f"\0{runtime}" if runtime != "auto" else "") + (f"\0vllm={vllm_command}" if vllm_command else "")
+    if not model and device == "auto" and not quantization and not runs:
         return default_socket_path()
-    identity = f"{model_identity(model)}\0{device}" + (f"\0{quantization}" if quantization else "")
+    identity = f"{model_identity(model)}\0{device}" + (f"\0{quantization}" if quantization else "") + runs
     key = hashlib.sha1(identity.encode()).hexdigest()[:12]
     return runtime_dir() / f"engine-{key}.sock"

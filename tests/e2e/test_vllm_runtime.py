@@ -182,3 +182,55 @@ async def test_a_cancelled_completion_is_aborted_in_vllm(
     finally:
         server.request("POST", "/standin/delay", {"delay_s": 0})
         await raw.stop()
+
+
+def _processes_under(folder: Path, marker: str) -> list[int]:
+    """The pids of this user's processes whose command line names ``folder`` and ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if entry.name.isdigit() and str(folder) in command and marker in command:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_the_editor_settings_start_an_engine_that_runs_its_own_vllm(
+    vllm_python: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``runtime: vllm`` and ``vllmCommand`` in the editor's settings: the language server starts an engine with
+    ``--runtime vllm --vllm-command``, which starts ``vllm serve`` (the stand-in, reading its command line with
+    vLLM's own parser) and serves the completion through it."""
+    executable = isolated_env / "bin" / "vllm"
+    executable.parent.mkdir()
+    executable.write_text(f'#!/bin/sh\nexec "{vllm_python}" "{STANDIN}" "$@"\n')
+    executable.chmod(0o755)
+    log = isolated_env / "vllm.jsonl"
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
+    ids = [*tokenizer.encode(ANSWER, add_special_tokens=False), tokenizer.eos_token_id]
+    monkeypatch.setenv("DIFFGEMMA_STANDIN_LOG", str(log))
+    monkeypatch.setenv("DIFFGEMMA_STANDIN_ANSWER_IDS", ",".join(map(str, ids)))
+    settings = {"debounceMs": 0, "extraContextTokens": 0, "runtime": "vllm", "vllmCommand": str(executable)}
+    client = await start_client([sys.executable, "-m", "diffgemma_lsp", "--stdio"], init_options=settings)
+    try:
+        editor = Editor(client)
+        editor.open(URI, "def add(a, b):\n    return \n")
+        await _until_ready(client)
+        result = await complete(client, URI, 1, 11)
+        assert [item.text_edit.new_text for item in result.items if item.text_edit] == [ANSWER]
+        served = [json.loads(line) for line in log.read_text().splitlines() if '"served"' in line]
+        assert [entry["served"]["model"] for entry in served] == [str(DEFAULT_MODEL_DIR)]
+        sent = _requests(log)
+        assert len(sent) == 1 and sent[0]["ok"], sent  # vLLM's own checks passed it
+    finally:
+        await client.shutdown_session()
+        engines = _processes_under(isolated_env, "diffgemma_engine")
+        for pid in engines:  # the engine outlives the editor (it serves every window): stopped here
+            os.kill(pid, 15)
+        deadline = asyncio.get_running_loop().time() + 30
+        while _processes_under(isolated_env, "vllm_standin") or _processes_under(isolated_env, "diffgemma_engine"):
+            assert asyncio.get_running_loop().time() < deadline, "the engine or its vLLM did not stop"
+            await asyncio.sleep(0.2)
+    assert engines, "no engine was started"

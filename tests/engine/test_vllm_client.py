@@ -119,12 +119,22 @@ def test_a_socket_others_can_reach_is_refused_before_anything_is_sent(tmp_path: 
 
 
 @pytest.mark.parametrize(
-    "flags", [[], ["--vllm-socket", "/tmp/a.sock", "--vllm-url", "http://127.0.0.1:8000"]], ids=["none", "both"]
+    ("flags", "said"),
+    [
+        ([], "no `vllm` on PATH"),
+        (["--vllm-socket", "/tmp/a.sock", "--vllm-url", "http://127.0.0.1:8000"], "give one"),
+        (["--vllm-url", "http://127.0.0.1:8000", "--quantization", "int8"], "--quantization: options of the engine's"),
+    ],
+    ids=["no-vllm", "two-servers", "own-loop-option"],
 )
-def test_serve_runtime_vllm_names_exactly_one_server(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_serve_runtime_vllm_refuses_what_cannot_run(
+    flags: list[str], said: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The command line's refusals (``diffgemma_engine.service.runtime_choice``): exit 2, saying what to mend."""
     from diffgemma_engine.__main__ import main
 
+    monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SystemExit) as exited:
-        main(["serve", "--runtime", "vllm", *flags])
+        main(["serve", "--runtime", "vllm", "--socket", str(tmp_path / "e.sock"), *flags])
     assert exited.value.code == 2
-    assert "--runtime vllm needs one of --vllm-socket and --vllm-url" in capsys.readouterr().err
+    assert said in capsys.readouterr().err

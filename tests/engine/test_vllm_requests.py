@@ -15,6 +15,7 @@ from diffgemma_engine.loading.model import LoadedModel, load_facts, load_model
 from diffgemma_engine.request.canvas_ask import canvas_ask
 from diffgemma_engine.shared import protocol
 from diffgemma_engine.vllm.completions import CanvasAsk, completion_body, read_reply
+from diffgemma_engine.vllm.process import RECIPE_MAX_NUM_SEQS, serve_command
 from tests.support.vllm_env import VllmChecker
 
 RELEASE_VOCAB = 262144
@@ -162,3 +163,32 @@ def test_the_facts_alone_lay_out_the_same_requests(release: LoadedModel, release
     rewrite = _infill(start=[protocol.StartSegment(text="    return totl\n")], strength=0.5, seed=11)
     for request in (_infill(), rewrite):
         assert canvas_ask(facts, request)[0] == canvas_ask(release, request)[0]
+
+
+def test_the_command_that_starts_vllm_is_read_by_vllms_own_parser(
+    release: LoadedModel, release_random_dir: Path, vllm: VllmChecker
+) -> None:
+    """``serve --runtime vllm --vllm-command`` runs ``vllm serve`` with the recipe's options: vLLM 0.33's own
+    parser reads the served canvas and schedule, the socket, the sequences, prefix caching and tensor parallelism
+    from it; an option it does not know would be refused here."""
+    folder, socket_path = release_random_dir, Path("/run/user/1000/diffgemma/engine.vllm.sock")
+    for tensor_parallel in (1, 2):
+        command = serve_command(
+            Path("/opt/vllm/bin/vllm"),
+            folder,
+            socket_path,
+            release.canvas_length,
+            release.sampler.max_steps,
+            tensor_parallel,
+        )
+        assert command[:2] == ["/opt/vllm/bin/vllm", "serve"]
+        assert vllm.serve_args(command[2:]) == {
+            "model": str(folder),
+            "uds": str(socket_path),
+            "canvas_length": release.canvas_length,
+            "max_denoising_steps": 48,
+            "max_num_seqs": RECIPE_MAX_NUM_SEQS,
+            "tensor_parallel_size": tensor_parallel,
+            "enable_prefix_caching": True,
+        }
+    assert "error" in vllm.serve_args([str(folder), "--diffusion-canvas", "256"])  # the checker can refuse

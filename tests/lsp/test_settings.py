@@ -93,11 +93,11 @@ def test_limits_the_engine_would_refuse_are_reported_here() -> None:
 
 
 def test_the_quantization_setting_reaches_the_engines_command_line(tmp_path: Path) -> None:
-    from diffgemma_lsp.backends.connect import engine_command
+    from diffgemma_lsp.backends.connect import EngineSettings, engine_command
 
-    command = engine_command(tmp_path / "e.sock", None, "cuda:0", quantization="int8")
+    command = engine_command(tmp_path / "e.sock", EngineSettings(device="cuda:0", quantization="int8"))
     assert command[command.index("--quantization") + 1] == "int8"
-    assert "--quantization" not in engine_command(tmp_path / "e.sock", None, "auto")
+    assert "--quantization" not in engine_command(tmp_path / "e.sock", EngineSettings())
     settings, problems = parse_settings({"quantization": "int4"})
     assert settings.quantization == "" and problems and "quantization" in problems[0]
 
@@ -131,12 +131,12 @@ HUB_ID = "google/diffusiongemma-26B-A4B-it"
 
 
 def test_a_hub_id_is_a_model_the_engine_is_started_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from diffgemma_lsp.backends.connect import engine_command
+    from diffgemma_lsp.backends.connect import EngineSettings, engine_command
 
     monkeypatch.chdir(tmp_path)
     settings, problems = parse_settings({"model": HUB_ID})
     assert (settings.model, problems) == (HUB_ID, [])
-    command = engine_command(tmp_path / "engine.sock", settings.model, settings.device)
+    command = engine_command(tmp_path / "engine.sock", EngineSettings.of(settings))
     assert command[command.index("--model") + 1] == HUB_ID
 
 
@@ -166,3 +166,25 @@ def test_a_model_that_is_neither_a_folder_nor_a_hub_id_is_named(
     assert len(problems) == 1 and "a checkpoint folder or a hub id (owner/name" in problems[0], problems
     (tmp_path / "diffusiongemma").mkdir()
     assert parse_settings({"model": "diffusiongemma"}) == (Settings(model="diffusiongemma"), [])
+
+
+def test_the_runtime_settings_reach_the_engines_command_line_and_name_its_engine(tmp_path: Path) -> None:
+    """``runtime`` and ``vllmCommand`` start the engine with ``--runtime`` and ``--vllm-command``; each value has
+    its own engine (a changed setting reaches one that serves it); a relative vllm path is refused."""
+    from diffgemma_lsp.backends.connect import EngineSettings, engine_command
+
+    settings, problems = parse_settings({"runtime": "vllm", "vllmCommand": "/opt/vllm/bin/vllm"})
+    assert problems == []
+    command = engine_command(tmp_path / "e.sock", EngineSettings.of(settings))
+    assert command[command.index("--runtime") + 1] == "vllm"
+    assert command[command.index("--vllm-command") + 1] == "/opt/vllm/bin/vllm"
+    default = EngineSettings.of(Settings())
+    assert engine_command(tmp_path / "e.sock", default)[-2:] == ["--runtime", "auto"]
+    sockets = {
+        EngineSettings.of(parse_settings(raw)[0]).socket_path()
+        for raw in ({}, {"runtime": "transformers"}, {"runtime": "vllm"}, {"vllmCommand": "/opt/vllm/bin/vllm"})
+    }
+    assert len(sockets) == 4
+    refused, problems = parse_settings({"runtime": "tensorrt", "vllmCommand": "venv/bin/vllm"})
+    assert (refused.runtime, refused.vllm_command) == ("auto", "")
+    assert len(problems) == 2 and any("absolute path" in problem for problem in problems), problems

@@ -163,7 +163,7 @@ async def test_an_engine_that_exits_at_start_is_reported_with_its_reason_and_not
     states: list[tuple[BackendState, str]] = []
 
     async def start_engine() -> ExitCheck:
-        starts.append(connect.spawn_engine(socket_dir / "engine.sock", None, "auto"))
+        starts.append(connect.spawn_engine(socket_dir / "engine.sock", connect.EngineSettings()))
         return starts[-1].exit_reason
 
     client = EngineClient(

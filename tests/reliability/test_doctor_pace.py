@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from diffgemma_engine.service.idle import QUICK_IDLE_S, SLOW_IDLE_S, idle_exit_after, parse_idle_exit
-from diffgemma_lsp.backends.connect import engine_command
+from diffgemma_lsp.backends.connect import EngineSettings, engine_command
 from diffgemma_lsp.doctor import pace_advice
 from diffgemma_lsp.settings import parse_settings
 from tests.support.engine import EngineProcess, RawClient
@@ -84,7 +84,7 @@ def test_the_idle_exit_setting_reaches_the_engines_command_line(tmp_path: Path) 
     def idle_exit(raw: object) -> str:
         settings, problems = parse_settings({"engineIdleExitMinutes": raw})
         assert problems == []
-        command = engine_command(tmp_path / "e.sock", None, "auto", idle_exit_minutes=settings.engine_idle_exit_minutes)
+        command = engine_command(tmp_path / "e.sock", EngineSettings.of(settings))
         return command[command.index("--idle-exit") + 1]
 
     assert idle_exit(None) == "auto"  # the default: by what reloading costs

@@ -6,6 +6,9 @@ stdin (``{"kind": "requests" | "reply", "data": ...}``), one answer a line on st
 checked by ``validate_diffusion_sampling_params`` at the served canvas and vocabulary. Prints a list of
 ``{"ok": true, "params": {...}}`` or ``{"ok": false, "error": "..."}``.
 
+``serve_args``: a ``vllm serve`` command line (without ``vllm serve``) parsed and checked by vLLM's own parser
+(``parse_vllm_serve``); prints what it would serve, or ``{"error": "..."}``.
+
 ``reply``: ``{"model", "choices": [{"token_ids", "text", "finish_reason"}], "prompt_tokens", "cached_tokens"}`` as a
 ``CompletionResponse`` built with vLLM's classes, printed as vLLM's server would send it.
 """
@@ -13,7 +16,41 @@ checked by ``validate_diffusion_sampling_params`` at the served canvas and vocab
 from __future__ import annotations
 
 import json
+import os
 import sys
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # vLLM's serve parser asks the platform for its defaults
+
+
+def parse_vllm_serve(argv: list[str]) -> dict:
+    """``vllm serve``'s arguments parsed and checked as vLLM 0.33 parses them (``make_arg_parser``,
+    ``validate_parsed_serve_args``, ``AsyncEngineArgs.from_cli_args(...).create_diffusion_config``): what it would
+    serve. Raises what vLLM raises (``SystemExit`` from argparse for an unknown option)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parsed = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+    if parsed.model_tag is not None:  # as ``vllm serve`` (vllm/entrypoints/cli/serve.py) does
+        parsed.model = parsed.model_tag
+    validate_parsed_serve_args(parsed)
+    diffusion = AsyncEngineArgs.from_cli_args(parsed).create_diffusion_config()
+    return {
+        "model": parsed.model,
+        "uds": parsed.uds,
+        "canvas_length": diffusion.canvas_length,
+        "max_denoising_steps": diffusion.max_denoising_steps,
+        "max_num_seqs": parsed.max_num_seqs,
+        "tensor_parallel_size": parsed.tensor_parallel_size,
+        "enable_prefix_caching": parsed.enable_prefix_caching,
+    }
+
+
+def check_serve_args(argv: list[str]) -> dict:
+    try:
+        return parse_vllm_serve(argv)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - every refusal is reported, whatever its class
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def check_requests(cases: list[dict]) -> list[dict]:
@@ -75,6 +112,7 @@ if __name__ == "__main__":
 
     for line in sys.stdin:
         question = json.loads(line)
-        answer = check_requests(question["data"]) if question["kind"] == "requests" else build_reply(question["data"])
+        kinds = {"requests": check_requests, "serve_args": check_serve_args, "reply": build_reply}
+        answer = kinds[question["kind"]](question["data"])
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()

@@ -40,9 +40,16 @@ PURE_PACKAGES = (
     "cloudpickle",
     "urllib3",
     "requests",
+    "partial-json-parser",
+    "llguidance",
 )
-"""What ``vllm.entrypoints.openai.completion.protocol`` and ``vllm.utils.diffusion`` import beyond torch and
-transformers (found by importing them)."""
+"""What ``vllm.entrypoints.openai.completion.protocol``, ``vllm.utils.diffusion`` and ``vllm serve``'s argument
+parser (``vllm.entrypoints.common.cli_args``) import beyond torch and transformers (found by importing them)."""
+WITHOUT_DEPENDENCIES = ("xgrammar==0.2.8", "apache-tvm-ffi==0.1.11")
+"""Imported by the argument parser, pinned by vLLM; without its dependencies (triton, 1 GB, is not needed to
+import it)."""
+RECIPE = f"{VLLM_VERSION}+serve-args"
+"""What a finished venv holds (``.complete``): a venv of another recipe is built again."""
 
 
 def _pip(python: Path, *args: str) -> None:
@@ -55,7 +62,7 @@ def vllm_python() -> Path:
     done = VENV / ".complete"
     VENV.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(VENV) + ".lock"):
-        if done.is_file():
+        if done.is_file() and done.read_text() == RECIPE:
             return python
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
         purelib = subprocess.run(
@@ -66,6 +73,7 @@ def vllm_python() -> Path:
         ).stdout.strip()
         (Path(purelib) / "diffgemma-project.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
         _pip(python, *PURE_PACKAGES)
+        _pip(python, "--no-deps", *WITHOUT_DEPENDENCIES)
         WHEELS.mkdir(parents=True, exist_ok=True)
         wheels = sorted(WHEELS.glob(f"vllm-{VLLM_VERSION}-*.whl"))
         if not wheels:
@@ -73,7 +81,7 @@ def vllm_python() -> Path:
             subprocess.run([*command, "-d", str(WHEELS)], check=True)
             wheels = sorted(WHEELS.glob(f"vllm-{VLLM_VERSION}-*.whl"))
         _pip(python, "--no-deps", str(wheels[-1]))
-        done.write_text(VLLM_VERSION)
+        done.write_text(RECIPE)
     return python
 
 
@@ -101,6 +109,13 @@ class VllmChecker:
         """Each case (``{"body", "canvas_length", "vocab_size"}``) parsed and validated as ``vllm serve`` would:
         ``{"ok": True, "params": ...}`` or ``{"ok": False, "error": ...}``."""
         answer: list[dict[str, Any]] = self._ask("requests", cases)
+        return answer
+
+    def serve_args(self, argv: list[str]) -> dict[str, Any]:
+        """A ``vllm serve`` command line (after ``vllm serve``) as vLLM's own parser reads it: what it would serve
+        (model, uds, canvas_length, max_denoising_steps, max_num_seqs, tensor_parallel_size, enable_prefix_caching),
+        or ``{"error": ...}``."""
+        answer: dict[str, Any] = self._ask("serve_args", argv)
         return answer
 
     def reply(self, spec: dict[str, Any]) -> dict[str, Any]:

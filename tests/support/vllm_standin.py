@@ -9,6 +9,14 @@ Every request is logged to ``--log`` (JSON lines) when it arrives valid, then wi
 client went away before the answer (vLLM then aborts it).
 
     python vllm_standin.py --socket PATH --canvas 256 --vocab 262144 --log FILE [--answer-ids 5,6,1] [--delay-s S]
+
+Or run as ``vllm`` itself (``vllm_standin.py serve MODEL_DIR --uds PATH ...``, what the engine runs with
+``--vllm-command``): the command line is parsed and checked by vLLM 0.33's own ``vllm serve`` parser
+(``make_arg_parser``, ``validate_parsed_serve_args``, ``AsyncEngineArgs.from_cli_args``), the canvas is its
+``--diffusion-config``'s and the vocabulary the checkpoint's; the log is ``$DIFFGEMMA_STANDIN_LOG`` (each start
+logged with its pid and what it parsed), ``$DIFFGEMMA_STANDIN_ANSWER_IDS`` the answer,
+``$DIFFGEMMA_STANDIN_START_DELAY_S`` a wait before it listens (loading), ``$DIFFGEMMA_STANDIN_REFUSE`` a message it
+prints before it exits 1 at once (a start that fails), and ``POST /standin/exit`` makes it exit 3 (a crash).
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ import argparse
 import asyncio
 import json
 import os
+import sys
+import time
 from pathlib import Path
 
 from aiohttp import web
@@ -82,9 +92,15 @@ def build_app(args: argparse.Namespace) -> web.Application:
     async def version(_: web.Request) -> web.Response:
         return web.json_response({"version": vllm.__version__})
 
+    async def crash(_: web.Request) -> web.Response:  # the test's own knob: vLLM dies
+        print("standin: simulated crash (CUDA error: an illegal memory access was encountered)", file=sys.stderr)
+        sys.stderr.flush()
+        asyncio.get_running_loop().call_later(0.05, os._exit, 3)
+        return web.Response(status=204)
+
     app = web.Application()
     app.add_routes([web.post("/v1/completions", completions), web.get("/health", health), web.get("/version", version)])
-    app.add_routes([web.post("/standin/delay", set_delay)])
+    app.add_routes([web.post("/standin/delay", set_delay), web.post("/standin/exit", crash)])
     return app
 
 
@@ -93,10 +109,41 @@ async def serve(args: argparse.Namespace) -> None:
     await runner.setup()
     await web.UnixSite(runner, str(args.socket)).start()
     os.chmod(args.socket, 0o600)
+    print(f"standin: listening on {args.socket}", flush=True)
     await asyncio.Event().wait()
 
 
+def as_vllm_serve(argv: list[str]) -> argparse.Namespace:
+    """``vllm serve MODEL [options]`` parsed and checked by vLLM's own parser (``vllm_check.parse_vllm_serve``); the
+    stand-in's settings from it."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from vllm_check import parse_vllm_serve
+
+    served = parse_vllm_serve(argv)
+    config = json.loads((Path(served["model"]) / "config.json").read_text())
+    log = Path(os.environ["DIFFGEMMA_STANDIN_LOG"])
+    served["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    _log(log, {"started": os.getpid(), "served": served})
+    print(f"standin: loading {served['model']}", flush=True)
+    if refusal := os.environ.get("DIFFGEMMA_STANDIN_REFUSE"):
+        print(f"standin: {refusal}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    time.sleep(float(os.environ.get("DIFFGEMMA_STANDIN_START_DELAY_S", "0")))
+    return argparse.Namespace(
+        socket=Path(served["uds"]),
+        canvas=served["canvas_length"],
+        vocab=(config.get("text_config") or config)["vocab_size"],
+        log=log,
+        answer_ids=os.environ.get("DIFFGEMMA_STANDIN_ANSWER_IDS", ""),
+        delay_s=0.0,
+        seed_echo=True,
+    )
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["serve"]:
+        asyncio.run(serve(as_vllm_serve(sys.argv[2:])))
+        sys.exit(0)
     parser = argparse.ArgumentParser()
     parser.add_argument("--socket", type=Path, required=True)
     parser.add_argument("--canvas", type=int, required=True)
