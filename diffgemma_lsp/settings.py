@@ -50,6 +50,8 @@ def _share(_: object, attribute: attrs.Attribute[float], value: float) -> None:
 
 RUNTIMES = ("auto", "transformers", "vllm")
 """The engine's --runtime choices."""
+STEP_MODES = ("auto", "eager", "compiled", "captured")
+"""The engine's --step choices (``diffgemma_engine.canvas.step_mode``)."""
 QUANTIZATIONS = ("", *protocol.QUANTIZATION_CHOICES)
 """The engine's --quantization choices ("": not given, the checkpoint's own)."""
 MAX_CONTEXT_TOKENS = 262_144
@@ -76,6 +78,9 @@ class Settings:
     vllm_command: str = attrs.field(default="", validator=lambda _, __, value: _check_executable(value))
     """With runtime auto or vllm: the ``vllm`` executable of a vLLM installation, as an absolute path ("": ``vllm``
     on PATH)."""
+    step_mode: str = attrs.field(default="auto", validator=attrs.validators.in_(STEP_MODES))
+    """How an engine this server starts runs its denoising step with its own loop: auto (captured on a CUDA device,
+    eager elsewhere), eager, compiled, captured."""
     engine_idle_exit_minutes: int | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
     """An engine this server starts exits after this many minutes without clients; 0: never; None (null): by what
     reloading costs, 15 minutes for a model that loads in 10 s or less, 8 hours for a slower one."""
@@ -120,7 +125,8 @@ class Settings:
         """What identifies the backend: when it changes, the server connects anew (to another engine, when the
         model or device changed: each (model, device) has its own engine)."""
         if self.backend == "engine":
-            return (self.backend, self.model or "", self.device, self.quantization, self.runtime, self.vllm_command)
+            engine = (self.model or "", self.device, self.quantization, self.runtime, self.vllm_command, self.step_mode)
+            return (self.backend, *engine)
         return (self.backend, self.openai_url, self.openai_model, self.openai_api_key_env, self.openai_prompt_format)
 
 

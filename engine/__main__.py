@@ -271,7 +271,7 @@ def default_step() -> str:
     """``serve --step``'s default: ``$DIFFGEMMA_STEP``; else compiled for the older ``$DIFFGEMMA_COMPILE=on``."""
     if step := os.environ.get("DIFFGEMMA_STEP"):
         return step
-    return StepMode.COMPILED.value if os.environ.get("DIFFGEMMA_COMPILE") == "on" else StepMode.EAGER.value
+    return StepMode.COMPILED.value if os.environ.get("DIFFGEMMA_COMPILE") == "on" else StepMode.AUTO.value
 
 
 def step_mode_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
@@ -284,7 +284,7 @@ def step_mode_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> s
         parser.error("--compile on and --loop captured are two steps: use --step compiled or --step captured")
     if implied is None:
         return str(args.step)
-    if args.step not in (implied, StepMode.EAGER.value):
+    if args.step not in (implied, StepMode.EAGER.value, StepMode.AUTO.value):
         parser.error(f"--step {args.step} and the older flag meaning --step {implied} disagree: use --step alone")
     return implied
 
@@ -306,11 +306,12 @@ def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     serve_parser.add_argument(
         "--step",
         default=default_step(),
-        help="how the denoising step runs: eager (op by op, every shape); compiled (torch.compile of the decoder "
+        help="how the denoising step runs: auto (captured on a CUDA device, eager elsewhere); eager (op by op, "
+        "every shape); compiled (torch.compile of the decoder "
         "pass and scores, dynamic shapes, compiled in the background and served eagerly until then); captured (the "
         "whole step compiled as one graph per serving shape, a CUDA graph on a GPU, warmed in the background; the "
         "eager loop serves until then, and serves batches, candidates and rewrites with held text); "
-        "default: $DIFFGEMMA_STEP, compiled with the older $DIFFGEMMA_COMPILE=on, else eager",
+        "default: $DIFFGEMMA_STEP, compiled with the older $DIFFGEMMA_COMPILE=on, else auto",
     )
     # The two flags --step replaced, kept for scripts that pass them: --compile on is --step compiled, --loop
     # captured is --step captured.

@@ -55,6 +55,8 @@ def engine_command(socket_path: Path, engine: EngineSettings, log_path: Path | N
         "--exist-ok",
         "--runtime",
         engine.runtime,
+        "--step",
+        engine.step_mode,
     ]
     if engine.model:
         command += ["--model", os.path.expanduser(engine.model)]  # a folder, or a hub id as written
@@ -122,6 +124,7 @@ class EngineSettings:
     idle_exit_minutes: int | None = None
     runtime: str = "auto"
     vllm_command: str = ""
+    step_mode: str = "auto"
 
     @classmethod
     def of(cls, settings: Settings) -> EngineSettings:
@@ -132,11 +135,18 @@ class EngineSettings:
             idle_exit_minutes=settings.engine_idle_exit_minutes,
             runtime=settings.runtime,
             vllm_command=settings.vllm_command,
+            step_mode=settings.step_mode,
         )
 
     def socket_path(self) -> Path:
-        """The socket of the engine that serves these settings."""
-        return socket_paths.socket_path_for(self.model, self.device, self.quantization, self.runtime, self.vllm_command)
+        """The socket of the engine that serves these settings (the default engine's for the defaults)."""
+        options = {
+            "runtime": self.runtime if self.runtime != "auto" else "",
+            "vllm_command": self.vllm_command,
+            "step": self.step_mode if self.step_mode != "auto" else "",
+        }
+        given = {name: value for name, value in options.items() if value}
+        return socket_paths.socket_path_for(self.model, self.device, self.quantization, given)
 
 
 def spawn_engine(socket_path: Path, engine: EngineSettings) -> StartedEngine:

@@ -44,7 +44,7 @@ class ServeOptions:
     dtype: str = "auto"
     quantization: str | None = None
     max_memory: str | None = None
-    step: str = "eager"
+    step: str = "auto"
     vllm_command: str = ""
     vllm_socket: Path | None = None
     vllm_url: str = ""
@@ -57,7 +57,7 @@ class ServeOptions:
             "--dtype": self.dtype != "auto",
             "--quantization": self.quantization is not None,
             "--max-memory": self.max_memory is not None,
-            "--step": self.step != "eager",
+            "--step": self.step not in ("auto", "eager"),  # eager: nothing compiled, nothing to refuse
         }
         return [flag for flag, asked in given.items() if asked]
 
@@ -95,8 +95,10 @@ def cuda_device_count() -> int:
     return torch.cuda.device_count()
 
 
-def choose_runtime(options: ServeOptions, cuda_count: Callable[[], int] = cuda_device_count) -> RuntimeChoice:
-    """The runtime ``options`` ask for; ``RuntimeRefused`` when they cannot go together."""
+def choose_runtime(options: ServeOptions, cuda_count: Callable[[], int] | None = None) -> RuntimeChoice:
+    """The runtime ``options`` ask for (``cuda_count``: the CUDA devices here, asked of torch only when needed);
+    ``RuntimeRefused`` when they cannot go together."""
+    cuda_count = cuda_count or cuda_device_count
     attach = options.vllm_socket is not None or bool(options.vllm_url)
     if options.vllm_socket is not None and options.vllm_url:
         raise RuntimeRefused("--vllm-socket and --vllm-url name two servers: give one")

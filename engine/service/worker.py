@@ -81,7 +81,7 @@ class ModelWorker(threading.Thread):
         on_failed: Callable[[BaseException], object],
         threads: int | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
-        step_mode: StepMode = StepMode.EAGER,
+        step_mode: StepMode = StepMode.AUTO,
         max_memory: str | None = None,
         quantization: str | None = None,
         vllm: VllmRuntime | None = None,
@@ -133,6 +133,8 @@ class ModelWorker(threading.Thread):
             self.on_loaded(attrs.evolve(self.loaded.info(), device=runtime))
             self._serve_jobs(self.loaded)
             return
+        self.step_mode = self.step_mode.on(self.loaded.device.type)
+        logger.info("denoising step: %s", self.step_mode.value)
         if self.step_mode is StepMode.COMPILED:  # in the background: requests are served eagerly until it is done
             self.loaded.serving.step.start_compiling(warm_up=trace_serving_shapes)
         if self.step_mode is StepMode.CAPTURED:  # in the background too: served eagerly until every shape is captured

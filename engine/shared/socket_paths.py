@@ -13,6 +13,7 @@ import re
 import socket
 import stat
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 from .protocol import MAX_FRAME_BYTES
@@ -128,15 +129,15 @@ def model_identity(model: str | None) -> str:
 
 
 def socket_path_for(
-    model: str | None, device: str = "auto", quantization: str = "", runtime: str = "auto", vllm_command: str = ""
+    model: str | None, device: str = "auto", quantization: str = "", options: Mapping[str, str] | None = None
 ) -> Path:
     """The socket of the engine that serves ``model`` on ``device`` (``quantization``: as the engine's option, ""
-    for the checkpoint's own; ``runtime`` and ``vllm_command``: what runs its canvases): the per-user default for
-    the shipped model on ``auto``, else one per (model, device, quantization, runtime, vllm), so that a changed
-    setting reaches an engine that serves it."""
-    runs = (f"\0{runtime}" if runtime != "auto" else "") + (f"\0vllm={vllm_command}" if vllm_command else "")
-    if not model and device == "auto" and not quantization and not runs:
+    for the checkpoint's own; ``options``: its other options that are not their defaults, e.g. ``{"runtime":
+    "vllm"}``): the per-user default for the shipped model on ``auto``, else one per (model, device, quantization,
+    options), so that a changed setting reaches an engine that serves it."""
+    given = "".join(f"\0{name}={value}" for name, value in sorted((options or {}).items()))
+    if not model and device == "auto" and not quantization and not given:
         return default_socket_path()
-    identity = f"{model_identity(model)}\0{device}" + (f"\0{quantization}" if quantization else "") + runs
+    identity = f"{model_identity(model)}\0{device}" + (f"\0{quantization}" if quantization else "") + given
     key = hashlib.sha1(identity.encode()).hexdigest()[:12]
     return runtime_dir() / f"engine-{key}.sock"

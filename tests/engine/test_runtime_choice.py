@@ -4,7 +4,9 @@ refuses the own loop's options rather than ignoring them; ``--device`` becomes t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 
@@ -117,3 +119,30 @@ def test_the_devices_become_vllms_gpus(vllm_on_path: Path, monkeypatch: pytest.M
 
 def test_vllms_socket_is_beside_the_engines() -> None:
     assert vllm_socket_beside(Path("/run/d/engine.sock")) == Path("/run/d/engine.vllm.sock")
+
+
+def test_the_readmes_vllm_commands_run_vllm_on_their_machines(vllm_on_path: Path) -> None:
+    """Each NVIDIA row of the README's vLLM table: its command, read by the engine's own parser, picks vLLM on that
+    machine's GPUs (tensor parallelism across both cards of the two-card row)."""
+    from benchmarks.machine_table import MACHINES
+    from diffgemma_engine.__main__ import build_parser, runtime_of
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### On NVIDIA cards: vLLM", 1)[1].split("\n## ", 1)[0]
+    gpus = {machine["machine"]: machine["max_memory"].count("cuda:") for machine in MACHINES}
+    checked = 0
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or cells[0] not in gpus:
+            continue
+        command = re.fullmatch(r"`diffgemma-engine (serve .*)`", cells[2])
+        assert command is not None, cells
+        parser = build_parser()
+        args = parser.parse_args([*command.group(1).split(), "--socket", "/run/dg/engine.sock"])
+        count = gpus[cells[0]]
+        with patch("diffgemma_engine.service.runtime_choice.cuda_device_count", lambda count=count: count):
+            choice = runtime_of(args, parser)
+        assert choice.vllm is not None and choice.vllm.executable == vllm_on_path.resolve(), cells[0]
+        assert choice.vllm.tensor_parallel == count, cells[0]
+        checked += 1
+    assert checked == 4

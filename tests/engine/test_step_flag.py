@@ -17,13 +17,14 @@ def _step(argv: list[str]) -> str:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        ([], "eager"),
+        ([], "auto"),
+        (["--step", "eager"], "eager"),
         (["--step", "compiled"], "compiled"),
         (["--step", "captured"], "captured"),
         (["--compile", "on"], "compiled"),
-        (["--compile", "off"], "eager"),
+        (["--compile", "off"], "auto"),
         (["--loop", "captured"], "captured"),
-        (["--loop", "eager"], "eager"),
+        (["--loop", "eager"], "auto"),
         (["--step", "compiled", "--compile", "on"], "compiled"),
     ],
 )
@@ -57,4 +58,14 @@ def test_the_environment_gives_the_default(monkeypatch, capsys) -> None:
     monkeypatch.setenv("DIFFGEMMA_STEP", "turbo")
     with pytest.raises(SystemExit):
         _step([])
-    assert "must be one of eager, compiled, captured, not 'turbo'" in capsys.readouterr().err
+    assert "must be one of auto, eager, compiled, captured, not 'turbo'" in capsys.readouterr().err
+
+
+def test_auto_is_the_captured_step_on_a_gpu_and_the_eager_one_elsewhere() -> None:
+    """The default (issue 27): CUDA graphs where they take the host out of the step; the eager loop serves until
+    they are captured (or for good, when they cannot be: the worker reports why)."""
+    assert StepMode.AUTO.on("cuda") is StepMode.CAPTURED
+    assert StepMode.AUTO.on("cpu") is StepMode.EAGER
+    assert StepMode.AUTO.on("mps") is StepMode.EAGER
+    assert StepMode.COMPILED.on("cuda") is StepMode.COMPILED  # an explicit choice stays
+    assert StepMode.EAGER.on("cuda") is StepMode.EAGER

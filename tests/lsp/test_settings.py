@@ -168,23 +168,29 @@ def test_a_model_that_is_neither_a_folder_nor_a_hub_id_is_named(
     assert parse_settings({"model": "diffusiongemma"}) == (Settings(model="diffusiongemma"), [])
 
 
-def test_the_runtime_settings_reach_the_engines_command_line_and_name_its_engine(tmp_path: Path) -> None:
+def test_the_runtime_and_step_settings_reach_the_engines_command_line_and_name_its_engine(tmp_path: Path) -> None:
     """``runtime`` and ``vllmCommand`` start the engine with ``--runtime`` and ``--vllm-command``; each value has
     its own engine (a changed setting reaches one that serves it); a relative vllm path is refused."""
     from diffgemma_lsp.backends.connect import EngineSettings, engine_command
 
-    settings, problems = parse_settings({"runtime": "vllm", "vllmCommand": "/opt/vllm/bin/vllm"})
+    settings, problems = parse_settings({"runtime": "vllm", "vllmCommand": "/opt/vllm/bin/vllm", "stepMode": "eager"})
     assert problems == []
     command = engine_command(tmp_path / "e.sock", EngineSettings.of(settings))
     assert command[command.index("--runtime") + 1] == "vllm"
     assert command[command.index("--vllm-command") + 1] == "/opt/vllm/bin/vllm"
-    default = EngineSettings.of(Settings())
-    assert engine_command(tmp_path / "e.sock", default)[-2:] == ["--runtime", "auto"]
-    sockets = {
-        EngineSettings.of(parse_settings(raw)[0]).socket_path()
-        for raw in ({}, {"runtime": "transformers"}, {"runtime": "vllm"}, {"vllmCommand": "/opt/vllm/bin/vllm"})
-    }
-    assert len(sockets) == 4
-    refused, problems = parse_settings({"runtime": "tensorrt", "vllmCommand": "venv/bin/vllm"})
-    assert (refused.runtime, refused.vllm_command) == ("auto", "")
-    assert len(problems) == 2 and any("absolute path" in problem for problem in problems), problems
+    assert command[command.index("--step") + 1] == "eager"
+    default = engine_command(tmp_path / "e.sock", EngineSettings.of(Settings()))
+    assert (default[default.index("--runtime") + 1], default[default.index("--step") + 1]) == ("auto", "auto")
+    assert "--vllm-command" not in default
+    raws: list[dict[str, object]] = [
+        {},
+        {"runtime": "transformers"},
+        {"runtime": "vllm"},
+        {"vllmCommand": "/opt/vllm/bin/vllm"},
+        {"stepMode": "captured"},
+    ]
+    sockets = {EngineSettings.of(parse_settings(raw)[0]).socket_path() for raw in raws}
+    assert len(sockets) == 5 and default_socket_path() in sockets  # the defaults keep the default engine
+    refused, problems = parse_settings({"runtime": "tensorrt", "vllmCommand": "venv/bin/vllm", "stepMode": "fast"})
+    assert (refused.runtime, refused.vllm_command, refused.step_mode) == ("auto", "", "auto")
+    assert len(problems) == 3 and any("absolute path" in problem for problem in problems), problems

@@ -1,7 +1,8 @@
 -- diffgemma-lsp: multi-line code completion from a local DiffusionGemma model.
 -- A Neovim 0.11+ LSP config: put this file at <runtimepath>/lsp/diffgemma.lua, then `vim.lsp.enable("diffgemma")`.
 -- Settings (camelCase) go in init_options, as in the top-level README's table: enable, model, device,
--- quantization, runtime, vllmCommand, engineIdleExitMinutes, canvasLength, steps, contextTokens, extraContextTokens, debounceMs,
+-- quantization, runtime, vllmCommand, stepMode,
+-- engineIdleExitMinutes, canvasLength, steps, contextTokens, extraContextTokens, debounceMs,
 -- deadlineMs, candidates, backend, openaiUrl, openaiModel, openaiApiKeyEnv, openaiPromptFormat, rewriteEnabled,
 -- rewriteStrength, rewriteSteps.
 return {
