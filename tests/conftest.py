@@ -33,8 +33,14 @@ def _layer_rank(item: pytest.Item) -> tuple[int, bool]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the layers in LAYER_ORDER; the sort is stable, so each file keeps its own order."""
-    items.sort(key=_layer_rank)
+    """Run the layers in LAYER_ORDER; within a layer, the files that wait for something built in the background
+    (``BUILT_BESIDE``) after those that do not, so that the tests keep a core busy while the building takes the
+    other. The sort is stable and moves whole files, so each file keeps its own order and its module fixtures."""
+    waits: dict[Path, bool] = {}
+    for item in items:
+        path = Path(item.path)
+        waits[path] = waits.get(path, False) or bool(BUILT_BESIDE & set(getattr(item, "fixturenames", ())))
+    items.sort(key=lambda item: (*_layer_rank(item), waits[Path(item.path)]))
 
 
 TRAINED = {
@@ -42,6 +48,8 @@ TRAINED = {
     "release_memorized_dir": ("release-memorized", "tests.support.release_format", "build_release_memorized"),
 }
 """The checkpoints trained for the tests (a minute or two each, on one thread), by the fixture that gives them."""
+BUILT_BESIDE = {*TRAINED, "vllm_python"}
+"""The fixtures whose work starts in the background when collection ends (``pytest_collection_finish``)."""
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -50,9 +58,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     one after the other when first asked. A run that needs none (``pytest tests/lsp``) starts none."""
     asked = {fixture for item in session.items for fixture in getattr(item, "fixturenames", ())}
     if "vllm_python" in asked:  # mostly downloading and unpacking: beside the tests, not before them
-        from tests.support.vllm_env import VENV
+        from tests.support.vllm_env import RECIPE, VENV
 
-        if not (VENV / ".complete").is_file():
+        done = VENV / ".complete"
+        if not (done.is_file() and done.read_text() == RECIPE):
             VENV.parent.mkdir(parents=True, exist_ok=True)
             code = "from tests.support.vllm_env import vllm_python; vllm_python()"
             with (VENV.parent / f"{VENV.name}.build.log").open("w") as log:

@@ -36,7 +36,7 @@ def test_no_docstring_names_the_folder_instead_of_the_package() -> None:
         f"{path.relative_to(ROOT)}:{number}"
         for path in SOURCES
         for number, line in enumerate(path.read_text().splitlines(), 1)
-        if re.search(r"``engine\.(?!(stderr|log|sock)``)", line)  # a file named engine.X is fine
+        if re.search(r"``engine\.(?!(stderr|log|sock|vllm\.sock)``)", line)  # a file named engine.X is fine
     ]
     assert wrong == []
 

@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,6 +115,12 @@ async def test_the_engine_starts_its_vllm_waits_for_it_and_it_goes_with_the_engi
         result = await _complete(client, "1")
         assert isinstance(result, protocol.Result) and result.stop is protocol.StopReason.EOS, result
         assert "vllm: standin: loading" in engine.log()  # its output while it loads: the engine's progress
+        command = [sys.executable, "-m", "diffgemma_lsp", "doctor", "--engine-socket", str(engine.socket_path)]
+        doctor = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE)
+        report = (await asyncio.wait_for(doctor.communicate(), 120))[0].decode()
+        assert doctor.returncode == 0, report
+        assert f"device          vllm 0.33.0 at {vllm_socket} (started by the engine" in report
+        assert "runtime state   healthy" in report
         (pid,) = _started(log)
         engine.process.send_signal(signal.SIGKILL)  # no chance to stop it: the kernel's death signal does
         engine.process.wait()
