@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import attrs
 from lsprotocol import types
@@ -19,6 +19,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
 from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared.prompt import EDITS_CHUNK_NAME
 from diffgemma_lsp.backends.base import Backend, EngineRequestError, EngineUnavailable
 from diffgemma_lsp.backends.local import EngineTimeout
 from diffgemma_lsp.context import (
@@ -28,7 +29,8 @@ from diffgemma_lsp.context import (
     build_context,
     position_after,
 )
-from diffgemma_lsp.extra_context import ExtraContext
+from diffgemma_lsp.edit_history import EditHistory, render
+from diffgemma_lsp.extra_context import ExtraContext, file_name
 from diffgemma_lsp.postprocess import Edit, postprocess
 from diffgemma_lsp.reuse import ShownCompletions
 from diffgemma_lsp.settings import Settings
@@ -72,6 +74,8 @@ class Completer:
         """Chunks of other files, sent as extra context."""
         self.shown = ShownCompletions()
         """The last completion per document, reused while the user types what it suggested."""
+        self.history = EditHistory()
+        """The recent edits of the open documents, sent as a diff after the chunks of other files."""
 
     def context_at(self, uri: str, position: types.Position, context_tokens: int) -> tuple[TextDocument, InfillContext]:
         """The document and its infill context, or an InvalidParams error that says what is wrong with the
@@ -88,6 +92,7 @@ class Completer:
         """A closed document: forget its shown completion and its chunk of extra context, and stop its work."""
         self.shown.forget(uri)
         self.extra.remove(uri)
+        self.history.forget(uri)
         self.stop(uri)
 
     def stop(self, uri: str) -> None:
@@ -98,6 +103,21 @@ class Completer:
     def _text_of(self, uri: str) -> str | None:
         document = self.open_document(uri)
         return document.source if document is not None else None
+
+    def _lines_of(self, uri: str) -> Sequence[str] | None:
+        document = self.open_document(uri)
+        return document.lines if document is not None else None
+
+    def extra_chunks(self, settings: Settings, uri: str) -> list[protocol.Chunk]:
+        """What the prompt holds besides the document: chunks of other files, then the recent edits as one diff
+        (each within its budget, in a stable order)."""
+        self.extra.take_edits(uri, self._text_of)
+        extra = self.extra.for_request(uri, settings.extra_context_tokens * CHARS_PER_TOKEN)
+        chunks = [protocol.Chunk(filename=chunk.name, text=chunk.text) for chunk in extra]
+        hunks = self.history.recent(self._lines_of, settings.edit_history_tokens * CHARS_PER_TOKEN)
+        if hunks:
+            chunks.append(protocol.Chunk(filename=EDITS_CHUNK_NAME, text=render(hunks, file_name)))
+        return chunks
 
     async def complete(
         self, settings: Settings, uri: str, position: types.Position, automatic: bool, candidates: int = 1
@@ -115,15 +135,14 @@ class Completer:
             return [(context, rest)]  # the user is typing what we suggested: no model call
         if automatic and settings.debounce_ms and not await self._debounce(uri, settings.debounce_ms):
             return []  # a newer request for this document came in while we waited
-        self.extra.take_edits(uri, self._text_of)
-        extra = self.extra.for_request(uri, settings.extra_context_tokens * CHARS_PER_TOKEN)
+        extra = self.extra_chunks(settings, uri)
         language_id = document.language_id or ""
         request = protocol.Infill(
             id="",  # the backend's next id, given when it is sent
             uri=uri,
             prefix=context.prefix,
             suffix=context.suffix,
-            extra=[protocol.Chunk(filename=chunk.name, text=chunk.text) for chunk in extra],
+            extra=extra,
             language_id=language_id,
             doc_version=context.version or 0,
             canvas_length=settings.canvas_length,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate, islice
 
 from lsprotocol import types
@@ -28,6 +28,9 @@ LINE_ENDINGS = ("\r\n", "\n", "\r")
 _OTHER_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 """What ``str.splitlines`` breaks at besides ``LINE_ENDINGS``."""
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+Replaced = Callable[[int, Sequence[str], Sequence[str], Sequence[str]], None]
+"""Told of each change before it is made: (first line, the old lines there, the new lines, the document's lines)."""
 
 
 def split_lines(text: str) -> list[str]:
@@ -69,6 +72,8 @@ class LineDocument(TextDocument):
         """``_starts[i]``: the offset of line ``i``'s start, for ``i < _known`` (the rest is stale)."""
         self._known = 1
         # pygls' ``_source`` is the join of ``_lines`` here, None when a change made it stale.
+        self.on_replace: Replaced | None = None
+        """Told of each change's lines before they are replaced (the edit history's input)."""
 
     def _line_list(self) -> list[str]:
         if self._lines is None:  # not opened: the file on disk, read once (pygls reads it at every access)
@@ -105,13 +110,24 @@ class LineDocument(TextDocument):
         # The edited text ends with the last spanned line's own break, unless that line is the document's last:
         # the lines after it start where they started, and none can begin with a "\n" after a "\r" (it would
         # have been one "\r\n" before). Positions never fall inside a "\r\n" (``_server_position``).
-        lines[first : last + 1] = split_lines(text)
+        new = split_lines(text)
+        if self.on_replace is not None:
+            self.on_replace(first, lines[first : last + 1], new, lines)
+        lines[first : last + 1] = new
         self._source = None
         self._known = min(self._known, first + 1)
 
     def _apply_full_change(self, change: types.TextDocumentContentChangeEvent) -> None:
-        """Take the new text whole."""
-        self._lines = split_lines(change.text)
+        """Take the new text whole (``on_replace`` is told the lines between the common head and tail)."""
+        new = split_lines(change.text)
+        if self.on_replace is not None:
+            old = self._line_list()
+            head = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+            tail = 0
+            while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+                tail += 1
+            self.on_replace(head, old[head : len(old) - tail], new[head : len(new) - tail], old)
+        self._lines = new
         self._source = change.text
         self._starts, self._known = array("q", [0]), 1
 

@@ -29,7 +29,8 @@ class Chunk:
     text: str
 
 
-def _name(uri: str) -> str:
+def file_name(uri: str) -> str:
+    """The file's name, as a chunk of it is labelled in the prompt."""
     return uri.rsplit("/", 1)[-1] or uri
 
 
@@ -65,7 +66,7 @@ class ExtraContext:
         text = chunk_around(text, line)
         if not text.strip():
             return
-        chunk = Chunk(uri=uri, name=_name(uri), text=text)
+        chunk = Chunk(uri=uri, name=file_name(uri), text=text)
         if self._ring.get(uri) == chunk:
             return  # unchanged: keep the order, and with it the engine's cached prefix
         self._ring.pop(uri, None)

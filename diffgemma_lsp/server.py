@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -23,6 +24,7 @@ from diffgemma_lsp import __version__
 from diffgemma_lsp.backends.base import Backend, BackendState, EngineNotReady, EngineUnavailable
 from diffgemma_lsp.backends.connect import connect
 from diffgemma_lsp.completion import Completer
+from diffgemma_lsp.document import LineDocument
 from diffgemma_lsp.jsonrpc import DiffgemmaProtocol
 from diffgemma_lsp.results import completion_item, inline_item
 from diffgemma_lsp.rewrite import (
@@ -337,8 +339,13 @@ async def inline_completion(
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: DiffgemmaServer, params: types.DidOpenTextDocumentParams) -> None:
-    """An opened file becomes extra context for the others."""
-    ls.completer.extra.add(params.text_document.uri, params.text_document.text)
+    """An opened file becomes extra context for the others; its edits from now on go into the edit history."""
+    uri = params.text_document.uri
+    ls.completer.extra.add(uri, params.text_document.text)
+    ls.completer.history.forget(uri)  # an opening starts afresh (a second didOpen of the same uri included)
+    document = ls.open_document(uri)
+    if isinstance(document, LineDocument):
+        document.on_replace = functools.partial(ls.completer.history.replaced, uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)

@@ -92,6 +92,9 @@ class Settings:
     """Prompt budget in tokens for the text around the cursor."""
     extra_context_tokens: int = attrs.field(default=256, validator=_at_most(MAX_CONTEXT_TOKENS))
     """Prompt budget in tokens for chunks of other recently opened, edited or saved files; 0: none."""
+    edit_history_tokens: int = attrs.field(default=256, validator=_at_most(MAX_CONTEXT_TOKENS))
+    """Prompt budget in tokens for the recent edits of the open documents (unified-diff hunks, newest kept); 0:
+    none."""
     debounce_ms: int = attrs.field(default=75, validator=_positive)
     """Wait this long after an automatic request before asking the model; a newer request replaces it."""
     deadline_ms: int = attrs.field(default=2000, validator=_positive)

@@ -186,8 +186,16 @@ def build_fim_prompt(
     )
 
 
+EDITS_CHUNK_NAME = "recent edits"
+"""The extra chunk that holds the user's recent edits as a unified diff (``diffgemma_lsp.edit_history``), after
+the chunks of other files: the ``fim`` layout labels it so after its file separator, the ``chat`` layout shows it
+as a diff."""
+
+
 def chat_file_block(name: str, text: str, language: str = "") -> str:
-    """One other file in the ``chat`` layout's user turn."""
+    """One other file (or the recent edits) in the ``chat`` layout's user turn."""
+    if name == EDITS_CHUNK_NAME:
+        return f"The user's recent edits:\n```diff\n{text}\n```\n\n"
     return f"File {name}:\n```{language}\n{text}\n```\n\n"
 
 

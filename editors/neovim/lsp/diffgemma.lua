@@ -2,8 +2,8 @@
 -- A Neovim 0.11+ LSP config: put this file at <runtimepath>/lsp/diffgemma.lua, then `vim.lsp.enable("diffgemma")`.
 -- Settings (camelCase) go in init_options, as in the top-level README's table: enable, model, device,
 -- quantization, runtime, vllmCommand, stepMode,
--- engineIdleExitMinutes, canvasLength, steps, contextTokens, extraContextTokens, debounceMs,
--- deadlineMs, candidates, backend, openaiUrl, openaiModel, openaiApiKeyEnv, openaiPromptFormat, rewriteEnabled,
+-- engineIdleExitMinutes, canvasLength, steps, contextTokens, extraContextTokens, editHistoryTokens,
+-- debounceMs, deadlineMs, candidates, backend, openaiUrl, openaiModel, openaiApiKeyEnv, openaiPromptFormat, rewriteEnabled,
 -- rewriteStrength, rewriteSteps.
 return {
   cmd = { "diffgemma-lsp", "--stdio" },
