@@ -1,6 +1,7 @@
 """Replay typing over real source files through the real diffgemma-lsp and engine; measure what a user feels.
 
     python -m benchmarks.keystroke_replay [--model DIR] [--requests 200] [--files N] [--chat-order ORDER]
+                                          [--edit-history-tokens N] [--runtime R]
 
 Each keystroke is a ``didChange`` followed by an inline completion request at the cursor, answered before the
 next keystroke (a user who pauses on every character: the worst case for the engine). For each request it
@@ -95,7 +96,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
     encode_ms: list[float] = []
     reuse_hits = 0
     try:
-        await lsp.initialize({"debounceMs": 0, "deadlineMs": 0})
+        await lsp.initialize({"debounceMs": 0, "deadlineMs": 0, "editHistoryTokens": args.edit_history_tokens})
         request_id = 10
         sessions = typing_sessions(args.files, args.seed)
         # Warm up until the engine answers.
@@ -162,6 +163,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
     return {
         "model": str(args.model or "default"),
         "runtime": args.runtime,
+        "edit_history_tokens": args.edit_history_tokens,
         "requests": len(latencies),
         "engine_step": engine_step,
         "p50_ms": round(percentile(latencies, 0.50), 1),
@@ -194,6 +196,12 @@ def main() -> None:
         choices=("transformers", "vllm", "auto"),
         default="transformers",
         help="the engine's --runtime (vllm: the vllm on PATH runs the canvases; default: the engine's own loop)",
+    )
+    parser.add_argument(
+        "--edit-history-tokens",
+        type=int,
+        default=256,
+        help="the editHistoryTokens setting (0: no recent edits in the prompt), to measure what they cost in reuse",
     )
     add_compile_argument(parser)
     parser.add_argument("--out", type=Path, default=RESULTS / "keystroke_replay.json")

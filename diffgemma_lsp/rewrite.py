@@ -22,7 +22,7 @@ from pygls.workspace import TextDocument
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.base import Backend, EngineRequestError, EngineUnavailable, RewriteUnsupported
 from diffgemma_lsp.completion import Completer
-from diffgemma_lsp.context import CHARS_PER_TOKEN, PositionError, build_context, clamp_position
+from diffgemma_lsp.context import PositionError, build_context, clamp_position
 from diffgemma_lsp.postprocess import postprocess_replacement
 from diffgemma_lsp.settings import Settings
 
@@ -208,9 +208,10 @@ def build_request(
     instruction: str,
     extra: Sequence[protocol.Chunk],
     request_id: str,
+    strength: float | None = None,
 ) -> protocol.Infill:
-    """The infill that rewrites ``selection``: its canvas starts from the selected text, ``rewriteStrength`` of it
-    renoised, with no deadline (the user waits for it, and can cancel)."""
+    """The infill that rewrites ``selection``: its canvas starts from the selected text, ``strength`` of it renoised
+    (default: ``rewriteStrength``), with no deadline (the user waits for it, and can cancel)."""
     return protocol.Infill(
         id=request_id,
         uri=selection.uri,
@@ -222,7 +223,7 @@ def build_request(
         canvas_length=settings.canvas_length,
         max_steps=settings.rewrite_steps,
         start=[protocol.StartSegment(text=selection.text)],
-        strength=settings.rewrite_strength,
+        strength=settings.rewrite_strength if strength is None else strength,
         instruction=instruction,
     )
 
@@ -343,9 +344,7 @@ class Rewriter:
         if backend is None:
             return Outcome(reason=NO_BACKEND, show=types.MessageType.Warning)
         completer = self.completer
-        completer.extra.take_edits(args.uri, lambda uri: doc.source if (doc := completer.open_document(uri)) else None)
-        extra = completer.extra.for_request(args.uri, settings.extra_context_tokens * CHARS_PER_TOKEN)
-        chunks = [protocol.Chunk(filename=chunk.name, text=chunk.text) for chunk in extra]
+        chunks = completer.extra_chunks(settings, args.uri)
         request = build_request(selection, settings, args.instruction, chunks, backend.new_id())
         try:
             sent = backend.as_rewrite(request)

@@ -26,6 +26,8 @@ from diffgemma_lsp.backends.connect import connect
 from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.document import LineDocument
 from diffgemma_lsp.jsonrpc import DiffgemmaProtocol
+from diffgemma_lsp.next_edit import APPLY_KIND, NEXT_EDIT_METHOD, NextEdits
+from diffgemma_lsp.next_edit import parse_arguments as parse_next_edit
 from diffgemma_lsp.results import completion_item, inline_item
 from diffgemma_lsp.rewrite import (
     CANCELLED,
@@ -78,6 +80,7 @@ class DiffgemmaServer(LanguageServer):
         self.completer = Completer(self.start_backend, self.open_document, self.backend_answered)
         """The completion core: latest request per document, shown completions, extra context."""
         self.rewriter = Rewriter(self.completer)
+        self.next_edits = NextEdits(self.completer)
         """The rewrites in flight, one per document."""
         self._progress_token: str | None = None
         self._outage_reported = False
@@ -366,16 +369,38 @@ def did_save(ls: DiffgemmaServer, params: types.DidSaveTextDocumentParams) -> No
 def did_close(ls: DiffgemmaServer, params: types.DidCloseTextDocumentParams) -> None:
     """Forget the document's shown completion and its chunk of extra context, and stop its work."""
     ls.completer.forget(params.text_document.uri)
+    ls.next_edits.forget(params.text_document.uri)
     ls.rewriter.stop(params.text_document.uri, CLOSED)
 
 
 @server.feature(
-    types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[KIND], resolve_provider=False)
+    types.TEXT_DOCUMENT_CODE_ACTION,
+    types.CodeActionOptions(code_action_kinds=[KIND, APPLY_KIND], resolve_provider=False),
 )
 def code_actions(ls: DiffgemmaServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
-    """ "Rewrite selection" on a non-empty selection (its command does the work)."""
-    action = code_action(ls.settings, ls.open_document(params.text_document.uri), params)
-    return [action] if action is not None else None
+    """ "Rewrite selection" on a non-empty selection (its command does the work); "Apply suggested edit" on the
+    cursor when a next edit is ready for the document as it is."""
+    document = ls.open_document(params.text_document.uri)
+    actions = [
+        code_action(ls.settings, document, params),
+        ls.next_edits.code_action(document, params, versioned=ls.edit_support()[1]),
+    ]
+    found = [action for action in actions if action is not None]
+    return found or None
+
+
+@server.feature(NEXT_EDIT_METHOD)
+async def next_edit(ls: DiffgemmaServer, params: object) -> dict[str, object] | None:
+    """``diffgemma/nextEdit``: the edit that follows the recent ones, in a window around the position, for the
+    version asked (``{"uri", "version", "edits"}``), or null when there is none; waits for an engine that is still
+    loading, as an explicit request does."""
+    arguments = parse_next_edit(params)
+    if ls.settings.next_edit_enabled and ls.open_document(arguments.uri) is not None:
+        if (gave_up := await ls.until_backend_ready()) is not None:
+            ls.gave_up_waiting("next edit", gave_up)
+            return None
+    suggestion = await ls.next_edits.suggest(ls.settings, arguments)
+    return suggestion.answer() if suggestion is not None else None
 
 
 @server.command(REWRITE_COMMAND)

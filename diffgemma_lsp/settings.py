@@ -121,6 +121,12 @@ class Settings:
     rewrite_strength: float = attrs.field(default=0.6, validator=_share)
     """Share of the selection's canvas renoised at the start of a rewrite, above 0 and at most 1 (1: written anew
     from noise, as an insertion of the same span would be)."""
+    next_edit_enabled: bool = True
+    """Answer ``diffgemma/nextEdit`` and offer "Apply suggested edit"."""
+    next_edit_lines: int = attrs.field(default=10, validator=_at_most(50))
+    """Lines above and below the cursor in a next edit's editable window."""
+    next_edit_strength: float = attrs.field(default=0.3, validator=_share)
+    """Share of a next edit's window renoised at the start (small: most of the window is kept)."""
     rewrite_steps: int = attrs.field(default=0, validator=_at_most(protocol.MAX_STEPS))
     """Most denoising steps per rewrite (of which about ``rewrite_strength`` run); 0: the model's own."""
 

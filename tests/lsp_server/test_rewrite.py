@@ -132,7 +132,8 @@ async def test_the_action_is_offered_on_a_selection_only(isolated_env: Path, eng
         assert commands is not None and "diffgemma.rewriteSelection" in commands.commands
         provider = s.initialized.capabilities.code_action_provider
         assert isinstance(provider, types.CodeActionOptions) and list(provider.code_action_kinds or []) == [
-            "refactor.rewrite"
+            "refactor.rewrite",
+            "refactor.rewrite.nextEdit",  # "Apply suggested edit" (tests/lsp_server/test_next_edit.py)
         ]
         [action] = await code_actions(s.client, SELECTED)
         assert (action.title, action.kind) == ("Rewrite selection", types.CodeActionKind.RefactorRewrite)

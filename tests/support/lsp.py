@@ -253,6 +253,11 @@ class Editor:
             )
         )
 
+    def apply(self, edit: types.WorkspaceEdit) -> types.ApplyWorkspaceEditResult:
+        """The user picks a code action that carries ``edit``: the editor applies it as it applies the server's
+        ``workspace/applyEdit`` (refused for another version), then sends ``didChange``."""
+        return self._apply_edit(types.ApplyWorkspaceEditParams(edit=edit))
+
     def _apply_edit(self, params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
         self.edits.append(params)
         if self.refuse:

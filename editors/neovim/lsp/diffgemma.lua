@@ -4,7 +4,7 @@
 -- quantization, runtime, vllmCommand, stepMode,
 -- engineIdleExitMinutes, canvasLength, steps, contextTokens, extraContextTokens, editHistoryTokens,
 -- debounceMs, deadlineMs, candidates, backend, openaiUrl, openaiModel, openaiApiKeyEnv, openaiPromptFormat, rewriteEnabled,
--- rewriteStrength, rewriteSteps.
+-- rewriteStrength, rewriteSteps, nextEditEnabled, nextEditLines, nextEditStrength.
 return {
   cmd = { "diffgemma-lsp", "--stdio" },
   filetypes = {

@@ -1,0 +1,235 @@
+"""Next-edit suggestions over LSP (issue 29, its language-server half): ``diffgemma/nextEdit`` and the "Apply
+suggested edit" code action.
+
+A next edit is a rewrite of an editable window of whole lines around the cursor (``nextEditLines`` above and
+below) with the recent edits in the prompt (``diffgemma_lsp.edit_history``): the canvas starts from the code that
+is there with a small share renoised (``nextEditStrength``), so that most of the window is kept, and the model
+sees the code after the window as well as before it. The answer is diffed line by line into ``TextEdit``s inside
+the window, in the document's positions, for the version asked; a window that comes back as it was is "no edit"
+(``null``), and so is an answer computed for a document that has changed since. The last suggestion per document
+is kept for the code action, which editors without a custom UI (Helix) offer on the cursor.
+
+Not here yet: asking after an edit burst ends and prefetching after an accepted suggestion (the editors' side),
+and "no edit" when the model is not confident (its entropy and stability are to be measured first).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Mapping
+
+import attrs
+from lsprotocol import types
+from lsprotocol.validators import INTEGER_MAX_VALUE, INTEGER_MIN_VALUE, UINTEGER_MAX_VALUE
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.workspace import TextDocument
+
+from diffgemma_engine.shared import protocol
+from diffgemma_lsp.backends.base import EngineRequestError, EngineUnavailable, RewriteUnsupported
+from diffgemma_lsp.completion import Completer
+from diffgemma_lsp.context import PositionError
+from diffgemma_lsp.document import split_lines
+from diffgemma_lsp.postprocess import postprocess_replacement
+from diffgemma_lsp.rewrite import Selection, build_request, computed_on, read_selection
+from diffgemma_lsp.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+NEXT_EDIT_METHOD = "diffgemma/nextEdit"
+APPLY_TITLE = "Apply suggested edit"
+APPLY_KIND = f"{types.CodeActionKind.RefactorRewrite.value}.nextEdit"
+NEXT_EDIT_INSTRUCTION = (
+    "Continue the user's recent edits in this code: make the change they call for here (for example the other uses "
+    "of a renamed name), and keep everything else exactly as it is. If nothing follows from them, write the code "
+    "unchanged."
+)
+"""What an instruction model is asked (FIM models see the window and the edits alone)."""
+
+
+@attrs.frozen(kw_only=True)
+class NextEditArguments:
+    """``{"textDocument": {"uri", "version"}, "position"}``."""
+
+    uri: str
+    version: int
+    position: types.Position
+
+
+def _fail(message: str) -> JsonRpcInvalidParams:
+    return JsonRpcInvalidParams(f"{NEXT_EDIT_METHOD}: {message}"[:400])
+
+
+def _field(raw: object, name: str) -> object:
+    """``raw[name]`` of a JSON object as pygls hands a custom method's params over (a mapping, or an object with
+    attributes)."""
+    if isinstance(raw, Mapping):
+        return raw.get(name)
+    return getattr(raw, name, None)
+
+
+def _integer(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def parse_arguments(params: object) -> NextEditArguments:
+    """The request's params, or an InvalidParams error that says what is wrong with them."""
+    document = _field(params, "textDocument")
+    uri, version = _field(document, "uri"), _field(document, "version")
+    position = _field(params, "position")
+    line, character = _field(position, "line"), _field(position, "character")
+    if not isinstance(uri, str) or not uri:
+        raise _fail(f"textDocument.uri must be the document's URI, got {uri!r}")
+    if not _integer(version, INTEGER_MIN_VALUE, INTEGER_MAX_VALUE):
+        raise _fail(f"textDocument.version must be the document's version, an integer, got {version!r}")
+    if not (_integer(line, 0, UINTEGER_MAX_VALUE) and _integer(character, 0, UINTEGER_MAX_VALUE)):
+        raise _fail(f"position needs a line and a character, both integers of 0 or more, got {position!r}")
+    assert isinstance(version, int) and isinstance(line, int) and isinstance(character, int)
+    return NextEditArguments(uri=uri, version=version, position=types.Position(line=line, character=character))
+
+
+def edit_window(document: TextDocument, line: int, lines_each_way: int) -> types.Range:
+    """Whole lines around ``line``: ``lines_each_way`` above and below it, within the document (the end is the
+    start of the line after the window, or the document's end)."""
+    lines = document.lines
+    last = max(0, len(lines) - 1)
+    line = min(line, last)
+    first, end = max(0, line - lines_each_way), min(last, line + lines_each_way) + 1
+    if end < len(lines):
+        return types.Range(start=types.Position(line=first, character=0), end=types.Position(line=end, character=0))
+    # the window reaches the document's end: end at its last character (in the client's units)
+    tail = lines[-1] if lines else ""
+    ends_with_break = tail.endswith(("\n", "\r"))
+    end_position = (
+        types.Position(line=len(lines), character=0)
+        if ends_with_break
+        else types.Position(line=last, character=document.position_codec.client_num_units(tail))
+    )
+    return types.Range(start=types.Position(line=first, character=0), end=end_position)
+
+
+def line_edits(window: Selection, new_text: str) -> list[types.TextEdit]:
+    """The window's old lines against ``new_text``'s, as whole-line ``TextEdit``s in the document's positions (the
+    smallest set ``difflib`` finds); none when nothing changed."""
+    old, new = split_lines(window.text), split_lines(new_text)
+    first = window.range.start.line
+
+    def position(index: int) -> types.Position:
+        if index >= len(old):
+            return window.range.end  # the window's end: past its last line
+        return types.Position(line=first + index, character=0)
+
+    edits = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            edits.append(
+                types.TextEdit(range=types.Range(start=position(i1), end=position(i2)), new_text="".join(new[j1:j2]))
+            )
+    return edits
+
+
+@attrs.frozen(kw_only=True)
+class Suggestion:
+    """A next edit computed for one version of a document's text."""
+
+    window: Selection
+    edits: list[types.TextEdit]
+
+    def answer(self) -> dict[str, object]:
+        """The request's result: ``{"uri", "version", "edits"}``."""
+        edits = [
+            {
+                "range": {
+                    "start": {"line": edit.range.start.line, "character": edit.range.start.character},
+                    "end": {"line": edit.range.end.line, "character": edit.range.end.character},
+                },
+                "newText": edit.new_text,
+            }
+            for edit in self.edits
+        ]
+        return {"uri": self.window.uri, "version": self.window.version, "edits": edits}
+
+    def workspace_edit(self, versioned: bool) -> types.WorkspaceEdit:
+        """The edits as one workspace edit: for this version only where the client takes versioned edits."""
+        if not versioned:
+            return types.WorkspaceEdit(changes={self.window.uri: list(self.edits)})
+        document = types.OptionalVersionedTextDocumentIdentifier(uri=self.window.uri, version=self.window.version)
+        return types.WorkspaceEdit(
+            document_changes=[types.TextDocumentEdit(text_document=document, edits=list(self.edits))]
+        )
+
+
+def _inside(position: types.Position, window: types.Range) -> bool:
+    start, end = window.start, window.end
+    return (start.line, start.character) <= (position.line, position.character) <= (end.line, end.character)
+
+
+class NextEdits:
+    """Suggests next edits with the completer's backend, documents and context; keeps the last one per document."""
+
+    def __init__(self, completer: Completer) -> None:
+        self.completer = completer
+        self.ready: dict[str, Suggestion] = {}
+        """Per document uri, the last suggestion (offered by the code action while the text is the same)."""
+
+    def forget(self, uri: str) -> None:
+        """A closed document: its suggestion goes."""
+        self.ready.pop(uri, None)
+
+    async def suggest(self, settings: Settings, args: NextEditArguments) -> Suggestion | None:
+        """The next edit at ``args.position``, or None: off, another version, no backend or one that cannot
+        rewrite, the engine's refusal, a window that came back unchanged, a document that changed meanwhile.
+        InvalidParams for a document that is not open."""
+        completer = self.completer
+        document = completer.open_document(args.uri)
+        if document is None:
+            raise _fail(f"{args.uri} is not open: send textDocument/didOpen first")
+        if not settings.next_edit_enabled or (document.version or 0) != args.version:
+            return None
+        backend = completer.backend()
+        if backend is None:
+            return None
+        try:
+            window = read_selection(
+                document, edit_window(document, args.position.line, settings.next_edit_lines), settings.context_tokens
+            )
+        except (JsonRpcInvalidParams, PositionError):
+            return None  # an empty document: nothing to edit
+        extra = completer.extra_chunks(settings, args.uri)
+        request = build_request(
+            window, settings, NEXT_EDIT_INSTRUCTION, extra, backend.new_id(), strength=settings.next_edit_strength
+        )
+        try:
+            result = await backend.infill(backend.as_rewrite(request))
+        except (RewriteUnsupported, EngineUnavailable, EngineRequestError) as exc:
+            logger.info("no next edit for %s: %s", args.uri, exc)
+            return None
+        completer.answered()
+        if result.stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED):
+            return None
+        instruct = backend.layout is protocol.Layout.CHAT
+        text = postprocess_replacement(
+            window.prefix, window.text, window.suffix, result.text, window.language_id, instruct=instruct
+        )
+        if text is None or text == window.text or not computed_on(window, completer.open_document(args.uri)):
+            return None
+        suggestion = Suggestion(window=window, edits=line_edits(window, text))
+        if not suggestion.edits:
+            return None
+        self.ready[args.uri] = suggestion
+        return suggestion
+
+    def code_action(
+        self, document: TextDocument | None, params: types.CodeActionParams, versioned: bool
+    ) -> types.CodeAction | None:
+        """ "Apply suggested edit" when the last suggestion for the document is for its text as it is now and the
+        cursor is in its window."""
+        suggestion = self.ready.get(params.text_document.uri)
+        if suggestion is None or not computed_on(suggestion.window, document):
+            return None
+        only = params.context.only
+        if only is not None and not any(APPLY_KIND == kind or APPLY_KIND.startswith(f"{kind}.") for kind in only):
+            return None
+        if not _inside(params.range.start, suggestion.window.range):
+            return None
+        return types.CodeAction(title=APPLY_TITLE, kind=APPLY_KIND, edit=suggestion.workspace_edit(versioned))

@@ -1,0 +1,118 @@
+"""Issue 29: ``diffgemma/nextEdit`` and "Apply suggested edit" in the real language server, with a fake engine that
+rewrites (tests/support/fake_engine.py ``Rewrites``: every rewrite answered with a fixed text).
+
+After the user renamed a parameter, the next edit is its use below: the server asks the engine to rewrite the
+window of lines around the cursor from the code that is there (a small share renoised), diffs the answer into
+whole-line edits for the version asked, and offers them as a code action while the text is the same."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from diffgemma_lsp.next_edit import APPLY_KIND, APPLY_TITLE
+from tests.support.fake_engine import Rewrites, serving
+from tests.support.lsp import Editor, capabilities, server_command, span
+
+pytestmark = pytest.mark.e2e
+URI = "file:///work/area.py"
+RENAMED = "def area(size, height):\n    return width * height\n\n\nprint(area(2, 3))\n"
+FOLLOWED = "def area(size, height):\n    return size * height\n\n\nprint(area(2, 3))\n"
+
+
+@contextlib.asynccontextmanager
+async def session(isolated_env: Path, engine: Rewrites) -> AsyncIterator[tuple[LanguageClient, Editor]]:
+    """The real server on a fake engine that rewrites, with ``RENAMED`` open and the engine connected."""
+    socket_dir = isolated_env / "run"
+    socket_dir.mkdir(mode=0o700)
+    async with serving(socket_dir / "engine.sock", engine.handler()):
+        client = await ClientServerConfig(
+            server_command=server_command(socket_dir / "engine.sock", None), server_env=dict(os.environ)
+        ).start()
+        assert isinstance(client, LanguageClient)
+        editor = Editor(client)
+        try:
+            await client.initialize_session(
+                types.InitializeParams(
+                    capabilities=capabilities(),
+                    initialization_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0}},
+                )
+            )
+            editor.open(URI, RENAMED)
+            yield client, editor
+        finally:
+            await client.shutdown_session()
+
+
+async def next_edit(client: LanguageClient, line: int, character: int, version: int = 1) -> object:
+    params = {"textDocument": {"uri": URI, "version": version}, "position": {"line": line, "character": character}}
+    return await asyncio.wait_for(client.protocol.send_request_async("diffgemma/nextEdit", params), 60)
+
+
+def plain(value: object) -> object:
+    """A custom request's result as JSON values (pygls hands it over as objects with attributes)."""
+    if hasattr(value, "_asdict"):
+        return {key: plain(item) for key, item in value._asdict().items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    return value
+
+
+async def actions_at(client: LanguageClient, line: int) -> list[types.CodeAction]:
+    result = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=URI),
+            range=span(line, 4, line, 4),
+            context=types.CodeActionContext(diagnostics=[], trigger_kind=types.CodeActionTriggerKind.Invoked),
+        )
+    )
+    return [action for action in result or [] if isinstance(action, types.CodeAction)]
+
+
+async def test_the_next_edit_is_the_renamed_parameters_use_and_its_action_applies_it(isolated_env: Path) -> None:
+    engine = Rewrites(answer=FOLLOWED)
+    engine.release.set()
+    async with session(isolated_env, engine) as (client, editor):
+        suggestion = plain(await next_edit(client, 0, 13))
+        assert suggestion == {
+            "uri": URI,
+            "version": 1,
+            "edits": [
+                {
+                    "range": {"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": 0}},
+                    "newText": "    return size * height\n",
+                }
+            ],
+        }
+        (sent,) = engine.rewrites()
+        assert [segment.text for segment in sent.start] == [RENAMED]  # the window: every line, 10 each way
+        assert sent.strength == pytest.approx(0.3)  # most of the window kept
+        (action,) = [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]
+        assert action.kind == APPLY_KIND and action.edit is not None
+        assert editor.apply(action.edit).applied  # what the editor does with the action's edit
+        assert editor.text(URI) == FOLLOWED
+        assert not [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]  # text changed
+        assert await next_edit(client, 0, 13, version=1) is None  # a version the document has left
+
+
+async def test_a_window_that_comes_back_unchanged_is_no_edit(isolated_env: Path) -> None:
+    engine = Rewrites(answer=RENAMED)
+    engine.release.set()
+    async with session(isolated_env, engine) as (client, _):
+        assert await next_edit(client, 1, 4) is None
+        assert len(engine.rewrites()) == 1  # the engine was asked, and left the window as it was
+        assert not [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]
+        with pytest.raises(JsonRpcInvalidParams, match="position needs a line and a character"):
+            await client.protocol.send_request_async(
+                "diffgemma/nextEdit", {"textDocument": {"uri": URI, "version": 1}, "position": {"line": -1}}
+            )
