@@ -5,6 +5,12 @@
 -- opts.settings     init_options, camelCase: { model = "...", device = "cuda", debounceMs = 75, ... }
 -- opts.autotrigger  ask for completions on the server's trigger characters (default: true)
 -- opts.accept_key   Neovim 0.12+: insert-mode key that accepts the ghost text (default: "<Tab>")
+-- opts.next_edit    next edits: ask after each insert (InsertLeave) and normal-mode change, debounced (default: true)
+--
+-- Next edits (the server's diffgemma/nextEdit): `require("diffgemma").next_edit()` asks at the cursor (setup() asks
+-- by itself after an edit, unless opts.next_edit is false); the suggestion shows as extmarks, the lines it replaces
+-- struck through and the new ones as virtual lines below them. <Tab> in normal mode applies it (one undo step),
+-- <Esc> dismisses it; any change to the buffer dismisses it too.
 --
 -- Rewrite selection: the server's code action comes through `vim.lsp.buf.code_action()` as it is. With an
 -- instruction: `require("diffgemma").rewrite()` from a visual-mode mapping, or `:'<,'>DiffgemmaRewrite [instruction]`
@@ -113,6 +119,131 @@ function M.rewrite(opts)
   end
 end
 
+--- Next edits ------------------------------------------------------------------------------------------------------
+
+M.NEXT_EDIT_METHOD = "diffgemma/nextEdit"
+local next_ns = vim.api.nvim_create_namespace("diffgemma.next_edit")
+vim.api.nvim_set_hl(0, "DiffgemmaNextEditDelete", { default = true, strikethrough = true, link = "DiffDelete" })
+vim.api.nvim_set_hl(0, "DiffgemmaNextEditAdd", { default = true, link = "DiffAdd" })
+--- Per buffer, the suggestion shown: { version, edits, encoding }.
+M.shown = {}
+
+--- Clear the suggestion shown in `bufnr`.
+function M.dismiss(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  M.shown[bufnr] = nil
+  if vim.api.nvim_buf_is_valid(bufnr) then
+    vim.api.nvim_buf_clear_namespace(bufnr, next_ns, 0, -1)
+  end
+end
+
+--- The suggestion's edits as extmarks: each replaced line struck through, the new lines as virtual lines after
+--- them (before the next line for a pure insertion).
+local function show(bufnr, edits)
+  local count = vim.api.nvim_buf_line_count(bufnr)
+  for _, edit in ipairs(edits) do
+    local first, after = edit.range.start.line, edit.range["end"].line
+    for row = first, math.min(after, count) - 1 do
+      local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, true)[1]
+      vim.api.nvim_buf_set_extmark(bufnr, next_ns, row, 0, { end_col = #line, hl_group = "DiffgemmaNextEditDelete" })
+    end
+    local added = vim.split(edit.newText, "\n", { plain = true })
+    if added[#added] == "" then
+      table.remove(added)
+    end
+    if #added > 0 then
+      local virt_lines = vim.tbl_map(function(text) return { { text, "DiffgemmaNextEditAdd" } } end, added)
+      if after > first then
+        vim.api.nvim_buf_set_extmark(bufnr, next_ns, math.min(after, count) - 1, 0, { virt_lines = virt_lines })
+      elseif first < count then
+        vim.api.nvim_buf_set_extmark(bufnr, next_ns, first, 0, { virt_lines = virt_lines, virt_lines_above = true })
+      else
+        vim.api.nvim_buf_set_extmark(bufnr, next_ns, count - 1, 0, { virt_lines = virt_lines })
+      end
+    end
+  end
+end
+
+--- Ask the server for the next edit at the cursor and show it.
+--- opts.bufnr    default: the current buffer
+--- opts.on_done  function(result) with the server's answer (nil: no edit)
+function M.next_edit(opts)
+  opts = opts or {}
+  local bufnr = opts.bufnr or vim.api.nvim_get_current_buf()
+  local client = vim.lsp.get_clients({ bufnr = bufnr, name = "diffgemma" })[1]
+  if not client then
+    return
+  end
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  local version = vim.lsp.util.buf_versions[bufnr]
+  local params = {
+    textDocument = { uri = vim.uri_from_bufnr(bufnr), version = version },
+    position = lsp_position(bufnr, row - 1, col, client.offset_encoding),
+  }
+  client:request(M.NEXT_EDIT_METHOD, params, function(err, result)
+    if err then
+      vim.notify("diffgemma: next edit failed: " .. (err.message or vim.inspect(err)), vim.log.levels.WARN)
+    end
+    local fresh = result and result ~= vim.NIL and result.version == vim.lsp.util.buf_versions[bufnr]
+    if fresh then
+      M.dismiss(bufnr)
+      M.shown[bufnr] = { version = result.version, edits = result.edits, encoding = client.offset_encoding }
+      show(bufnr, result.edits)
+    end
+    if opts.on_done then
+      opts.on_done(fresh and result or nil)
+    end
+  end, bufnr)
+end
+
+--- Apply the suggestion shown in `bufnr` (one undo step); false when there is none for the buffer as it is.
+function M.accept_next_edit(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local shown = M.shown[bufnr]
+  if not shown or shown.version ~= vim.lsp.util.buf_versions[bufnr] then
+    M.dismiss(bufnr)
+    return false
+  end
+  M.dismiss(bufnr)
+  vim.lsp.util.apply_text_edits(shown.edits, bufnr, shown.encoding)
+  return true
+end
+
+local function watch_next_edits(bufnr, accept_key)
+  local group = vim.api.nvim_create_augroup("diffgemma.next_edit." .. bufnr, { clear = true })
+  local timer = nil
+  local function ask_soon()
+    if timer then
+      timer:stop()
+    end
+    timer = vim.defer_fn(function()
+      timer = nil
+      if vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_get_current_buf() == bufnr then
+        M.next_edit({ bufnr = bufnr })
+      end
+    end, 300)
+  end
+  vim.api.nvim_create_autocmd({ "TextChanged", "TextChangedI" }, {
+    group = group,
+    buffer = bufnr,
+    callback = function() M.dismiss(bufnr) end, -- what it was computed for is gone
+  })
+  vim.api.nvim_create_autocmd({ "InsertLeave", "TextChanged" }, { group = group, buffer = bufnr, callback = ask_soon })
+  -- Not expr mappings: those may not change the text (textlock).
+  vim.keymap.set("n", accept_key, function()
+    if not M.accept_next_edit(bufnr) then
+      vim.api.nvim_feedkeys(vim.keycode(accept_key), "n", false) -- the key's own meaning
+    end
+  end, { buffer = bufnr, desc = "diffgemma: apply the suggested edit" })
+  vim.keymap.set("n", "<Esc>", function()
+    if M.shown[bufnr] then
+      M.dismiss(bufnr)
+    else
+      vim.api.nvim_feedkeys(vim.keycode("<Esc>"), "n", false)
+    end
+  end, { buffer = bufnr, desc = "diffgemma: dismiss the suggested edit" })
+end
+
 function M.setup(opts)
   opts = opts or {}
   vim.lsp.config("diffgemma", {
@@ -145,6 +276,9 @@ function M.setup(opts)
       local cot = vim.bo[bufnr].completeopt ~= "" and vim.bo[bufnr].completeopt or vim.go.completeopt
       if not cot:find("menuone") then
         vim.bo[bufnr].completeopt = cot .. ",menuone"
+      end
+      if opts.next_edit ~= false then
+        watch_next_edits(bufnr, accept_key)
       end
       if vim.lsp.inline_completion then -- Neovim 0.12+: ghost text
         vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
