@@ -107,6 +107,7 @@ def choose_runtime(options: ServeOptions, cuda_count: Callable[[], int] | None =
             raise RuntimeRefused("--vllm-socket, --vllm-url and --vllm-command are for --runtime vllm (or auto)")
         return RuntimeChoice(None, "--runtime transformers")
     own = options.own_loop_options()
+    executable = None  # looked up once: here for auto, below for --runtime vllm
     if options.runtime is Runtime.AUTO and not attach:
         executable = find_vllm(options.vllm_command)
         why_not = (
@@ -137,7 +138,7 @@ def choose_runtime(options: ServeOptions, cuda_count: Callable[[], int] | None =
         return RuntimeChoice(
             VllmRuntime(server=server, model_name=options.vllm_model), f"vLLM at {server.where()} (attached)"
         )
-    executable = find_vllm(options.vllm_command)
+    executable = executable or find_vllm(options.vllm_command)
     if executable is None:
         raise RuntimeRefused(
             "--runtime vllm: no `vllm` on PATH; install vLLM (in an environment of its own: it pins its own torch) "

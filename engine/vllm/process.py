@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -39,6 +38,8 @@ BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
 """The waits before each restart in a row of crashes; a start that became healthy begins the row again."""
 TAIL_LINES = 20
 """Lines of vLLM's output kept for the report of a failed start or a crash."""
+READER_DRAIN_S = 1.0
+"""How long a report of an exit waits for vLLM's last output lines."""
 STOP_GRACE_S = 30.0
 """How long a stopping vLLM has after SIGTERM before SIGKILL."""
 HEALTHY = protocol.RUNTIME_HEALTHY
@@ -97,6 +98,8 @@ class VllmSupervisor:
         self._state = "starting vLLM" if launch is not None else f"waiting for vLLM at {server.where()}"
         self._process: subprocess.Popen[bytes] | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self._reader: threading.Thread | None = None
+        """Reads the running vLLM's output into ``_tail``."""
         self._stopping = threading.Event()
         self._ready = threading.Event()
         """Set once vLLM first answered ``/health``, or its first start failed."""
@@ -201,7 +204,8 @@ class VllmSupervisor:
                 return False
             self._state = "starting vLLM"
             self._loading = True
-        threading.Thread(target=self._read_output, args=(self._process,), daemon=True).start()
+        self._reader = threading.Thread(target=self._read_output, args=(self._process,), daemon=True)
+        self._reader.start()
         return True
 
     def _read_output(self, process: subprocess.Popen[bytes]) -> None:
@@ -242,7 +246,8 @@ class VllmSupervisor:
         if process is None:
             return f"vLLM at {self.server.where()} stopped answering /health"
         status = process.wait()
-        time.sleep(0.05)  # the reader's last lines
+        if self._reader is not None:  # its last lines (vLLM's own children may hold the pipe open: not forever)
+            self._reader.join(READER_DRAIN_S)
         tail = " | ".join(list(self._tail)[-5:]) or "(no output)"
         return f"vLLM {what} (exit status {status}): {tail}"
 
