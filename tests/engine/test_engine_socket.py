@@ -121,7 +121,10 @@ import os, socket, struct, json
 os.setgid(65534); os.setuid(65534)
 s = socket.socket(socket.AF_UNIX); s.connect({str(path)!r})
 body = json.dumps({{"type": "hello", "protocol": {protocol.PROTOCOL_VERSION}}}).encode()
-s.sendall(struct.pack(">I", len(body)) + body)
+try:
+    s.sendall(struct.pack(">I", len(body)) + body)
+except BrokenPipeError:  # refused before the hello arrived; the refusal is still there to read
+    pass
 n = struct.unpack(">I", s.recv(4))[0]; data = b""
 while len(data) < n: data += s.recv(n - len(data))
 print(data.decode())
