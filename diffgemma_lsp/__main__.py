@@ -3,6 +3,7 @@
 diffgemma-lsp [--stdio] [--engine-socket PATH] [--model DIR|ID] [--log-file FILE] [-v]
 diffgemma-lsp doctor [--probe] [--json]      (what is running, and whether it answers)
 diffgemma-lsp openai [--host H] [--port P]   (an OpenAI-compatible /v1/completions endpoint, for Zed)
+diffgemma-lsp context FILE:LINE:COL [--workspace DIR] [--json]   (what the model would be sent there)
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ def main(argv: list[str] | None = None) -> None:
         from diffgemma_lsp import doctor
 
         sys.exit(doctor.main(argv[1:]))
+    if argv[:1] == ["context"]:
+        from diffgemma_lsp import context_command
+
+        sys.exit(context_command.main(argv[1:]))
     if argv[:1] == ["openai"]:
         from diffgemma_lsp.endpoint import server as endpoint
 

@@ -32,6 +32,8 @@ from diffgemma_lsp.context import (
 from diffgemma_lsp.edit_history import EditHistory, render
 from diffgemma_lsp.extra_context import ExtraContext, file_name
 from diffgemma_lsp.postprocess import Edit, postprocess
+from diffgemma_lsp.repo.assembly import RECENT_EDIT, RECENT_FILE, ContextChunk
+from diffgemma_lsp.repo.live import LiveIndex
 from diffgemma_lsp.reuse import ShownCompletions
 from diffgemma_lsp.settings import Settings
 
@@ -76,6 +78,8 @@ class Completer:
         """The last completion per document, reused while the user types what it suggested."""
         self.history = EditHistory()
         """The recent edits of the open documents, sent as a diff after the chunks of other files."""
+        self.repo = LiveIndex()
+        """The workspace index: definitions and similar code from the workspace's files."""
 
     def context_at(self, uri: str, position: types.Position, context_tokens: int) -> tuple[TextDocument, InfillContext]:
         """The document and its infill context, or an InvalidParams error that says what is wrong with the
@@ -93,6 +97,7 @@ class Completer:
         self.shown.forget(uri)
         self.extra.remove(uri)
         self.history.forget(uri)
+        self.repo.document_closed(uri)
         self.stop(uri)
 
     def stop(self, uri: str) -> None:
@@ -108,16 +113,28 @@ class Completer:
         document = self.open_document(uri)
         return document.lines if document is not None else None
 
-    def extra_chunks(self, settings: Settings, uri: str) -> list[protocol.Chunk]:
-        """What the prompt holds besides the document: chunks of other files, then the recent edits as one diff
-        (each within its budget, in a stable order)."""
+    def context_chunks(self, settings: Settings, uri: str, line: int) -> list[ContextChunk]:
+        """What the prompt holds besides the document, for a cursor on ``line``: chunks of recently used files,
+        then what the workspace index gives (definitions, similar code), then the recent edits as one diff; each
+        within its budget, in a stable order."""
         self.extra.take_edits(uri, self._text_of)
         extra = self.extra.for_request(uri, settings.extra_context_tokens * CHARS_PER_TOKEN)
-        chunks = [protocol.Chunk(filename=chunk.name, text=chunk.text) for chunk in extra]
+        chunks = [ContextChunk(origin=RECENT_FILE, path=chunk.name, text=chunk.text) for chunk in extra]
+        document = self.open_document(uri)
+        if settings.repo_context_tokens and document is not None:
+            language_id = document.language_id or ""  # LSP's id (LineDocument maps the editors' names)
+            budget = settings.repo_context_tokens * CHARS_PER_TOKEN
+            chunks += self.repo.chunks(uri, document.source, language_id, line, budget)
         hunks = self.history.recent(self._lines_of, settings.edit_history_tokens * CHARS_PER_TOKEN)
         if hunks:
-            chunks.append(protocol.Chunk(filename=EDITS_CHUNK_NAME, text=render(hunks, file_name)))
+            chunks.append(ContextChunk(origin=RECENT_EDIT, path=EDITS_CHUNK_NAME, text=render(hunks, file_name)))
         return chunks
+
+    def extra_chunks(self, settings: Settings, uri: str, line: int) -> list[protocol.Chunk]:
+        """:meth:`context_chunks` as the wire carries them."""
+        return [
+            protocol.Chunk(filename=chunk.path, text=chunk.text) for chunk in self.context_chunks(settings, uri, line)
+        ]
 
     async def complete(
         self, settings: Settings, uri: str, position: types.Position, automatic: bool, candidates: int = 1
@@ -135,7 +152,7 @@ class Completer:
             return [(context, rest)]  # the user is typing what we suggested: no model call
         if automatic and settings.debounce_ms and not await self._debounce(uri, settings.debounce_ms):
             return []  # a newer request for this document came in while we waited
-        extra = self.extra_chunks(settings, uri)
+        extra = self.extra_chunks(settings, uri, context.position.line)
         language_id = document.language_id or ""
         request = protocol.Infill(
             id="",  # the backend's next id, given when it is sent

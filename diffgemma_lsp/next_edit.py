@@ -195,7 +195,7 @@ class NextEdits:
             )
         except (JsonRpcInvalidParams, PositionError):
             return None  # an empty document: nothing to edit
-        extra = completer.extra_chunks(settings, args.uri)
+        extra = completer.extra_chunks(settings, args.uri, args.position.line)
         request = build_request(
             window, settings, NEXT_EDIT_INSTRUCTION, extra, backend.new_id(), strength=settings.next_edit_strength
         )

@@ -344,7 +344,7 @@ class Rewriter:
         if backend is None:
             return Outcome(reason=NO_BACKEND, show=types.MessageType.Warning)
         completer = self.completer
-        chunks = completer.extra_chunks(settings, args.uri)
+        chunks = completer.extra_chunks(settings, args.uri, args.range.start.line)
         request = build_request(selection, settings, args.instruction, chunks, backend.new_id())
         try:
             sent = backend.as_rewrite(request)

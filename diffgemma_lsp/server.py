@@ -28,6 +28,8 @@ from diffgemma_lsp.document import LineDocument
 from diffgemma_lsp.jsonrpc import DiffgemmaProtocol
 from diffgemma_lsp.next_edit import APPLY_KIND, NEXT_EDIT_METHOD, NextEdits
 from diffgemma_lsp.next_edit import parse_arguments as parse_next_edit
+from diffgemma_lsp.repo.grammars import LANGUAGE_OF_EXTENSION
+from diffgemma_lsp.repo.live import path_of
 from diffgemma_lsp.results import completion_item, inline_item
 from diffgemma_lsp.rewrite import (
     CANCELLED,
@@ -86,6 +88,8 @@ class DiffgemmaServer(LanguageServer):
         self._outage_reported = False
         self._backend_wait: asyncio.Future[None] | None = None
         """The wait for the backend that explicit requests share (one progress for all of them)."""
+        self.initialized = False
+        self._watching = False
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """Log server errors; never a popup for one bad message (pygls shows one by default)."""
@@ -107,6 +111,41 @@ class DiffgemmaServer(LanguageServer):
             message = "diffgemma: " + "; ".join(problems)
             logger.warning("%s", message)
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
+
+    # -- workspace index ---------------------------------------------------------------------------------
+
+    def start_index(self) -> None:
+        """Index the workspace folders in the background (once each) while the workspace context is on, and ask
+        the client, where it can, to report its source files' changes on disk."""
+        if not self.settings.repo_context_tokens:
+            return
+        folders = [folder.uri for folder in self.workspace.folders.values()]
+        if not folders and self.workspace.root_uri:
+            folders = [self.workspace.root_uri]
+        self.completer.repo.start([Path(path) for uri in folders if (path := path_of(uri))])
+        if not self._watching and self._can_watch_files():
+            self._watching = True
+            asyncio.ensure_future(self._watch_files())
+
+    def _can_watch_files(self) -> bool:
+        workspace = self.client_capabilities.workspace if self.client_capabilities else None
+        watched = workspace.did_change_watched_files if workspace else None
+        return bool(watched and watched.dynamic_registration)
+
+    async def _watch_files(self) -> None:
+        extensions = ",".join(sorted(extension.lstrip(".") for extension in LANGUAGE_OF_EXTENSION))
+        options = types.DidChangeWatchedFilesRegistrationOptions(
+            watchers=[types.FileSystemWatcher(glob_pattern=f"**/*.{{{extensions}}}")]
+        )
+        registration = types.Registration(
+            id=f"diffgemma-watch-{uuid.uuid4().hex[:8]}",
+            method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+            register_options=options,
+        )
+        try:
+            await self.client_register_capability_async(types.RegistrationParams(registrations=[registration]))
+        except Exception:
+            logger.info("the client does not watch files for the workspace index", exc_info=True)
 
     # -- backend -----------------------------------------------------------------------------------------
 
@@ -291,15 +330,40 @@ def initialize(ls: DiffgemmaServer, params: types.InitializeParams) -> None:
 
 @server.feature(types.INITIALIZED)
 def initialized(ls: DiffgemmaServer, params: types.InitializedParams) -> None:
-    """Connect to the engine, starting it when none runs (not while completions are disabled)."""
+    """Connect to the engine, starting it when none runs (not while completions are disabled); index the
+    workspace in the background, and ask the client to report its files' changes."""
+    ls.initialized = True
     if ls.settings.enable:
         ls.start_backend()
+    ls.start_index()
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
 def did_change_configuration(ls: DiffgemmaServer, params: types.DidChangeConfigurationParams) -> None:
     """Take the new settings."""
     ls.apply_settings(params.settings)
+    if ls.initialized:
+        ls.start_index()  # the workspace context turned on
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+def did_change_workspace_folders(ls: DiffgemmaServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
+    """Index the folders added; forget those removed."""
+    if ls.settings.repo_context_tokens:
+        added = [Path(path) for folder in params.event.added if (path := path_of(folder.uri))]
+        removed = [Path(path) for folder in params.event.removed if (path := path_of(folder.uri))]
+        ls.completer.repo.folders_changed(added, removed)
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+def did_change_watched_files(ls: DiffgemmaServer, params: types.DidChangeWatchedFilesParams) -> None:
+    """Files created, changed or deleted on disk (by the editor's file watching): the index reads them again,
+    except open documents (their text is what counts)."""
+    if not ls.settings.repo_context_tokens:
+        return
+    for change in params.changes:
+        if ls.open_document(change.uri) is None:
+            ls.completer.repo.file_changed(change.uri, deleted=change.type == types.FileChangeType.Deleted)
 
 
 @server.feature(
@@ -345,6 +409,8 @@ def did_open(ls: DiffgemmaServer, params: types.DidOpenTextDocumentParams) -> No
     """An opened file becomes extra context for the others; its edits from now on go into the edit history."""
     uri = params.text_document.uri
     ls.completer.extra.add(uri, params.text_document.text)
+    if ls.settings.repo_context_tokens:
+        ls.completer.repo.document_opened(uri, params.text_document.text, params.text_document.language_id)
     ls.completer.history.forget(uri)  # an opening starts afresh (a second didOpen of the same uri included)
     document = ls.open_document(uri)
     if isinstance(document, LineDocument):
@@ -356,7 +422,15 @@ def did_change(ls: DiffgemmaServer, params: types.DidChangeTextDocumentParams) -
     """Note where the file was edited; its chunk is refreshed when the user works in another file."""
     change = params.content_changes[-1] if params.content_changes else None
     line = change.range.start.line if isinstance(change, types.TextDocumentContentChangePartial) else 0
-    ls.completer.extra.note_edit(params.text_document.uri, line)
+    uri = params.text_document.uri
+    ls.completer.extra.note_edit(uri, line)
+    if ls.settings.repo_context_tokens and (document := ls.open_document(uri)) is not None:
+        ls.completer.repo.document_changed(uri, lambda: _text_of(ls, uri), document.language_id or "")
+
+
+def _text_of(ls: DiffgemmaServer, uri: str) -> str | None:
+    document = ls.open_document(uri)
+    return document.source if document is not None else None
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
@@ -455,5 +529,6 @@ def status(ls: DiffgemmaServer, *args: object) -> dict[str, object]:
 @server.feature(types.SHUTDOWN)
 async def shutdown(ls: DiffgemmaServer, params: None) -> None:
     """Disconnect from the backend; a local engine keeps serving other windows and exits when idle."""
+    ls.completer.repo.stop()
     if ls.backend is not None:
         await ls.backend.close()

@@ -95,6 +95,10 @@ class Settings:
     edit_history_tokens: int = attrs.field(default=256, validator=_at_most(MAX_CONTEXT_TOKENS))
     """Prompt budget in tokens for the recent edits of the open documents (unified-diff hunks, newest kept); 0:
     none."""
+    repo_context_tokens: int = attrs.field(default=512, validator=_at_most(MAX_CONTEXT_TOKENS))
+    """Prompt budget in tokens for context from the workspace index: the definitions of the names the code around
+    the cursor uses (found in the workspace's other files with tree-sitter), then code like the lines before the
+    cursor; 0: none, and no index is built."""
     debounce_ms: int = attrs.field(default=75, validator=_positive)
     """Wait this long after an automatic request before asking the model; a newer request replaces it."""
     deadline_ms: int = attrs.field(default=2000, validator=_positive)

@@ -161,9 +161,9 @@ def test_the_completer_sends_the_edits_after_the_other_files_within_their_budget
     document = documents[URI] = _document(completer.history)
     _type(document, 0, 4, 8, "surface")
     clock.now += BURST_GAP_S
-    chunks = completer.extra_chunks(Settings(), URI)
+    chunks = completer.extra_chunks(Settings(), URI, 0)
     assert [chunk.filename for chunk in chunks] == ["other.py", EDITS_CHUNK_NAME]
     assert "+def surface(width, height):" in chunks[-1].text
     chat = chat_file_block(chunks[-1].filename, chunks[-1].text, "python")  # the chat layout shows it as a diff
     assert chat.startswith("The user's recent edits:\n```diff\n--- a/calc.py\n")
-    assert [chunk.filename for chunk in completer.extra_chunks(Settings(edit_history_tokens=0), URI)] == ["other.py"]
+    assert [chunk.filename for chunk in completer.extra_chunks(Settings(edit_history_tokens=0), URI, 0)] == ["other.py"]

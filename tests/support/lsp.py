@@ -63,6 +63,16 @@ def open_document(client: LanguageClient, uri: str, text: str, version: int = 1)
     )
 
 
+def replace_text(client: LanguageClient, uri: str, version: int, where: types.Range, text: str) -> None:
+    """``textDocument/didChange``: ``text`` in place of ``where``, the document now at ``version``."""
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(range=where, text=text)],
+        )
+    )
+
+
 async def complete(client: LanguageClient, uri: str, line: int, character: int) -> types.CompletionList:
     """An explicitly invoked ``textDocument/completion``."""
     result = await client.text_document_completion_async(

@@ -1,0 +1,72 @@
+"""``diffgemma-lsp context FILE:LINE:COL [--workspace DIR] [--json]``: what the model would be sent for a completion
+there (1-based line and column, the column in characters): the prefix, the suffix and every extra chunk with its
+origin and path, assembled by the language server's own code with the default settings. Run outside an editor
+there are no recently opened files or recent edits: the chunks are the workspace index's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import attrs
+from lsprotocol import types
+
+from diffgemma_lsp.completion import Completer
+from diffgemma_lsp.context import build_context
+from diffgemma_lsp.document import LineDocument
+from diffgemma_lsp.repo.grammars import language_of_path
+from diffgemma_lsp.settings import Settings
+
+
+def _location(text: str) -> tuple[Path, int, int]:
+    file, line, column = text.rsplit(":", 2)
+    if int(line) < 1 or int(column) < 1:
+        raise ValueError("the line and the column count from 1")
+    return Path(file), int(line), int(column)
+
+
+def _workspace_of(file: Path) -> Path:
+    """The repository the file is in (the nearest folder above it with ``.git``), else its folder."""
+    for folder in file.parents:
+        if (folder / ".git").exists():
+            return folder
+    return file.parent
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="diffgemma-lsp context", description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("location", help="FILE:LINE:COL, 1-based")
+    parser.add_argument("--workspace", type=Path, default=None, help="the workspace folder (default: the repository)")
+    parser.add_argument("--json", action="store_true", help='{"prefix", "suffix", "chunks": [{origin, path, text}]}')
+    args = parser.parse_args(argv)
+    try:
+        file, line, column = _location(args.location)
+        file = file.resolve()
+        text = file.read_text(encoding="utf-8")
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        print(f"diffgemma-lsp context: {args.location}: {exc}", file=sys.stderr)
+        return 2
+    workspace = (args.workspace or _workspace_of(file)).resolve()
+    uri = file.as_uri()
+    document = LineDocument(uri, text, version=1, language_id=language_of_path(file) or "")
+    completer = Completer(lambda: None, lambda asked: document if asked == uri else None, lambda: None)
+    completer.repo.index.build([workspace])
+    lines = text.splitlines()
+    if line > max(len(lines), 1):
+        print(f"diffgemma-lsp context: {file} has {len(lines)} lines", file=sys.stderr)
+        return 2
+    before = lines[line - 1][: column - 1] if lines else ""
+    position = types.Position(line=line - 1, character=len(before.encode("utf-16-le")) // 2)
+    settings = Settings()
+    context = build_context(document, position, settings.context_tokens)
+    chunks = completer.context_chunks(settings, uri, position.line)
+    if args.json:
+        chunk_list = [attrs.asdict(chunk) for chunk in chunks]
+        print(json.dumps({"prefix": context.prefix, "suffix": context.suffix, "chunks": chunk_list}))
+        return 0
+    for chunk in chunks:
+        print(f"=== {chunk.origin}: {chunk.path} ===\n{chunk.text}")
+    print(f"=== prefix ===\n{context.prefix}\n=== suffix ===\n{context.suffix}")
+    return 0

@@ -1,0 +1,173 @@
+"""The workspace index: every indexed file's definitions (by name) and code windows, built in the background from
+the workspace folders and kept current as files are edited, saved, created and deleted. Bounded: at most
+``max_files`` files, ``MAX_DEFINITIONS`` definitions and ``snippets.MAX_WINDOWS`` windows.
+
+Thread-safe: the language server builds it on a worker thread while its event loop reads it. A file is parsed
+outside the lock and swapped in under it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+
+from diffgemma_lsp.repo import files
+from diffgemma_lsp.repo.definitions import Definition, definitions_of
+from diffgemma_lsp.repo.grammars import language_of_path
+from diffgemma_lsp.repo.snippets import WINDOW_LINES, Snippet, SnippetIndex, windows_of
+
+logger = logging.getLogger(__name__)
+
+MAX_FILES = 20_000
+MAX_DEFINITIONS = 400_000
+
+
+@attrs.frozen
+class FileEntry:
+    definitions: tuple[Definition, ...]
+    lines: tuple[str, ...]
+    """The text the definitions and windows were read from, kept for the snippets' text."""
+
+
+@attrs.frozen
+class BuildReport:
+    files: int
+    definitions: int
+    windows: int
+    seconds: float
+
+
+class WorkspaceIndex:
+    """Definitions and windows of the workspace's files, by absolute path."""
+
+    def __init__(self, max_files: int = MAX_FILES) -> None:
+        self.max_files = max_files
+        self.roots: list[Path] = []
+        self._lock = threading.Lock()
+        self._files: dict[str, FileEntry] = {}
+        self._by_name: dict[str, set[str]] = collections.defaultdict(set)
+        self._definitions = 0
+        self._snippets = SnippetIndex()
+        self.version = 0
+        """Counts the changes to what is indexed (a file indexed anew or removed): what was read before a change
+        may be cached until the next one."""
+        self.files_version = 0
+        """Counts the changes to which files are indexed (what an import can resolve to)."""
+
+    # -- building ---------------------------------------------------------------------------------------------
+
+    def build(self, roots: Sequence[Path], stop: Callable[[], bool] = lambda: False) -> BuildReport:
+        """Index every file of ``roots`` (their folders' files a grammar reads), stopping early when ``stop()``
+        says so; files indexed already (an open document's text) are not read again."""
+        started = time.perf_counter()
+        for root in roots:
+            if root not in self.roots:
+                self.roots.append(root)
+        for root in roots:
+            for path in files.workspace_files(root, self.max_files):
+                if stop() or len(self._files) >= self.max_files:
+                    return self.report(started)
+                if str(path) in self._files:
+                    continue
+                text = files.read_source(path)
+                if text is not None:
+                    self.index_text(str(path), text)
+        return self.report(started)
+
+    def report(self, started: float) -> BuildReport:
+        with self._lock:
+            return BuildReport(len(self._files), self._definitions, len(self._snippets), time.perf_counter() - started)
+
+    def index_text(self, path: str, text: str, language_id: str | None = None) -> None:
+        """(Re)index ``path`` from ``text`` (an open document's, which may differ from the disk's)."""
+        language_id = language_id or language_of_path(path)
+        if language_id is None:
+            return
+        try:
+            definitions = tuple(definitions_of(text, language_id, path))
+        except Exception:  # a grammar failing on one file must not stop the index
+            logger.warning("could not index %s", path, exc_info=True)
+            return
+        lines = tuple(text.splitlines())
+        windows = windows_of(path, lines)
+        with self._lock:
+            if path not in self._files and len(self._files) >= self.max_files:
+                return
+            if path not in self._files:
+                self.files_version += 1
+            self._remove(path)
+            self.version += 1
+            room = max(MAX_DEFINITIONS - self._definitions, 0)
+            definitions = definitions[:room]
+            self._files[path] = FileEntry(definitions, lines)
+            self._definitions += len(definitions)
+            for definition in definitions:
+                self._by_name[definition.name].add(path)
+            self._snippets.replace(path, windows)
+
+    def remove(self, path: str) -> None:
+        """Forget ``path`` (deleted)."""
+        with self._lock:
+            self._remove(path)
+
+    def remove_under(self, root: Path) -> None:
+        """Forget every file under ``root`` (a workspace folder removed)."""
+        with self._lock:
+            for path in [path for path in self._files if Path(path).is_relative_to(root)]:
+                self._remove(path)
+            self.roots = [known for known in self.roots if known != root]
+
+    def _remove(self, path: str) -> None:
+        entry = self._files.pop(path, None)
+        if entry is None:
+            return
+        self.version += 1
+        self.files_version += 1
+        self._definitions -= len(entry.definitions)
+        for definition in entry.definitions:
+            paths = self._by_name.get(definition.name)
+            if paths is not None:
+                paths.discard(path)
+                if not paths:
+                    del self._by_name[definition.name]
+        self._snippets.remove(path)
+
+    # -- reading ----------------------------------------------------------------------------------------------
+
+    def __contains__(self, path: str) -> bool:
+        return path in self._files
+
+    def definitions_named(self, name: str) -> list[Definition]:
+        """Every indexed definition of ``name``, by path."""
+        with self._lock:
+            paths = sorted(self._by_name.get(name, ()))
+            return [
+                definition for path in paths for definition in self._files[path].definitions if definition.name == name
+            ]
+
+    def definitions_in(self, path: str) -> tuple[Definition, ...]:
+        with self._lock:
+            entry = self._files.get(path)
+            return entry.definitions if entry is not None else ()
+
+    def similar(self, query: frozenset[str], exclude_path: str, count: int) -> list[tuple[Snippet, list[str]]]:
+        """Windows of other files whose identifiers are like ``query``, best first, each with its lines."""
+        with self._lock:
+            found = self._snippets.similar(query, exclude_path, count)
+            return [(snippet, self._window_lines(snippet)) for snippet in found]
+
+    def _window_lines(self, snippet: Snippet) -> list[str]:
+        return list(self._files[snippet.path].lines[snippet.start : snippet.start + WINDOW_LINES])
+
+    def relative(self, path: str) -> str:
+        """``path`` as the prompt names it: relative to the workspace folder it is in, else its name."""
+        for root in self.roots:
+            if Path(path).is_relative_to(root):
+                return Path(path).relative_to(root).as_posix()
+        return Path(path).name

@@ -1,0 +1,150 @@
+"""The workspace index as the language server keeps it: built on a worker thread from the workspace folders when
+the client has initialized, an open document re-read from its text a second after the user stops typing in it, a
+saved, created, changed or deleted file (the client's file watching) re-read from the disk. No event costs the
+event loop more than a dictionary update: parsing runs on worker threads."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+
+from pygls.uris import to_fs_path
+
+from diffgemma_lsp.repo import files
+from diffgemma_lsp.repo.assembly import ContextChunk, RepoContext
+from diffgemma_lsp.repo.grammars import GRAMMARS, language_of_path
+from diffgemma_lsp.repo.index import WorkspaceIndex
+
+logger = logging.getLogger(__name__)
+
+REINDEX_DELAY_S = 1.0
+"""How long after its last change an open document is parsed again."""
+
+
+def path_of(uri: str) -> str | None:
+    """The file a ``file:`` uri names; None for other schemes (an untitled buffer)."""
+    if not uri.startswith("file:"):
+        return None
+    path = to_fs_path(uri)
+    return str(Path(path)) if path else None
+
+
+class LiveIndex:
+    """The index, its context assembly, and the work that keeps them current."""
+
+    def __init__(self, index: WorkspaceIndex | None = None) -> None:
+        self.index = index or WorkspaceIndex()
+        self.context = RepoContext(self.index)
+        self._pending: dict[str, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Future[object]] = set()
+        self._stopped = False
+        self.built: asyncio.Future[object] | None = None
+        """The background build, once started (tests and ``context`` wait for it)."""
+
+    def start(self, roots: Iterable[Path]) -> None:
+        """Index ``roots`` on a worker thread (once per folder)."""
+        roots = [root for root in roots if root.is_dir() and root not in self.index.roots]
+        if not roots:
+            return
+        self.built = self._spawn(self._build(roots))
+
+    async def _build(self, roots: list[Path]) -> None:
+        report = await asyncio.to_thread(self.index.build, roots, lambda: self._stopped)
+        logger.info(
+            "workspace index: %d files, %d definitions, %d windows in %.1f s",
+            report.files,
+            report.definitions,
+            report.windows,
+            report.seconds,
+        )
+
+    def folders_changed(self, added: Iterable[Path], removed: Iterable[Path]) -> None:
+        for root in removed:
+            self.index.remove_under(root)
+        self.start(added)
+
+    def document_changed(self, uri: str, text_of: Callable[[], str | None], language_id: str = "") -> None:
+        """An open document changed: parse it again once the user has paused."""
+        path = path_of(uri)
+        if path is None:
+            return
+        loop = asyncio.get_running_loop()
+        if (handle := self._pending.pop(path, None)) is not None:
+            handle.cancel()
+
+        def reindex() -> None:
+            self._pending.pop(path, None)
+            text = text_of()
+            if text is not None:
+                self._spawn(asyncio.to_thread(self.index.index_text, path, text, _known(language_id)))
+
+        self._pending[path] = loop.call_later(REINDEX_DELAY_S, reindex)
+
+    def document_opened(self, uri: str, text: str, language_id: str = "") -> None:
+        path = path_of(uri)
+        if path is not None and (language_id in GRAMMARS or language_of_path(path)):
+            self._spawn(asyncio.to_thread(self.index.index_text, path, text, _known(language_id)))
+
+    def document_closed(self, uri: str) -> None:
+        """A closed document: the file on disk is what counts again (a file outside the workspace is dropped)."""
+        path = path_of(uri)
+        if path is None:
+            return
+        if (handle := self._pending.pop(path, None)) is not None:
+            handle.cancel()
+        self.context.forget(path)
+        if path in self.index and not self._in_workspace(path):
+            self.index.remove(path)
+        elif path in self.index:
+            self.file_changed(uri, deleted=not Path(path).is_file())
+
+    def _in_workspace(self, path: str) -> bool:
+        return any(Path(path).is_relative_to(root) for root in self.index.roots)
+
+    def file_changed(self, uri: str, deleted: bool) -> None:
+        """A file changed on disk (saved, created, changed by another program, or deleted)."""
+        path = path_of(uri)
+        if path is None or language_of_path(path) is None:
+            return
+        if deleted:
+            self.index.remove(path)
+            self.context.forget(path)
+            return
+        if not self._in_workspace(path):
+            return  # outside the workspace: only its open document's text is indexed
+
+        def read_and_index() -> None:
+            text = files.read_source(Path(path))
+            if text is not None:
+                self.index.index_text(path, text)
+
+        self._spawn(asyncio.to_thread(read_and_index))
+
+    def chunks(self, uri: str, text: str, language_id: str, line: int, budget_chars: int) -> list[ContextChunk]:
+        path = path_of(uri) or uri
+        return self.context.chunks(path, text, language_id, line, budget_chars)
+
+    def stop(self) -> None:
+        """Stop building (the worker checks between files) and drop the pending work."""
+        self._stopped = True
+        for handle in self._pending.values():
+            handle.cancel()
+        self._pending.clear()
+
+    def _spawn(self, work: Awaitable[object]) -> asyncio.Future[object]:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Future[object]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("workspace index: %s", task.exception())
+
+
+def _known(language_id: str) -> str | None:
+    """The document's language id where a grammar reads it, else None (the index goes by the file's extension)."""
+    return language_id if language_id in GRAMMARS else None

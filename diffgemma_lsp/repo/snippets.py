@@ -1,0 +1,114 @@
+"""Code like the code before the cursor, found elsewhere in the workspace: each file cut into overlapping windows of
+lines, each window a set of identifiers, ranked by how many it shares with the lines before the cursor (Jaccard
+similarity over an inverted index, as RepoCoder and Copilot's neighbouring-tab snippets do)."""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Sequence
+
+import attrs
+
+WINDOW_LINES = 16
+"""Lines per window, and lines before the cursor that the query is made of."""
+WINDOW_STRIDE = 8
+MAX_WINDOWS = 40_000
+"""Windows kept in all (about 320,000 lines of code); files indexed after that have none."""
+COMMON_SHARE = 0.05
+"""An identifier in more than this share of the windows (``self``, ``return``) says nothing about similarity."""
+MIN_SCORE = 0.2
+"""Windows less similar than this are not worth their place in the prompt."""
+MIN_QUERY_TOKENS = 5
+"""Fewer identifiers before the cursor (the start of a file) match anything a little."""
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
+
+
+@attrs.frozen
+class Window:
+    """Lines ``start`` to ``start + WINDOW_LINES`` of a file."""
+
+    path: str
+    start: int
+    tokens: frozenset[str]
+
+
+@attrs.frozen
+class Snippet:
+    path: str
+    start: int
+    """First line (0-based)."""
+    score: float
+
+
+def tokens_of(lines: Sequence[str]) -> frozenset[str]:
+    """The identifiers of ``lines``."""
+    return frozenset(token for line in lines for token in _IDENTIFIER.findall(line))
+
+
+def windows_of(path: str, lines: Sequence[str]) -> list[Window]:
+    """The windows of one file (the last one ends with the file)."""
+    starts = list(range(0, max(len(lines) - WINDOW_LINES, 0) + 1, WINDOW_STRIDE))
+    if lines and starts[-1] + WINDOW_LINES < len(lines):
+        starts.append(len(lines) - WINDOW_LINES)
+    windows = [Window(path, start, tokens_of(lines[start : start + WINDOW_LINES])) for start in starts]
+    return [window for window in windows if window.tokens]
+
+
+class SnippetIndex:
+    """The windows of the indexed files and, per identifier, the windows that hold it. Not thread-safe: the
+    workspace index guards it."""
+
+    def __init__(self, max_windows: int = MAX_WINDOWS) -> None:
+        self.max_windows = max_windows
+        self._windows: dict[int, Window] = {}
+        self._of_file: dict[str, list[int]] = {}
+        self._postings: dict[str, set[int]] = collections.defaultdict(set)
+        self._next_id = 0
+
+    def __len__(self) -> int:
+        return len(self._windows)
+
+    def replace(self, path: str, windows: Sequence[Window]) -> None:
+        """The windows of ``path`` are now ``windows`` (as many as the bound leaves room for)."""
+        self.remove(path)
+        room = max(self.max_windows - len(self._windows), 0)
+        ids = []
+        for window in windows[:room]:
+            window_id, self._next_id = self._next_id, self._next_id + 1
+            self._windows[window_id] = window
+            for token in window.tokens:
+                self._postings[token].add(window_id)
+            ids.append(window_id)
+        if ids:
+            self._of_file[path] = ids
+
+    def remove(self, path: str) -> None:
+        for window_id in self._of_file.pop(path, []):
+            window = self._windows.pop(window_id)
+            for token in window.tokens:
+                postings = self._postings[token]
+                postings.discard(window_id)
+                if not postings:
+                    del self._postings[token]
+
+    def similar(self, query: frozenset[str], exclude_path: str, count: int) -> list[Snippet]:
+        """The ``count`` windows of other files most like ``query``, best first, at most one per file, each at
+        least ``MIN_SCORE`` similar."""
+        if len(query) < MIN_QUERY_TOKENS:
+            return []
+        common = max(20, int(COMMON_SHARE * len(self._windows)))
+        shared: collections.Counter[int] = collections.Counter()
+        for token in query:
+            postings = self._postings.get(token)
+            if postings is not None and len(postings) <= common:
+                shared.update(postings)
+        best: dict[str, Snippet] = {}
+        for window_id, overlap in shared.items():
+            window = self._windows[window_id]
+            if window.path == exclude_path:
+                continue
+            score = overlap / (len(query) + len(window.tokens) - overlap)
+            if score >= MIN_SCORE and (window.path not in best or score > best[window.path].score):
+                best[window.path] = Snippet(window.path, window.start, score)
+        return sorted(best.values(), key=lambda snippet: (-snippet.score, snippet.path, snippet.start))[:count]

@@ -1,0 +1,282 @@
+"""The workspace index on real tree-sitter grammars: definitions, the files it reads, imports, the assembled chunks,
+and ``diffgemma-lsp context``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from diffgemma_lsp.repo import assembly, grammars
+from diffgemma_lsp.repo.assembly import DEFINITION, SNIPPET, RepoContext, identifiers_near
+from diffgemma_lsp.repo.definitions import definitions_of
+from diffgemma_lsp.repo.files import workspace_files
+from diffgemma_lsp.repo.imports import imports_of
+from diffgemma_lsp.repo.index import WorkspaceIndex
+
+GEOMETRY = '''\
+"""Shapes."""
+
+UNIT = 1.0
+
+
+class Rectangle:
+    """An axis-aligned rectangle."""
+
+    def __init__(self, width: float, height: float) -> None:
+        self.width = width
+        self.height = height
+
+    def scaled(self, factor: float) -> "Rectangle":
+        """A copy, each side times ``factor``."""
+        return Rectangle(self.width * factor, self.height * factor)
+
+
+def area(width: float,
+         height: float) -> float:
+    """Width times height."""
+    def inner() -> None:
+        pass
+    return width * height
+'''
+
+MAIN = """\
+from shapes.geometry import area, Rectangle
+
+
+def total(rectangles):
+    result = 0.0
+    for r in rectangles:
+        result += area(
+"""
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def test_python_definitions_have_their_header_doc_and_class() -> None:
+    found = {(d.name, d.line): d for d in definitions_of(GEOMETRY, "python", "geometry.py")}
+    assert set(found) == {("UNIT", 2), ("Rectangle", 5), ("__init__", 8), ("scaled", 12), ("area", 17), ("inner", 20)}
+    area = found["area", 17]
+    assert area.signature == "def area(width: float,\n         height: float) -> float:"
+    assert area.doc == '"""Width times height."""' and not area.doc_above and area.parent == ""
+    scaled = found["scaled", 12]
+    assert scaled.signature == '    def scaled(self, factor: float) -> "Rectangle":'
+    assert scaled.parent == "class Rectangle:" and scaled.parent_line == 5
+    assert found["inner", 20].parent.strip() == "def area(width: float,"
+    assert found["UNIT", 2].kind == "constant" and found["UNIT", 2].signature == "UNIT = 1.0"
+
+
+@pytest.mark.parametrize(
+    ("language", "source", "expected"),
+    [
+        (
+            "go",
+            "package m\n\n// Sum adds.\nfunc Sum(a, b int) int {\n\treturn a + b\n}\n",
+            ("Sum", "func Sum(a, b int) int", "// Sum adds."),
+        ),
+        (
+            "c",
+            "/* sums */\nint sum(int a, int b)\n{\n  return a + b;\n}\n",
+            ("sum", "int sum(int a, int b)", "/* sums */"),
+        ),
+        ("rust", "/// Adds.\npub fn add(a: u8) -> u8 { a }\n", ("add", "pub fn add(a: u8) -> u8", "/// Adds.")),
+        (
+            "typescript",
+            "// A shape.\nexport interface Shape {\n  area(): number;\n}\n",
+            ("Shape", "export interface Shape", "// A shape."),
+        ),
+        ("javascript", "function add(a, b) {\n  return a + b;\n}\n", ("add", "function add(a, b)", "")),
+        ("java", "class A {\n  int say(int x) {\n    return x;\n  }\n}\n", ("say", "  int say(int x)", "")),
+        ("csharp", "class A {\n  int Say(int x) {\n    return x;\n  }\n}\n", ("Say", "  int Say(int x)", "")),
+        ("ruby", "class A\n  def say(x)\n    x\n  end\nend\n", ("say", "  def say(x)", "")),
+        ("lua", "local function add(a, b)\n  return a + b\nend\n", ("add", "local function add(a, b)", "")),
+        ("cpp", "int twice(int x) {\n  return 2 * x;\n}\n", ("twice", "int twice(int x)", "")),
+    ],
+)
+def test_each_grammar_gives_its_definitions_header_and_comment(
+    language: str, source: str, expected: tuple[str, str, str]
+) -> None:
+    name, signature, doc = expected
+    found = [d for d in definitions_of(source, language, "f") if d.name == name]
+    assert found, [d.name for d in definitions_of(source, language, "f")]
+    assert (found[0].signature, found[0].doc) == (signature, doc)
+    assert found[0].doc_above == bool(doc)
+
+
+def test_a_language_without_a_grammar_has_no_definitions() -> None:
+    assert definitions_of("def f(): pass\n", "plaintext", "f.txt") == []
+    assert grammars.language_of_path("notes.txt") is None and grammars.language_of_path("a/B.TSX") == "typescriptreact"
+
+
+def test_the_index_reads_source_files_and_skips_ignored_vendored_binary_generated_and_linked(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "app/main.py": "def main(): pass\n",
+            "app/secret.py": "def hidden(): pass\n",
+            "app/.gitignore": "secret.py\n",
+            ".gitignore": "scratch/\n*.gen.py\n",
+            "scratch/tmp.py": "def tmp(): pass\n",
+            "lib/x.gen.py": "def generated_by_name(): pass\n",
+            "node_modules/dep/index.js": "function dep() {}\n",
+            ".venv/lib/site.py": "def site(): pass\n",
+            "proto/msg_pb2.py": "def message(): pass\n",
+            "lib/marked.go": "// Code generated by protoc. DO NOT EDIT.\npackage lib\nfunc Marked() {}\n",
+            "lib/util.go": "package lib\n\nfunc Util() {}\n",
+            "README.md": "# not code\n",
+        },
+    )
+    (tmp_path / "lib" / "blob.c").write_bytes(b"int f(void);\0\x01\x02")
+    (tmp_path / "lib" / "linked.py").symlink_to(tmp_path / "app" / "main.py")
+    listed = sorted(path.relative_to(tmp_path).as_posix() for path in workspace_files(tmp_path, 100))
+    assert listed == ["app/main.py", "lib/blob.c", "lib/marked.go", "lib/util.go"]
+    index = WorkspaceIndex()
+    report = index.build([tmp_path])
+    assert report.files == 2  # the binary and the generated file are read and refused
+    assert [d.name for d in index.definitions_named("Util")] == ["Util"]
+    assert index.definitions_named("Marked") == [] and index.definitions_named("hidden") == []
+    assert list(workspace_files(tmp_path, 1)) == [tmp_path / "app" / "main.py"]  # the file limit
+
+
+def test_an_index_forgets_a_file_and_its_names(tmp_path: Path) -> None:
+    index = WorkspaceIndex()
+    path = str(tmp_path / "a.py")
+    index.index_text(path, "def one(): pass\ndef two(): pass\n")
+    version = index.version
+    index.index_text(path, "def two(): pass\n")
+    assert index.definitions_named("one") == [] and len(index.definitions_named("two")) == 1
+    assert index.version > version
+    index.remove(path)
+    assert index.definitions_named("two") == [] and path not in index
+    assert index.report(0.0).definitions == 0 and index.report(0.0).windows == 0
+
+
+def test_imports_resolve_to_python_modules_and_relative_javascript_files(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "src/shapes/__init__.py": "",
+            "src/shapes/geometry.py": GEOMETRY,
+            "src/shapes/colour.py": "RED = 1\n",
+            "web/util.ts": "export function pad(s: string): string { return s; }\n",
+        },
+    )
+    exists = lambda path: Path(path).is_file()  # noqa: E731
+    main = str(tmp_path / "src" / "shapes" / "draw.py")
+    python = "from .geometry import (area,\n    Rectangle as R)\nimport shapes.colour\n"
+    python += "from shapes import colour\nimport os\n"
+    found = imports_of(python, "python", main, [str(tmp_path)], exists)
+    geometry, colour = str(tmp_path / "src/shapes/geometry.py"), str(tmp_path / "src/shapes/colour.py")
+    assert [(entry.path, entry.names) for entry in found] == [
+        (geometry, ("area", "Rectangle")),
+        (str(tmp_path / "src/shapes/__init__.py"), ("colour",)),
+        (colour, ()),
+        (colour, ()),
+    ]
+    script = "import { pad } from './util.js';\nconst { other } = require('../missing');\n"
+    found = imports_of(script, "typescript", str(tmp_path / "web" / "main.ts"), [], exists)
+    assert [(entry.path, entry.names) for entry in found] == [(str(tmp_path / "web/util.ts"), ("pad",))]
+
+
+def _context(tmp_path: Path, files: dict[str, str]) -> RepoContext:
+    write(tmp_path, files)
+    index = WorkspaceIndex()
+    index.build([tmp_path])
+    return RepoContext(index)
+
+
+def test_the_chunks_hold_the_definitions_of_the_names_used_and_imported_in_path_order(tmp_path: Path) -> None:
+    repo = _context(tmp_path, {"shapes/__init__.py": "", "shapes/geometry.py": GEOMETRY, "app/main.py": MAIN})
+    main = str(tmp_path / "app" / "main.py")
+    chunks = repo.chunks(main, MAIN, "python", 6, 2048)
+    assert [(chunk.origin, chunk.path) for chunk in chunks] == [(DEFINITION, "shapes/geometry.py")]
+    text = chunks[0].text
+    assert 'def area(width: float,\n         height: float) -> float:\n    """Width times height."""\n' in text
+    assert "class Rectangle:\n" in text and '    def scaled(self, factor: float) -> "Rectangle":\n' in text
+    assert "inner" not in text  # nested in a function: no other file reaches it
+    assert text.index("class Rectangle") < text.index("def area")  # the file's own order
+    assert repo.chunks(main, MAIN, "python", 6, 2048) == chunks  # the same cursor: the same chunks
+    small = repo.chunks(main, MAIN, "python", 6, 200)
+    assert sum(len(chunk.text) for chunk in small) <= 200 and "def area" in small[0].text  # the nearest name first
+
+
+def test_a_name_defined_in_many_files_counts_only_where_the_file_imports_it(tmp_path: Path) -> None:
+    files = {f"m{i}.py": f"def run():\n    return {i}\n" for i in range(5)}
+    files["local.py"] = "def run():\n    pass\n"
+    repo = _context(tmp_path, files)
+
+    def definitions(path: str, text: str, line: int) -> list[tuple[str, str]]:
+        chunks = repo.chunks(str(tmp_path / path), text, "python", line, 2048)
+        return [(chunk.path, chunk.text) for chunk in chunks if chunk.origin == DEFINITION]
+
+    assert definitions("caller.py", "def go():\n    run()\n", 1) == []  # defined in six files: which one?
+    assert definitions("caller.py", "from m3 import run\n\n\ndef go():\n    run()\n", 4) == [("m3.py", "def run():\n")]
+    assert definitions("local.py", "def run():\n    run()\n", 1) == []  # its own
+
+
+def test_code_like_the_lines_before_the_cursor_comes_as_a_snippet(tmp_path: Path) -> None:
+    loader = "".join(f"    value_{i} = parse_field(record, 'field_{i}')\n" for i in range(12))
+    repo = _context(
+        tmp_path,
+        {"loaders/csv_loader.py": f"def load_csv(record):\n{loader}    return build_row(value_0, value_1)\n"},
+    )
+    writing = "def load_json(record):\n" + loader[: loader.index("value_8")]
+    chunks = repo.chunks(str(tmp_path / "json_loader.py"), writing, "python", 9, 4096)
+    snippets = [chunk for chunk in chunks if chunk.origin == SNIPPET]
+    assert [chunk.path for chunk in snippets] == ["loaders/csv_loader.py"]
+    assert "parse_field(record, 'field_3')" in snippets[0].text
+
+
+def test_identifiers_near_the_cursor_come_nearest_line_first() -> None:
+    lines = ["far_away = 1", "above = 2", "here = above", "below = 3"]
+    assert identifiers_near(lines, 2) == ["here", "above", "below", "far_away"]
+    assert assembly.LINES_BEFORE >= 2
+
+
+def test_the_context_command_prints_an_imported_functions_definition_from_another_file(tmp_path: Path) -> None:
+    write(tmp_path, {"shapes/__init__.py": "", "shapes/geometry.py": GEOMETRY, "app/main.py": MAIN})
+    (tmp_path / ".git").mkdir()
+    command = [sys.executable, "-m", "diffgemma_lsp", "context", f"{tmp_path / 'app' / 'main.py'}:7:24", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path / "app")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["prefix"].endswith("        result += area(") and shown["suffix"] == "\n"
+    chunk = next(chunk for chunk in shown["chunks"] if chunk["path"] == "shapes/geometry.py")
+    assert chunk["origin"] == "definition" and "def area(width: float," in chunk["text"]
+    plain = subprocess.run(command[:-1], capture_output=True, text=True, timeout=60)
+    assert "=== definition: shapes/geometry.py ===" in plain.stdout and "=== prefix ===" in plain.stdout
+    bad = subprocess.run([*command[:4], f"{tmp_path}/app/main.py:0:1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "count from 1" in bad.stderr
+
+
+def test_the_grammars_load_and_parse_with_the_network_unreachable() -> None:
+    """No grammar is downloaded at run time: every language parses in a process where opening a socket fails."""
+    script = textwrap.dedent(
+        """
+        import socket
+        def refuse(*args, **kwargs):
+            raise OSError("network unreachable (test)")
+        socket.socket.connect = refuse
+        socket.create_connection = refuse
+        from diffgemma_lsp.repo import grammars
+        from diffgemma_lsp.repo.definitions import definitions_of
+        for language in grammars.GRAMMARS:
+            assert grammars.definitions_query(language) is not None, language
+            definitions_of("x = 1\\n", language, "f")
+        print(len(grammars.GRAMMARS))
+        """
+    )
+    environment = {**os.environ, "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=environment)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == len(grammars.GRAMMARS)
