@@ -1,7 +1,7 @@
 """Replay typing over real source files through the real diffgemma-lsp and engine; measure what a user feels.
 
     python -m benchmarks.keystroke_replay [--model DIR] [--requests 200] [--files N] [--chat-order ORDER]
-                                          [--edit-history-tokens N] [--runtime R]
+                                          [--edit-history-tokens N] [--repo-context-tokens N] [--runtime R]
 
 Each keystroke is a ``didChange`` followed by an inline completion request at the cursor, answered before the
 next keystroke (a user who pauses on every character: the worst case for the engine). For each request it
@@ -12,7 +12,10 @@ completion already shown, when the user typed what it suggested (``shown_complet
 ``prompt_reuse_share`` is the share of prompt tokens whose encoding came from the previous keystroke
 (``cached_tokens / prompt_tokens`` summed over the requests the engine served). ``--chat-order`` serves a chat
 checkpoint with that layout order (``suffix_first`` or ``in_place``), to measure what the order buys.
-Writes ``benchmarks/results/keystroke_replay.json``.
+The files are opened under their real paths with the standard library's folder as the workspace, so that the
+workspace index (``--repo-context-tokens``, the setting's default; 0: off) is built from it before typing starts
+and its chunks go into every prompt, as a user's repository's would. Writes
+``benchmarks/results/keystroke_replay.json``.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def typing_sessions(files: int, seed: int) -> list[tuple[str, str, int]]:
         starts = [i for i in range(len(text)) if text.startswith("\n    def ", i) or text.startswith("\ndef ", i)]
         for start in rng.sample(starts, min(4, len(starts))):
             body = text.find(":\n", start) + 2
-            sessions.append((f"file:///replay/{name}", text, body))
+            sessions.append(((stdlib / name).as_uri(), text, body))
     return sessions
 
 
@@ -95,16 +98,25 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
     prompt_tokens: list[int] = []
     encode_ms: list[float] = []
     reuse_hits = 0
+    index_status: dict[str, object] = {}
     try:
-        await lsp.initialize({"debounceMs": 0, "deadlineMs": 0, "editHistoryTokens": args.edit_history_tokens})
+        options = {
+            "debounceMs": 0,
+            "deadlineMs": 0,
+            "editHistoryTokens": args.edit_history_tokens,
+            "repoContextTokens": args.repo_context_tokens,
+        }
+        await lsp.initialize(options, root_uri=Path(sysconfig.get_paths()["stdlib"]).as_uri())
         request_id = 10
         sessions = typing_sessions(args.files, args.seed)
-        # Warm up until the engine answers.
+        # Warm up until the engine answers and the workspace index is built.
         lsp.open("file:///warm.py", "def f(x):\n    ")
         while True:
             request_id += 1
             lsp.request(request_id, "workspace/executeCommand", {"command": "diffgemma.status", "arguments": []})
-            if (await lsp.reply(request_id))["result"]["engine"] == "ready":
+            status = (await lsp.reply(request_id))["result"]
+            if status["engine"] == "ready" and not status["workspaceIndex"]["building"]:
+                index_status = status["workspaceIndex"]
                 break
             await asyncio.sleep(0.2)
         client = await RawClient.connect(socket_path)
@@ -164,6 +176,8 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
         "model": str(args.model or "default"),
         "runtime": args.runtime,
         "edit_history_tokens": args.edit_history_tokens,
+        "repo_context_tokens": args.repo_context_tokens,
+        "workspace_index": index_status,
         "requests": len(latencies),
         "engine_step": engine_step,
         "p50_ms": round(percentile(latencies, 0.50), 1),
@@ -196,6 +210,12 @@ def main() -> None:
         choices=("transformers", "vllm", "auto"),
         default="transformers",
         help="the engine's --runtime (vllm: the vllm on PATH runs the canvases; default: the engine's own loop)",
+    )
+    parser.add_argument(
+        "--repo-context-tokens",
+        type=int,
+        default=512,
+        help="the repoContextTokens setting (0: no workspace index), to measure what its chunks cost",
     )
     parser.add_argument(
         "--edit-history-tokens",

@@ -124,7 +124,7 @@ class Completer:
         if settings.repo_context_tokens and document is not None:
             language_id = document.language_id or ""  # LSP's id (LineDocument maps the editors' names)
             budget = settings.repo_context_tokens * CHARS_PER_TOKEN
-            chunks += self.repo.chunks(uri, document.source, language_id, line, budget)
+            chunks += self.repo.chunks(uri, document.source, document.lines, language_id, line, budget)
         hunks = self.history.recent(self._lines_of, settings.edit_history_tokens * CHARS_PER_TOKEN)
         if hunks:
             chunks.append(ContextChunk(origin=RECENT_EDIT, path=EDITS_CHUNK_NAME, text=render(hunks, file_name)))

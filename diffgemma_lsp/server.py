@@ -523,6 +523,7 @@ def status(ls: DiffgemmaServer, *args: object) -> dict[str, object]:
         "reuseLookups": completer.shown.lookups,
         "lastLatencyMs": round(completer.last_latency_ms, 1) if completer.last_latency_ms is not None else None,
         "lastTimings": attrs.asdict(completer.last_timings) if completer.last_timings is not None else None,
+        "workspaceIndex": completer.repo.status(),
     }
 
 

@@ -23,7 +23,9 @@ MAX_FILES_PER_NAME = 3
 """A name defined in more files than this (``get``, ``run``) is too common to guess which one is meant, unless the
 file imports it from one of them."""
 MEMBERS_PER_CLASS = 12
-"""Methods shown under a class whose name is used."""
+"""Methods shown under a class whose name is used near the cursor."""
+USE_LINES = 200
+"""How far from the cursor an imported name's uses are looked for, to rank it."""
 SNIPPETS = 2
 DEFINITION_SHARE = 0.75
 """Of the budget, what the definitions may take before the snippets get theirs (they take what is left)."""
@@ -47,9 +49,10 @@ class ContextChunk:
 
 
 def identifiers_near(lines: Sequence[str], line: int) -> list[str]:
-    """The identifiers on and around ``line``, nearest line first (the cursor's, then one above, one below...),
-    each once."""
-    order = [line]
+    """The identifiers around ``line``, nearest line first (one above, one below, two above...), each once. Not
+    those of ``line`` itself: what is typed there would change the prompt's head on every keystroke, and the name
+    being typed is what the model is to write."""
+    order = []
     for distance in range(1, LINES_BEFORE + 1):
         order.append(line - distance)
         if distance <= LINES_AFTER:
@@ -70,19 +73,26 @@ class RepoContext:
         self.index = index
         self._imports: dict[str, tuple[tuple[str, ...], int, list[Imported]]] = {}
         self._snippets: dict[str, tuple[frozenset[str], int, list[tuple[Snippet, list[str]]]]] = {}
+        self._uses: dict[str, tuple[tuple[int, int, tuple[str, ...]], list[str]]] = {}
 
     def forget(self, path: str) -> None:
         self._imports.pop(path, None)
         self._snippets.pop(path, None)
+        self._uses.pop(path, None)
 
-    def chunks(self, path: str, text: str, language_id: str, line: int, budget_chars: int) -> list[ContextChunk]:
-        """The chunks for a cursor on ``line`` of ``text`` (the file at ``path``), within ``budget_chars``:
-        definitions (by path), then snippets (by path)."""
+    def chunks(
+        self, path: str, text: str, lines: Sequence[str], language_id: str, line: int, budget_chars: int
+    ) -> list[ContextChunk]:
+        """The chunks for a cursor on ``line`` of ``text`` (the file at ``path``; ``lines``, its lines as LSP counts
+        them), within ``budget_chars``: definitions (by path), then snippets (by path)."""
         if budget_chars <= 0:
             return []
         index = self.index
-        lines = text.splitlines()
-        ranked = _ranked_definitions(index, path, lines, line, self._imported(path, text, language_id))
+        imported = self._imported(path, text, language_id)
+        local = {definition.name for definition in index.definitions_in(path)}
+        near = [name for name in identifiers_near(lines, line) if name not in local]
+        taken = [name for entry in imported for name in entry.names if name not in local and name not in near]
+        ranked = _ranked_definitions(index, path, near, self._by_nearest_use(path, lines, line, taken), imported)
         chosen, used = _within(ranked, int(budget_chars * DEFINITION_SHARE))
         chunks = [
             ContextChunk(origin=DEFINITION, path=index.relative(file), text=render(definitions))
@@ -91,7 +101,7 @@ class RepoContext:
         snippets: list[ContextChunk] = []
         room = budget_chars - used
         for snippet, window in self._similar(path, lines[max(line - WINDOW_LINES, 0) : line]):
-            body = "".join(f"{text}\n" for text in window)
+            body = "".join(f"{window_line}\n" for window_line in window)
             if len(body) <= room:
                 snippets.append(ContextChunk(origin=SNIPPET, path=index.relative(snippet.path), text=body))
                 room -= len(body)
@@ -107,6 +117,17 @@ class RepoContext:
         self._imports[path] = (statements, self.index.files_version, found)
         return found
 
+    def _by_nearest_use(self, path: str, lines: Sequence[str], line: int, names: list[str]) -> list[str]:
+        """:func:`by_nearest_use`, again only when the cursor moves to another line, the file's length changes
+        or the names do (typing on one line changes neither, and the cursor's own line is not looked at)."""
+        key = (line, len(lines), tuple(names))
+        cached = self._uses.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        found = by_nearest_use(lines, line, names)
+        self._uses[path] = (key, found)
+        return found
+
     def _similar(self, path: str, before: Sequence[str]) -> list[tuple[Snippet, list[str]]]:
         query = tokens_of(before)
         cached = self._snippets.get(path)
@@ -118,15 +139,13 @@ class RepoContext:
 
 
 def _ranked_definitions(
-    index: WorkspaceIndex, path: str, lines: Sequence[str], line: int, imported: list[Imported]
+    index: WorkspaceIndex, path: str, near: list[str], taken: list[str], imported: list[Imported]
 ) -> list[Definition]:
-    """The definitions worth showing, best first: of the names near the cursor, then of the imported names."""
-    local = {definition.name for definition in index.definitions_in(path)}
+    """The definitions worth showing, best first: of the names ``near`` the cursor (a class with its methods),
+    then of the names the file imports (``taken``, best first; a class without its methods)."""
     imported_files = {entry.path for entry in imported}
-    names = [name for name in identifiers_near(lines, line) if name not in local]
-    names += [name for entry in imported for name in entry.names if name not in local]
     ranked: dict[tuple[str, int], Definition] = {}
-    for name in dict.fromkeys(names):
+    for name in [*near, *taken]:
         found = [definition for definition in index.definitions_named(name) if definition.path != path]
         preferred = [definition for definition in found if definition.path in imported_files]
         if not preferred:  # a name the file does not import: only what another file can reach (no nested helper)
@@ -135,7 +154,7 @@ def _ranked_definitions(
                 continue
         for definition in preferred or found:
             ranked.setdefault((definition.path, definition.line), definition)
-            if definition.kind in ("class", "interface"):
+            if name in near and definition.kind in ("class", "interface"):
                 members = [
                     member for member in index.definitions_in(definition.path) if member.parent_line == definition.line
                 ]
@@ -144,18 +163,38 @@ def _ranked_definitions(
     return list(ranked.values())
 
 
+def by_nearest_use(lines: Sequence[str], line: int, names: list[str]) -> list[str]:
+    """``names`` ordered by how far from ``line`` each is used (looking at most ``USE_LINES`` lines each way; names
+    not seen there keep their order, after the others)."""
+    wanted = dict.fromkeys(names)
+    distance: dict[str, int] = {}
+    for step in range(1, USE_LINES + 1):
+        for number in (line - step, line + step):
+            if 0 <= number < len(lines):
+                for name in _IDENTIFIER.findall(lines[number]):
+                    if name in wanted and name not in distance:
+                        distance[name] = step
+        if len(distance) == len(wanted) or (line - step < 0 and line + step >= len(lines)):
+            break
+    return sorted(wanted, key=lambda name: distance.get(name, USE_LINES + 1))
+
+
 def _within(ranked: list[Definition], budget: int) -> tuple[dict[str, list[Definition]], int]:
-    """The best of ``ranked`` whose rendering fits ``budget`` characters, by file, and the characters used."""
+    """The best of ``ranked`` whose rendering fits ``budget`` characters, by file, and the characters used (counted
+    as :func:`render` writes them; a class header shown as a method's parent and chosen later counts twice)."""
     chosen: dict[str, list[Definition]] = {}
-    sizes: dict[str, int] = {}
+    headers: dict[str, set[int]] = {}
     used = 0
     for definition in ranked:
-        trial = [*chosen.get(definition.path, []), definition]
-        size = len(render(trial))
-        if used - sizes.get(definition.path, 0) + size > budget:
+        shown = headers.setdefault(definition.path, set())
+        size = sum(len(line) + 1 for line in _lines_of(definition))
+        if definition.parent and definition.parent_line not in shown:
+            size += len(definition.parent) + 1
+        if used + size > budget:
             continue
-        used += size - sizes.get(definition.path, 0)
-        chosen[definition.path], sizes[definition.path] = trial, size
+        used += size
+        shown.update((definition.line, definition.parent_line))
+        chosen.setdefault(definition.path, []).append(definition)
     return chosen, used
 
 
@@ -168,10 +207,15 @@ def render(definitions: Sequence[Definition]) -> str:
         if definition.parent and definition.parent_line not in shown:
             out.append(definition.parent)
             shown.add(definition.parent_line)
-        indent = definition.signature[: len(definition.signature) - len(definition.signature.lstrip())]
-        if definition.doc and definition.doc_above:
-            out.append(indent + definition.doc)
-        out.append(definition.signature)
-        if definition.doc and not definition.doc_above:
-            out.append(indent + "    " + definition.doc)
+        out += _lines_of(definition)
     return "".join(f"{line}\n" for line in out)
+
+
+def _lines_of(definition: Definition) -> list[str]:
+    """The definition's header with its doc: a comment above it, a docstring under it (indented one level)."""
+    if not definition.doc:
+        return [definition.signature]
+    indent = definition.signature[: len(definition.signature) - len(definition.signature.lstrip())]
+    if definition.doc_above:
+        return [indent + definition.doc, definition.signature]
+    return [definition.signature, indent + "    " + definition.doc]

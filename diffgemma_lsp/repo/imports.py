@@ -28,14 +28,34 @@ class Imported:
 
 
 def import_statements(text: str, language_id: str) -> tuple[str, ...]:
-    """The import statements of ``text``, as written: what :func:`imports_of` reads (a cache key for it)."""
+    """The import statements of ``text``, as written, in order: what :func:`imports_of` reads (and a cache key for
+    it). Found from each occurrence of ``import`` (``require``), not by a pattern tried at every line: this runs on
+    every keystroke."""
+    found: list[str] = []
     if language_id == "python":
-        patterns = (_PY_FROM, _PY_IMPORT)
+        starts = dict.fromkeys(text.rfind("\n", 0, at) + 1 for at in _occurrences(text, "import"))
+        for start in starts:
+            match = _PY_FROM.match(text, start) or _PY_IMPORT.match(text, start)
+            if match is not None:
+                found.append(match.group(0))
     elif language_id in JS_LANGUAGES:
-        patterns = (_JS_FROM, _JS_REQUIRE)
-    else:
-        return ()
-    return tuple(match.group(0) for pattern in patterns for match in pattern.finditer(text))
+        for at in _occurrences(text, "import"):
+            if (match := _JS_FROM.match(text, at)) is not None:
+                found.append(match.group(0))
+        for at in _occurrences(text, "require"):
+            start = text.rfind("\n", 0, at) + 1
+            if (match := _JS_REQUIRE.search(text, start, at + 300)) is not None:
+                found.append(match.group(0))
+    return tuple(found)
+
+
+def _occurrences(text: str, word: str) -> list[int]:
+    found = []
+    at = text.find(word)
+    while at >= 0:
+        found.append(at)
+        at = text.find(word, at + len(word))
+    return found
 
 
 def imports_of(

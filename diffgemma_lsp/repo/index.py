@@ -25,14 +25,15 @@ from diffgemma_lsp.repo.snippets import WINDOW_LINES, Snippet, SnippetIndex, win
 logger = logging.getLogger(__name__)
 
 MAX_FILES = 20_000
-MAX_DEFINITIONS = 400_000
+MAX_DEFINITIONS = 200_000
 
 
 @attrs.frozen
 class FileEntry:
     definitions: tuple[Definition, ...]
     lines: tuple[str, ...]
-    """The text the definitions and windows were read from, kept for the snippets' text."""
+    """The text the windows were read from, kept for the snippets' text while the file has windows (the bound on
+    windows bounds it); empty otherwise."""
 
 
 @attrs.frozen
@@ -51,12 +52,14 @@ class WorkspaceIndex:
         self.roots: list[Path] = []
         self._lock = threading.Lock()
         self._files: dict[str, FileEntry] = {}
-        self._by_name: dict[str, set[str]] = collections.defaultdict(set)
+        self._by_name: dict[str, dict[str, list[Definition]]] = collections.defaultdict(dict)
+        """name -> path -> the file's definitions of that name."""
         self._definitions = 0
         self._snippets = SnippetIndex()
         self.version = 0
         """Counts the changes to what is indexed (a file indexed anew or removed): what was read before a change
         may be cached until the next one."""
+        self._relative: dict[tuple[str, int], str] = {}
         self.files_version = 0
         """Counts the changes to which files are indexed (what an import can resolve to)."""
 
@@ -105,11 +108,11 @@ class WorkspaceIndex:
             self.version += 1
             room = max(MAX_DEFINITIONS - self._definitions, 0)
             definitions = definitions[:room]
-            self._files[path] = FileEntry(definitions, lines)
+            kept = self._snippets.replace(path, windows)
+            self._files[path] = FileEntry(definitions, lines if kept else ())
             self._definitions += len(definitions)
             for definition in definitions:
-                self._by_name[definition.name].add(path)
-            self._snippets.replace(path, windows)
+                self._by_name[definition.name].setdefault(path, []).append(definition)
 
     def remove(self, path: str) -> None:
         """Forget ``path`` (deleted)."""
@@ -133,7 +136,7 @@ class WorkspaceIndex:
         for definition in entry.definitions:
             paths = self._by_name.get(definition.name)
             if paths is not None:
-                paths.discard(path)
+                paths.pop(path, None)
                 if not paths:
                     del self._by_name[definition.name]
         self._snippets.remove(path)
@@ -146,10 +149,8 @@ class WorkspaceIndex:
     def definitions_named(self, name: str) -> list[Definition]:
         """Every indexed definition of ``name``, by path."""
         with self._lock:
-            paths = sorted(self._by_name.get(name, ()))
-            return [
-                definition for path in paths for definition in self._files[path].definitions if definition.name == name
-            ]
+            paths = self._by_name.get(name)
+            return [definition for path in sorted(paths) for definition in paths[path]] if paths else []
 
     def definitions_in(self, path: str) -> tuple[Definition, ...]:
         with self._lock:
@@ -167,7 +168,15 @@ class WorkspaceIndex:
 
     def relative(self, path: str) -> str:
         """``path`` as the prompt names it: relative to the workspace folder it is in, else its name."""
+        key = (path, len(self.roots))
+        if (known := self._relative.get(key)) is not None:
+            return known
+        found = Path(path).name
         for root in self.roots:
             if Path(path).is_relative_to(root):
-                return Path(path).relative_to(root).as_posix()
-        return Path(path).name
+                found = Path(path).relative_to(root).as_posix()
+                break
+        if len(self._relative) > 4 * MAX_FILES:
+            self._relative.clear()
+        self._relative[key] = found
+        return found

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from pygls.uris import to_fs_path
 
@@ -40,6 +42,7 @@ class LiveIndex:
         self._pending: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Future[object]] = set()
         self._stopped = False
+        self._building = 0
         self.built: asyncio.Future[object] | None = None
         """The background build, once started (tests and ``context`` wait for it)."""
 
@@ -51,7 +54,11 @@ class LiveIndex:
         self.built = self._spawn(self._build(roots))
 
     async def _build(self, roots: list[Path]) -> None:
-        report = await asyncio.to_thread(self.index.build, roots, lambda: self._stopped)
+        self._building += 1
+        try:
+            report = await _on_daemon_thread(lambda: self.index.build(roots, lambda: self._stopped))
+        finally:
+            self._building -= 1
         logger.info(
             "workspace index: %d files, %d definitions, %d windows in %.1f s",
             report.files,
@@ -59,6 +66,16 @@ class LiveIndex:
             report.windows,
             report.seconds,
         )
+
+    def status(self) -> dict[str, object]:
+        """What is indexed, and whether a build is under way (for ``diffgemma.status``)."""
+        report = self.index.report(0.0)
+        return {
+            "files": report.files,
+            "definitions": report.definitions,
+            "windows": report.windows,
+            "building": self._building > 0,
+        }
 
     def folders_changed(self, added: Iterable[Path], removed: Iterable[Path]) -> None:
         for root in removed:
@@ -122,9 +139,11 @@ class LiveIndex:
 
         self._spawn(asyncio.to_thread(read_and_index))
 
-    def chunks(self, uri: str, text: str, language_id: str, line: int, budget_chars: int) -> list[ContextChunk]:
-        path = path_of(uri) or uri
-        return self.context.chunks(path, text, language_id, line, budget_chars)
+    def chunks(
+        self, uri: str, text: str, lines: Sequence[str], language_id: str, line: int, budget_chars: int
+    ) -> list[ContextChunk]:
+        """:meth:`RepoContext.chunks` for the document ``uri``."""
+        return self.context.chunks(path_of(uri) or uri, text, lines, language_id, line, budget_chars)
 
     def stop(self) -> None:
         """Stop building (the worker checks between files) and drop the pending work."""
@@ -148,3 +167,32 @@ class LiveIndex:
 def _known(language_id: str) -> str | None:
     """The document's language id where a grammar reads it, else None (the index goes by the file's extension)."""
     return language_id if language_id in GRAMMARS else None
+
+
+T = TypeVar("T")
+
+
+def _on_daemon_thread(work: Callable[[], T]) -> asyncio.Future[T]:
+    """``work()`` on a thread of its own that does not hold the process up when it exits (a worker of
+    ``asyncio.to_thread`` is joined at exit: a server whose client went away would wait for the build to end)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result = work()
+        except Exception as exc:  # noqa: BLE001 - handed to the task that awaits the build
+            loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=run, name="diffgemma-index", daemon=True).start()
+    return future

@@ -69,8 +69,8 @@ class SnippetIndex:
     def __len__(self) -> int:
         return len(self._windows)
 
-    def replace(self, path: str, windows: Sequence[Window]) -> None:
-        """The windows of ``path`` are now ``windows`` (as many as the bound leaves room for)."""
+    def replace(self, path: str, windows: Sequence[Window]) -> int:
+        """The windows of ``path`` are now ``windows`` (as many as the bound leaves room for); how many."""
         self.remove(path)
         room = max(self.max_windows - len(self._windows), 0)
         ids = []
@@ -82,6 +82,7 @@ class SnippetIndex:
             ids.append(window_id)
         if ids:
             self._of_file[path] = ids
+        return len(ids)
 
     def remove(self, path: str) -> None:
         for window_id in self._of_file.pop(path, []):

@@ -3,6 +3,7 @@ and ``diffgemma-lsp context``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_lsp.repo import assembly, grammars
+from diffgemma_lsp.repo import assembly, grammars, live
 from diffgemma_lsp.repo.assembly import DEFINITION, SNIPPET, RepoContext, identifiers_near
 from diffgemma_lsp.repo.definitions import definitions_of
 from diffgemma_lsp.repo.files import workspace_files
@@ -198,15 +199,17 @@ def _context(tmp_path: Path, files: dict[str, str]) -> RepoContext:
 def test_the_chunks_hold_the_definitions_of_the_names_used_and_imported_in_path_order(tmp_path: Path) -> None:
     repo = _context(tmp_path, {"shapes/__init__.py": "", "shapes/geometry.py": GEOMETRY, "app/main.py": MAIN})
     main = str(tmp_path / "app" / "main.py")
-    chunks = repo.chunks(main, MAIN, "python", 6, 2048)
+    chunks = repo.chunks(main, MAIN, MAIN.splitlines(True), "python", 6, 2048)
     assert [(chunk.origin, chunk.path) for chunk in chunks] == [(DEFINITION, "shapes/geometry.py")]
     text = chunks[0].text
     assert 'def area(width: float,\n         height: float) -> float:\n    """Width times height."""\n' in text
     assert "class Rectangle:\n" in text and '    def scaled(self, factor: float) -> "Rectangle":\n' in text
     assert "inner" not in text  # nested in a function: no other file reaches it
     assert text.index("class Rectangle") < text.index("def area")  # the file's own order
-    assert repo.chunks(main, MAIN, "python", 6, 2048) == chunks  # the same cursor: the same chunks
-    small = repo.chunks(main, MAIN, "python", 6, 200)
+    assert (
+        repo.chunks(main, MAIN, MAIN.splitlines(True), "python", 6, 2048) == chunks
+    )  # the same cursor: the same chunks
+    small = repo.chunks(main, MAIN, MAIN.splitlines(True), "python", 6, 200)
     assert sum(len(chunk.text) for chunk in small) <= 200 and "def area" in small[0].text  # the nearest name first
 
 
@@ -216,7 +219,7 @@ def test_a_name_defined_in_many_files_counts_only_where_the_file_imports_it(tmp_
     repo = _context(tmp_path, files)
 
     def definitions(path: str, text: str, line: int) -> list[tuple[str, str]]:
-        chunks = repo.chunks(str(tmp_path / path), text, "python", line, 2048)
+        chunks = repo.chunks(str(tmp_path / path), text, text.splitlines(True), "python", line, 2048)
         return [(chunk.path, chunk.text) for chunk in chunks if chunk.origin == DEFINITION]
 
     assert definitions("caller.py", "def go():\n    run()\n", 1) == []  # defined in six files: which one?
@@ -231,7 +234,7 @@ def test_code_like_the_lines_before_the_cursor_comes_as_a_snippet(tmp_path: Path
         {"loaders/csv_loader.py": f"def load_csv(record):\n{loader}    return build_row(value_0, value_1)\n"},
     )
     writing = "def load_json(record):\n" + loader[: loader.index("value_8")]
-    chunks = repo.chunks(str(tmp_path / "json_loader.py"), writing, "python", 9, 4096)
+    chunks = repo.chunks(str(tmp_path / "json_loader.py"), writing, writing.splitlines(True), "python", 9, 4096)
     snippets = [chunk for chunk in chunks if chunk.origin == SNIPPET]
     assert [chunk.path for chunk in snippets] == ["loaders/csv_loader.py"]
     assert "parse_field(record, 'field_3')" in snippets[0].text
@@ -239,7 +242,7 @@ def test_code_like_the_lines_before_the_cursor_comes_as_a_snippet(tmp_path: Path
 
 def test_identifiers_near_the_cursor_come_nearest_line_first() -> None:
     lines = ["far_away = 1", "above = 2", "here = above", "below = 3"]
-    assert identifiers_near(lines, 2) == ["here", "above", "below", "far_away"]
+    assert identifiers_near(lines, 2) == ["above", "below", "far_away"]  # not the cursor's own line
     assert assembly.LINES_BEFORE >= 2
 
 
@@ -280,3 +283,37 @@ def test_the_grammars_load_and_parse_with_the_network_unreachable() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=environment)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) == len(grammars.GRAMMARS)
+
+
+async def test_the_live_index_follows_an_open_documents_text_and_forgets_it_on_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(live, "REINDEX_DELAY_S", 0.05)
+    write(tmp_path, {"ws/a.py": "def on_disk(): pass\n", "elsewhere/b.py": "def outside(): pass\n"})
+    index = live.LiveIndex()
+    index.start([tmp_path / "ws", tmp_path / "missing"])
+    assert index.built is not None
+    await index.built
+    assert index.status() == {"files": 1, "definitions": 1, "windows": 1, "building": False}
+    inside, outside = (tmp_path / "ws" / "a.py").as_uri(), (tmp_path / "elsewhere" / "b.py").as_uri()
+    texts = {inside: "def typed(): pass\n"}
+    for _ in range(3):  # a burst of keystrokes: parsed once, after it
+        index.document_changed(inside, lambda: texts[inside], "python")
+    await asyncio.sleep(0.3)
+    assert [d.name for d in index.index.definitions_in(str(tmp_path / "ws" / "a.py"))] == ["typed"]
+    index.document_opened(outside, "def outside(): pass\n", "python")
+    await asyncio.sleep(0.3)
+    assert index.index.definitions_named("outside")
+    index.document_closed(outside)  # not in the workspace: dropped
+    index.document_closed(inside)  # in it: the disk's text again
+    await asyncio.sleep(0.3)
+    assert index.index.definitions_named("outside") == []
+    assert [d.name for d in index.index.definitions_in(str(tmp_path / "ws" / "a.py"))] == ["on_disk"]
+    index.document_opened("untitled:Untitled-1", "def nothing(): pass\n", "python")
+    assert live.path_of("untitled:Untitled-1") is None
+
+
+async def test_a_build_that_fails_reaches_whoever_awaits_it() -> None:
+    assert await live._on_daemon_thread(lambda: 6 * 7) == 42
+    with pytest.raises(ZeroDivisionError):
+        await live._on_daemon_thread(lambda: 1 // 0)

@@ -83,13 +83,13 @@ async def test_definitions_from_the_workspace_reach_the_engine_and_follow_the_fi
 
         volume.write_text("def volume(width, height, depth):\n    return width * height * depth\n")
         _watched(client, volume, types.FileChangeType.Created)
-        replace_text(client, uri, 2, span(6, 18, 6, 23), "volume(")
-        request = await _until(client, received, uri, 6, 25, lambda r: _chunk(r, "shapes/volume.py") is not None)
+        replace_text(client, uri, 2, span(6, 0, 6, 0), "        size = volume(1, 2, 3)\n")  # used above the cursor
+        request = await _until(client, received, uri, 7, 23, lambda r: _chunk(r, "shapes/volume.py") is not None)
         assert _chunk(request, "shapes/volume.py") == "def volume(width, height, depth):\n"
 
         volume.unlink()
         _watched(client, volume, types.FileChangeType.Deleted)
-        await _until(client, received, uri, 6, 25, lambda r: _chunk(r, "shapes/volume.py") is None)
+        await _until(client, received, uri, 7, 23, lambda r: _chunk(r, "shapes/volume.py") is None)
 
 
 def _watched(client: LanguageClient, path: Path, change: types.FileChangeType) -> None:

@@ -183,9 +183,10 @@ class RawLsp:
                 continue
         return self.responses[want_id][0]
 
-    async def initialize(self, options: object, capabilities: object = None) -> None:
-        """The initialize handshake."""
-        self.request(1, "initialize", {"capabilities": capabilities or {}, "initializationOptions": options})
+    async def initialize(self, options: object, capabilities: object = None, root_uri: str | None = None) -> None:
+        """The initialize handshake (``root_uri``: the workspace folder)."""
+        params = {"capabilities": capabilities or {}, "initializationOptions": options, "rootUri": root_uri}
+        self.request(1, "initialize", params)
         assert "result" in await self.reply(1)
         self.notify("initialized", {})
 
