@@ -435,8 +435,12 @@ def _text_of(ls: DiffgemmaServer, uri: str) -> str | None:
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
 def did_save(ls: DiffgemmaServer, params: types.DidSaveTextDocumentParams) -> None:
-    """A saved file is refreshed in the extra context once the user works elsewhere."""
-    ls.completer.extra.note_edit(params.text_document.uri, 0)
+    """A saved file is refreshed in the extra context once the user works elsewhere, and in the workspace index
+    at once."""
+    uri = params.text_document.uri
+    ls.completer.extra.note_edit(uri, 0)
+    if ls.settings.repo_context_tokens and (document := ls.open_document(uri)) is not None:
+        ls.completer.repo.document_changed(uri, lambda: _text_of(ls, uri), document.language_id or "", delay_s=0)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)

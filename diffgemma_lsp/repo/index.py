@@ -83,9 +83,11 @@ class WorkspaceIndex:
                     self.index_text(str(path), text)
         return self.report(started)
 
-    def report(self, started: float) -> BuildReport:
+    def report(self, started: float | None = None) -> BuildReport:
+        """What is indexed; ``seconds`` since ``started`` (a ``time.perf_counter()``), 0 without it."""
+        seconds = time.perf_counter() - started if started is not None else 0.0
         with self._lock:
-            return BuildReport(len(self._files), self._definitions, len(self._snippets), time.perf_counter() - started)
+            return BuildReport(len(self._files), self._definitions, len(self._snippets), seconds)
 
     def index_text(self, path: str, text: str, language_id: str | None = None) -> None:
         """(Re)index ``path`` from ``text`` (an open document's, which may differ from the disk's)."""
@@ -98,7 +100,7 @@ class WorkspaceIndex:
             logger.warning("could not index %s", path, exc_info=True)
             return
         lines = tuple(text.splitlines())
-        windows = windows_of(path, lines)
+        windows = windows_of(lines)
         with self._lock:
             if path not in self._files and len(self._files) >= self.max_files:
                 return

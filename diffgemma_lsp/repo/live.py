@@ -1,7 +1,7 @@
 """The workspace index as the language server keeps it: built on a worker thread from the workspace folders when
-the client has initialized, an open document re-read from its text a second after the user stops typing in it, a
-saved, created, changed or deleted file (the client's file watching) re-read from the disk. No event costs the
-event loop more than a dictionary update: parsing runs on worker threads."""
+the client has initialized, an open document re-read from its text five seconds after the user stops typing in it
+(at once when saved), a file created, changed or deleted on disk (the client's file watching) read again. No event
+costs the event loop more than a dictionary update: parsing runs on worker threads."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ from diffgemma_lsp.repo.index import WorkspaceIndex
 
 logger = logging.getLogger(__name__)
 
-REINDEX_DELAY_S = 1.0
-"""How long after its last change an open document is parsed again."""
+REINDEX_DELAY_S = 5.0
+"""How long after its last change an open document is parsed again (at once when saved). Its own definitions
+matter little to its own completions (the prompt has its text) and reading a long file takes tens of milliseconds
+of a worker thread that shares the interpreter with the event loop: not while the user is typing."""
 
 
 def path_of(uri: str) -> str | None:
@@ -69,7 +71,7 @@ class LiveIndex:
 
     def status(self) -> dict[str, object]:
         """What is indexed, and whether a build is under way (for ``diffgemma.status``)."""
-        report = self.index.report(0.0)
+        report = self.index.report()
         return {
             "files": report.files,
             "definitions": report.definitions,
@@ -82,8 +84,11 @@ class LiveIndex:
             self.index.remove_under(root)
         self.start(added)
 
-    def document_changed(self, uri: str, text_of: Callable[[], str | None], language_id: str = "") -> None:
-        """An open document changed: parse it again once the user has paused."""
+    def document_changed(
+        self, uri: str, text_of: Callable[[], str | None], language_id: str = "", delay_s: float | None = None
+    ) -> None:
+        """An open document changed: parse it again once the user has paused (``delay_s``, by default
+        ``REINDEX_DELAY_S``; 0 when it was saved)."""
         path = path_of(uri)
         if path is None:
             return
@@ -97,7 +102,7 @@ class LiveIndex:
             if text is not None:
                 self._spawn(asyncio.to_thread(self.index.index_text, path, text, _known(language_id)))
 
-        self._pending[path] = loop.call_later(REINDEX_DELAY_S, reindex)
+        self._pending[path] = loop.call_later(REINDEX_DELAY_S if delay_s is None else delay_s, reindex)
 
     def document_opened(self, uri: str, text: str, language_id: str = "") -> None:
         path = path_of(uri)

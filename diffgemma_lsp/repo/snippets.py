@@ -4,8 +4,10 @@ similarity over an inverted index, as RepoCoder and Copilot's neighbouring-tab s
 
 from __future__ import annotations
 
+import array
 import collections
 import re
+import sys
 from collections.abc import Sequence
 
 import attrs
@@ -26,9 +28,8 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
 
 @attrs.frozen
 class Window:
-    """Lines ``start`` to ``start + WINDOW_LINES`` of a file."""
+    """Lines ``start`` to ``start + WINDOW_LINES`` of a file, as the identifiers they hold."""
 
-    path: str
     start: int
     tokens: frozenset[str]
 
@@ -46,24 +47,28 @@ def tokens_of(lines: Sequence[str]) -> frozenset[str]:
     return frozenset(token for line in lines for token in _IDENTIFIER.findall(line))
 
 
-def windows_of(path: str, lines: Sequence[str]) -> list[Window]:
+def windows_of(lines: Sequence[str]) -> list[Window]:
     """The windows of one file (the last one ends with the file)."""
     starts = list(range(0, max(len(lines) - WINDOW_LINES, 0) + 1, WINDOW_STRIDE))
     if lines and starts[-1] + WINDOW_LINES < len(lines):
         starts.append(len(lines) - WINDOW_LINES)
-    windows = [Window(path, start, tokens_of(lines[start : start + WINDOW_LINES])) for start in starts]
+    windows = [Window(start, tokens_of(lines[start : start + WINDOW_LINES])) for start in starts]
     return [window for window in windows if window.tokens]
 
 
 class SnippetIndex:
-    """The windows of the indexed files and, per identifier, the windows that hold it. Not thread-safe: the
-    workspace index guards it."""
+    """Per identifier, the windows that hold it (an array of window ids: 8 bytes an entry, the identifier stored
+    once), and per window its file, first line and size. A removed file's windows leave dead ids in the arrays,
+    skipped when read and dropped once they outnumber the live ones. Not thread-safe: the workspace index guards
+    it."""
 
     def __init__(self, max_windows: int = MAX_WINDOWS) -> None:
         self.max_windows = max_windows
-        self._windows: dict[int, Window] = {}
+        self._windows: dict[int, tuple[str, int, int]] = {}
+        """id -> (path, first line, identifiers)."""
         self._of_file: dict[str, list[int]] = {}
-        self._postings: dict[str, set[int]] = collections.defaultdict(set)
+        self._postings: dict[str, array.array[int]] = {}
+        self._dead = 0
         self._next_id = 0
 
     def __len__(self) -> int:
@@ -76,9 +81,12 @@ class SnippetIndex:
         ids = []
         for window in windows[:room]:
             window_id, self._next_id = self._next_id, self._next_id + 1
-            self._windows[window_id] = window
+            self._windows[window_id] = (path, window.start, len(window.tokens))
             for token in window.tokens:
-                self._postings[token].add(window_id)
+                postings = self._postings.get(token)
+                if postings is None:
+                    postings = self._postings[sys.intern(token)] = array.array("q")
+                postings.append(window_id)
             ids.append(window_id)
         if ids:
             self._of_file[path] = ids
@@ -86,12 +94,20 @@ class SnippetIndex:
 
     def remove(self, path: str) -> None:
         for window_id in self._of_file.pop(path, []):
-            window = self._windows.pop(window_id)
-            for token in window.tokens:
-                postings = self._postings[token]
-                postings.discard(window_id)
-                if not postings:
-                    del self._postings[token]
+            del self._windows[window_id]
+            self._dead += 1
+        if self._dead > max(len(self._windows), 1_000):  # an identifier's array at most twice its live windows
+            self._compact()
+
+    def _compact(self) -> None:
+        live = self._windows
+        for token in list(self._postings):
+            kept = array.array("q", (window_id for window_id in self._postings[token] if window_id in live))
+            if kept:
+                self._postings[token] = kept
+            else:
+                del self._postings[token]
+        self._dead = 0
 
     def similar(self, query: frozenset[str], exclude_path: str, count: int) -> list[Snippet]:
         """The ``count`` windows of other files most like ``query``, best first, at most one per file, each at
@@ -106,10 +122,11 @@ class SnippetIndex:
                 shared.update(postings)
         best: dict[str, Snippet] = {}
         for window_id, overlap in shared.items():
-            window = self._windows[window_id]
-            if window.path == exclude_path:
+            window = self._windows.get(window_id)
+            if window is None or window[0] == exclude_path:
                 continue
-            score = overlap / (len(query) + len(window.tokens) - overlap)
-            if score >= MIN_SCORE and (window.path not in best or score > best[window.path].score):
-                best[window.path] = Snippet(window.path, window.start, score)
+            path, start, size = window
+            score = overlap / (len(query) + size - overlap)
+            if score >= MIN_SCORE and (path not in best or score > best[path].score):
+                best[path] = Snippet(path, start, score)
         return sorted(best.values(), key=lambda snippet: (-snippet.score, snippet.path, snippet.start))[:count]

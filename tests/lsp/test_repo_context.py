@@ -19,6 +19,7 @@ from diffgemma_lsp.repo.definitions import definitions_of
 from diffgemma_lsp.repo.files import workspace_files
 from diffgemma_lsp.repo.imports import imports_of
 from diffgemma_lsp.repo.index import WorkspaceIndex
+from diffgemma_lsp.repo.snippets import SnippetIndex, tokens_of, windows_of
 
 GEOMETRY = '''\
 """Shapes."""
@@ -159,7 +160,7 @@ def test_an_index_forgets_a_file_and_its_names(tmp_path: Path) -> None:
     assert index.version > version
     index.remove(path)
     assert index.definitions_named("two") == [] and path not in index
-    assert index.report(0.0).definitions == 0 and index.report(0.0).windows == 0
+    assert index.report().definitions == 0 and index.report().windows == 0
 
 
 def test_imports_resolve_to_python_modules_and_relative_javascript_files(tmp_path: Path) -> None:
@@ -317,3 +318,20 @@ async def test_a_build_that_fails_reaches_whoever_awaits_it() -> None:
     assert await live._on_daemon_thread(lambda: 6 * 7) == 42
     with pytest.raises(ZeroDivisionError):
         await live._on_daemon_thread(lambda: 1 // 0)
+
+
+def test_removed_windows_are_never_found_and_their_ids_are_dropped_in_time() -> None:
+    index = SnippetIndex(max_windows=50)
+    lines = [f"alpha_{i} = beta_{i} + gamma + delta + epsilon + zeta" for i in range(16)]
+    query = tokens_of(lines)
+    for round_ in range(6):  # one file indexed anew six times: its old windows die each time
+        assert index.replace("a.py", windows_of(lines)) == 1
+        index.replace(f"b{round_}.py", windows_of(lines))
+        index.remove(f"b{round_}.py")
+    assert [snippet.path for snippet in index.similar(query, "other.py", 5)] == ["a.py"]
+    assert index.similar(query, "a.py", 5) == []  # the file asked for is left out
+    index._compact()
+    assert sum(len(postings) for postings in index._postings.values()) == len(query)  # one live window
+    assert len(index) == 1
+    full = SnippetIndex(max_windows=1)
+    assert full.replace("a.py", windows_of(lines)) == 1 and full.replace("b.py", windows_of(lines)) == 0

@@ -17,6 +17,7 @@ from lsprotocol import types
 from pytest_lsp import LanguageClient
 
 from diffgemma_engine.shared import protocol
+from diffgemma_lsp.repo import live
 from tests.lsp.test_repo_context import GEOMETRY, MAIN, write
 from tests.support.fake_engine import answering_empty, serving
 from tests.support.lsp import complete, open_document, replace_text, server_command, span, start_client
@@ -90,6 +91,25 @@ async def test_definitions_from_the_workspace_reach_the_engine_and_follow_the_fi
         volume.unlink()
         _watched(client, volume, types.FileChangeType.Deleted)
         await _until(client, received, uri, 7, 23, lambda r: _chunk(r, "shapes/volume.py") is None)
+
+
+async def test_a_saved_document_is_indexed_from_its_text_at_once(isolated_env: Path, tmp_path: Path) -> None:
+    """An open document is read again five seconds after typing stops, or at once when saved: a function the user
+    just wrote in another file and saved is offered to the next completion that uses it."""
+    workspace = tmp_path / "project"
+    async with _session(isolated_env, workspace) as (client, received, uri):
+        await _until(client, received, uri, 6, 23, lambda r: _chunk(r, "shapes/geometry.py") is not None)
+        other = (workspace / "shapes" / "colour.py").as_uri()
+        open_document(client, other, "")
+        replace_text(client, other, 2, span(0, 0, 0, 0), "def shade(rgb):\n    return rgb\n")
+        client.text_document_did_save(
+            types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=other))
+        )
+        replace_text(client, uri, 2, span(6, 0, 6, 0), "        tint = shade(r)\n")
+        started = asyncio.get_running_loop().time()
+        request = await _until(client, received, uri, 7, 23, lambda r: _chunk(r, "shapes/colour.py") is not None)
+        assert _chunk(request, "shapes/colour.py") == "def shade(rgb):\n"
+        assert asyncio.get_running_loop().time() - started < live.REINDEX_DELAY_S  # the save, not the pause
 
 
 def _watched(client: LanguageClient, path: Path, change: types.FileChangeType) -> None:
