@@ -9,15 +9,18 @@ the window, in the document's positions, for the version asked; a window that co
 (``null``), and so is an answer computed for a document that has changed since. The last suggestion per document
 is kept for the code action, which editors without a custom UI (Helix) offer on the cursor.
 
-Not here yet: asking after an edit burst ends and prefetching after an accepted suggestion (the editors' side),
-and "no edit" when the model is not confident (its entropy and stability are to be measured first).
+When a change applies the last suggestion (the user accepted it), the next one is computed at once, before the
+editor asks, and a request for that version near it takes it. Not here yet: asking after an edit burst ends (the
+editors' side: Neovim's plugin does), and "no edit" when the model is not confident (its entropy and stability
+are to be measured first).
 """
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
 from lsprotocol import types
@@ -134,6 +137,8 @@ class Suggestion:
 
     window: Selection
     edits: list[types.TextEdit]
+    result: str
+    """The document's text once the edits are applied: a change that makes it so is the suggestion accepted."""
 
     def answer(self) -> dict[str, object]:
         """The request's result: ``{"uri", "version", "edits"}``."""
@@ -159,27 +164,93 @@ class Suggestion:
         )
 
 
+def _applied(lines: Sequence[str], window: types.Range, text: str) -> str:
+    """The document of ``lines`` with its window of whole lines (``edit_window``'s) replaced by ``text``."""
+    after = lines[window.end.line :] if window.end.character == 0 else []
+    return "".join([*lines[: window.start.line], text, *after])
+
+
 def _inside(position: types.Position, window: types.Range) -> bool:
     start, end = window.start, window.end
     return (start.line, start.character) <= (position.line, position.character) <= (end.line, end.character)
 
 
+@attrs.frozen(kw_only=True)
+class Prefetch:
+    """The next edit being computed, before it is asked for, for one version of a document after a suggestion
+    was accepted."""
+
+    version: int
+    line: int
+    """Where the accepted edit ended: a request near it (within the window's reach) takes this one."""
+    task: asyncio.Task[Suggestion | None]
+
+
 class NextEdits:
-    """Suggests next edits with the completer's backend, documents and context; keeps the last one per document."""
+    """Suggests next edits with the completer's backend, documents and context; keeps the last one per document,
+    and computes the one after it as soon as it is accepted."""
 
     def __init__(self, completer: Completer) -> None:
         self.completer = completer
         self.ready: dict[str, Suggestion] = {}
         """Per document uri, the last suggestion (offered by the code action while the text is the same)."""
+        self.prefetched: dict[str, Prefetch] = {}
+        """Per document uri, the suggestion computed after the last one was accepted."""
+        self._awaiting: dict[str, int] = {}
+        """Per document uri with a fresh suggestion, the changes left that may apply it (an editor may send one per
+        edit): after them the text is compared no more."""
 
     def forget(self, uri: str) -> None:
         """A closed document: its suggestion goes."""
         self.ready.pop(uri, None)
+        self._awaiting.pop(uri, None)
+        self._drop_prefetch(uri)
+
+    def _drop_prefetch(self, uri: str) -> None:
+        if (prefetch := self.prefetched.pop(uri, None)) is not None:
+            prefetch.task.cancel()
+
+    def changed(self, settings: Settings, uri: str) -> None:
+        """The document ``uri`` changed: a suggestion computed before is stale, and if the change applied the last
+        suggestion (the user accepted it), the next one is computed at once, before the editor asks."""
+        self._drop_prefetch(uri)
+        left = self._awaiting.pop(uri, 0)
+        document = self.completer.open_document(uri)
+        suggestion = self.ready.get(uri)
+        if document is None or suggestion is None or not left:
+            return
+        if document.source != suggestion.result:
+            if left > 1:
+                self._awaiting[uri] = left - 1
+            return
+        if not settings.next_edit_enabled:
+            return
+        last = suggestion.edits[-1]
+        line = last.range.start.line + len(split_lines(last.new_text))  # the line after the accepted change
+        line = min(line, max(len(document.lines) - 1, 0))
+        version = document.version or 0
+        arguments = NextEditArguments(uri=uri, version=version, position=types.Position(line=line, character=0))
+        logger.info("next edit accepted in %s: computing the one after it", uri)
+        self.prefetched[uri] = Prefetch(
+            version=version, line=line, task=asyncio.ensure_future(self._compute(settings, arguments))
+        )
 
     async def suggest(self, settings: Settings, args: NextEditArguments) -> Suggestion | None:
         """The next edit at ``args.position``, or None: off, another version, no backend or one that cannot
         rewrite, the engine's refusal, a window that came back unchanged, a document that changed meanwhile.
-        InvalidParams for a document that is not open."""
+        InvalidParams for a document that is not open. A suggestion computed ahead for this version near this
+        position (after the last one was accepted) is the answer, waited for if it is still being computed."""
+        prefetch = self.prefetched.get(args.uri)
+        if prefetch is not None:
+            if prefetch.version == args.version and abs(prefetch.line - args.position.line) <= settings.next_edit_lines:
+                found = await asyncio.shield(prefetch.task)
+                if found is not None:
+                    self._offer(args.uri, found)
+                return found
+            self._drop_prefetch(args.uri)
+        return await self._compute(settings, args)
+
+    async def _compute(self, settings: Settings, args: NextEditArguments) -> Suggestion | None:
         completer = self.completer
         document = completer.open_document(args.uri)
         if document is None:
@@ -213,11 +284,16 @@ class NextEdits:
         )
         if text is None or text == window.text or not computed_on(window, completer.open_document(args.uri)):
             return None
-        suggestion = Suggestion(window=window, edits=line_edits(window, text))
-        if not suggestion.edits:
+        edits = line_edits(window, text)
+        if not edits:
             return None
-        self.ready[args.uri] = suggestion
+        suggestion = Suggestion(window=window, edits=edits, result=_applied(document.lines, window.range, text))
+        self._offer(args.uri, suggestion)
         return suggestion
+
+    def _offer(self, uri: str, suggestion: Suggestion) -> None:
+        self.ready[uri] = suggestion
+        self._awaiting[uri] = len(suggestion.edits)
 
     def code_action(
         self, document: TextDocument | None, params: types.CodeActionParams, versioned: bool

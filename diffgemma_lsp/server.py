@@ -426,6 +426,7 @@ def did_change(ls: DiffgemmaServer, params: types.DidChangeTextDocumentParams) -
     ls.completer.extra.note_edit(uri, line)
     if ls.settings.repo_context_tokens and (document := ls.open_document(uri)) is not None:
         ls.completer.repo.document_changed(uri, lambda: _text_of(ls, uri), document.language_id or "")
+    ls.next_edits.changed(ls.settings, uri)
 
 
 def _text_of(ls: DiffgemmaServer, uri: str) -> str | None:

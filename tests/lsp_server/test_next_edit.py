@@ -116,3 +116,40 @@ async def test_a_window_that_comes_back_unchanged_is_no_edit(isolated_env: Path)
             await client.protocol.send_request_async(
                 "diffgemma/nextEdit", {"textDocument": {"uri": URI, "version": 1}, "position": {"line": -1}}
             )
+
+
+async def _rewrites_reach(engine: Rewrites, count: int) -> None:
+    deadline = asyncio.get_running_loop().time() + 30
+    while len(engine.rewrites()) < count:
+        assert asyncio.get_running_loop().time() < deadline, f"{len(engine.rewrites())} rewrites, not {count}"
+        await asyncio.sleep(0.05)
+
+
+async def test_an_accepted_suggestion_has_the_next_one_computed_before_it_is_asked(isolated_env: Path) -> None:
+    """Issue 29's prefetch: the change that applies the suggestion starts the next one at once; the request for
+    that version near it is answered by it, with no second call to the engine."""
+    engine = Rewrites(answer=FOLLOWED)
+    engine.release.set()
+    async with session(isolated_env, engine) as (client, editor):
+        await next_edit(client, 0, 13)
+        (action,) = [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]
+        assert action.edit is not None and editor.apply(action.edit).applied
+        await _rewrites_reach(engine, 2)  # asked by the server itself
+        ahead = engine.rewrites()[1]
+        assert [segment.text for segment in ahead.start] == [FOLLOWED] and ahead.strength == pytest.approx(0.3)
+        assert await next_edit(client, 2, 0, version=editor.version(URI)) is None  # the window came back as it was
+        assert len(engine.rewrites()) == 2  # the answer computed ahead, not a third call
+        editor.change(URI, types.TextDocumentContentChangePartial(range=span(4, 0, 4, 0), text="# later\n"))
+        fresh = plain(await next_edit(client, 2, 0, version=editor.version(URI)))
+        assert isinstance(fresh, dict) and fresh["version"] == editor.version(URI)  # the fixed answer drops the line
+        assert len(engine.rewrites()) == 3  # a version after the one computed ahead: asked anew
+
+
+async def test_a_suggestion_the_user_did_not_take_starts_nothing(isolated_env: Path) -> None:
+    engine = Rewrites(answer=FOLLOWED)
+    engine.release.set()
+    async with session(isolated_env, engine) as (client, editor):
+        await next_edit(client, 0, 13)
+        editor.change(URI, types.TextDocumentContentChangePartial(range=span(4, 0, 4, 0), text="# later\n"))
+        await asyncio.sleep(1.0)  # the time a prefetch would have had to reach the engine
+        assert len(engine.rewrites()) == 1
