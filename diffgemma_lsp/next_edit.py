@@ -9,10 +9,11 @@ the window, in the document's positions, for the version asked; a window that co
 (``null``), and so is an answer computed for a document that has changed since. The last suggestion per document
 is kept for the code action, which editors without a custom UI (Helix) offer on the cursor.
 
-When a change applies the last suggestion (the user accepted it), the next one is computed at once, before the
-editor asks, and a request for that version near it takes it. Not here yet: asking after an edit burst ends (the
-editors' side: Neovim's plugin does), and "no edit" when the model is not confident (its entropy and stability
-are to be measured first).
+The server computes a suggestion by itself at once when a change applies the last suggestion (the user accepted
+it), and with ``nextEditOnPause`` when a burst of editing ends (``BURST_GAP_S`` without a change, and no completion
+or rewrite in flight or completion on screen there); a request for that version near it takes it, and the code
+action offers it, so editors that never ask (Helix, Zed) get next edits too. Not here yet: "no edit" when the
+model is not confident (its entropy and stability are to be measured first).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 from lsprotocol import types
@@ -33,6 +34,7 @@ from diffgemma_lsp.backends.base import EngineRequestError, EngineUnavailable, R
 from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.context import PositionError
 from diffgemma_lsp.document import split_lines
+from diffgemma_lsp.edit_history import BURST_GAP_S
 from diffgemma_lsp.postprocess import postprocess_replacement
 from diffgemma_lsp.rewrite import Selection, build_request, computed_on, read_selection
 from diffgemma_lsp.settings import Settings
@@ -175,6 +177,16 @@ def _inside(position: types.Position, window: types.Range) -> bool:
     return (start.line, start.character) <= (position.line, position.character) <= (end.line, end.character)
 
 
+class Interrupted(Exception):
+    """The engine answered a next edit as cancelled or superseded: not an answer about the code."""
+
+
+def _settled(task: asyncio.Task[Suggestion | None]) -> None:
+    """A next edit computed ahead has ended: its error, if nobody asked for it, is logged here (once)."""
+    if not task.cancelled() and (error := task.exception()) is not None and not isinstance(error, Interrupted):
+        logger.warning("next edit computed ahead failed: %s", error)
+
+
 @attrs.frozen(kw_only=True)
 class Prefetch:
     """The next edit being computed, before it is asked for, for one version of a document after a suggestion
@@ -190,12 +202,17 @@ class NextEdits:
     """Suggests next edits with the completer's backend, documents and context; keeps the last one per document,
     and computes the one after it as soon as it is accepted."""
 
-    def __init__(self, completer: Completer) -> None:
+    def __init__(self, completer: Completer, busy: Callable[[str], bool] = lambda uri: False) -> None:
         self.completer = completer
+        self.busy = busy
+        """Whether a rewrite is being computed for a document (a next edit asked by the server would supersede it in
+        the engine)."""
         self.ready: dict[str, Suggestion] = {}
         """Per document uri, the last suggestion (offered by the code action while the text is the same)."""
         self.prefetched: dict[str, Prefetch] = {}
         """Per document uri, the suggestion computed after the last one was accepted."""
+        self._bursts: dict[str, asyncio.TimerHandle] = {}
+        """Per document uri being edited, the call that asks for a next edit once the burst ends."""
         self._awaiting: dict[str, int] = {}
         """Per document uri with a fresh suggestion, the changes left that may apply it (an editor may send one per
         edit): after them the text is compared no more."""
@@ -204,36 +221,65 @@ class NextEdits:
         """A closed document: its suggestion goes."""
         self.ready.pop(uri, None)
         self._awaiting.pop(uri, None)
+        if (pending := self._bursts.pop(uri, None)) is not None:
+            pending.cancel()
         self._drop_prefetch(uri)
 
     def _drop_prefetch(self, uri: str) -> None:
         if (prefetch := self.prefetched.pop(uri, None)) is not None:
             prefetch.task.cancel()
 
-    def changed(self, settings: Settings, uri: str) -> None:
-        """The document ``uri`` changed: a suggestion computed before is stale, and if the change applied the last
-        suggestion (the user accepted it), the next one is computed at once, before the editor asks."""
+    def changed(self, settings: Settings, uri: str, line: int) -> None:
+        """The document ``uri`` changed at ``line``: a suggestion computed before is stale. If the change applied
+        the last suggestion (the user accepted it), the next one is computed at once, before the editor asks;
+        otherwise, with ``nextEditOnPause``, once the burst of editing ends (``BURST_GAP_S`` without a change), so
+        that editors that never ask (Helix, Zed) offer it as a code action."""
         self._drop_prefetch(uri)
-        left = self._awaiting.pop(uri, 0)
+        if (pending := self._bursts.pop(uri, None)) is not None:
+            pending.cancel()
         document = self.completer.open_document(uri)
+        if document is None or not settings.next_edit_enabled:
+            return
+        if self._accepted(uri, document):
+            last = self.ready[uri].edits[-1]
+            line = last.range.start.line + len(split_lines(last.new_text))  # the line after the accepted change
+            logger.info("next edit accepted in %s: computing the one after it", uri)
+            self._prefetch(settings, uri, document, line)
+            return
+        if settings.next_edit_on_pause:
+            self._bursts[uri] = asyncio.get_running_loop().call_later(
+                BURST_GAP_S, self._burst_ended, settings, uri, document.version, line
+            )
+
+    def _accepted(self, uri: str, document: TextDocument) -> bool:
+        """Whether the document is now the last suggestion applied (an editor may apply it in several changes)."""
+        left = self._awaiting.pop(uri, 0)
         suggestion = self.ready.get(uri)
-        if document is None or suggestion is None or not left:
-            return
-        if document.source != suggestion.result:
-            if left > 1:
-                self._awaiting[uri] = left - 1
-            return
-        if not settings.next_edit_enabled:
-            return
-        last = suggestion.edits[-1]
-        line = last.range.start.line + len(split_lines(last.new_text))  # the line after the accepted change
+        if suggestion is None or not left:
+            return False
+        if document.source == suggestion.result:
+            return True
+        if left > 1:
+            self._awaiting[uri] = left - 1
+        return False
+
+    def _burst_ended(self, settings: Settings, uri: str, version: int | None, line: int) -> None:
+        self._bursts.pop(uri, None)
+        completer = self.completer
+        document = completer.open_document(uri)
+        if document is None or document.version != version or uri in completer.latest or self.busy(uri):
+            return  # changed since, or a completion or a rewrite is being computed for it (it would be superseded)
+        if completer.shown.showing(uri, document.source):
+            return  # a completion is on screen there: one suggestion at a time
+        self._prefetch(settings, uri, document, line)
+
+    def _prefetch(self, settings: Settings, uri: str, document: TextDocument, line: int) -> None:
         line = min(line, max(len(document.lines) - 1, 0))
         version = document.version or 0
         arguments = NextEditArguments(uri=uri, version=version, position=types.Position(line=line, character=0))
-        logger.info("next edit accepted in %s: computing the one after it", uri)
-        self.prefetched[uri] = Prefetch(
-            version=version, line=line, task=asyncio.ensure_future(self._compute(settings, arguments))
-        )
+        task = asyncio.ensure_future(self._compute(settings, arguments))
+        task.add_done_callback(_settled)
+        self.prefetched[uri] = Prefetch(version=version, line=line, task=task)
 
     async def suggest(self, settings: Settings, args: NextEditArguments) -> Suggestion | None:
         """The next edit at ``args.position``, or None: off, another version, no backend or one that cannot
@@ -243,14 +289,23 @@ class NextEdits:
         prefetch = self.prefetched.get(args.uri)
         if prefetch is not None:
             if prefetch.version == args.version and abs(prefetch.line - args.position.line) <= settings.next_edit_lines:
-                found = await asyncio.shield(prefetch.task)
-                if found is not None:
-                    self._offer(args.uri, found)
-                return found
+                try:
+                    found = await asyncio.shield(prefetch.task)
+                except Interrupted:  # superseded in the engine (a completion went first): computed anew below
+                    pass
+                else:
+                    if found is not None:
+                        self._offer(args.uri, found)
+                    return found
             self._drop_prefetch(args.uri)
-        return await self._compute(settings, args)
+        try:
+            return await self._compute(settings, args)
+        except Interrupted:
+            return None
 
     async def _compute(self, settings: Settings, args: NextEditArguments) -> Suggestion | None:
+        """The next edit at ``args.position`` (see :meth:`suggest`); ``Interrupted`` when the engine answered that
+        it was cancelled or superseded."""
         completer = self.completer
         document = completer.open_document(args.uri)
         if document is None:
@@ -277,7 +332,7 @@ class NextEdits:
             return None
         completer.answered()
         if result.stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED):
-            return None
+            raise Interrupted(result.stop.value)
         instruct = backend.layout is protocol.Layout.CHAT
         text = postprocess_replacement(
             window.prefix, window.text, window.suffix, result.text, window.language_id, instruct=instruct

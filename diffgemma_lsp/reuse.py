@@ -46,6 +46,15 @@ class ShownCompletions:
         """Drop the document's entry (closed, or the user went elsewhere)."""
         self._shown.pop(uri, None)
 
+    def showing(self, uri: str, source: str) -> bool:
+        """Whether the last completion for ``uri`` is still on screen as far as the server can tell: the text around
+        where it was offered is as it was (the user has neither typed nor taken it)."""
+        shown = self._shown.get(uri)
+        if shown is None:
+            return False
+        start = max(0, shown.offset - ANCHOR_CHARS)
+        return source[start : shown.offset] == shown.before and source[shown.offset :].startswith(shown.after)
+
     def lookup(self, uri: str, source: str, offset: int) -> str | None:
         """The rest of the shown completion if the user typed its start and changed nothing else around it."""
         self.lookups += 1

@@ -82,7 +82,7 @@ class DiffgemmaServer(LanguageServer):
         self.completer = Completer(self.start_backend, self.open_document, self.backend_answered)
         """The completion core: latest request per document, shown completions, extra context."""
         self.rewriter = Rewriter(self.completer)
-        self.next_edits = NextEdits(self.completer)
+        self.next_edits = NextEdits(self.completer, self.rewriter.busy)
         """The rewrites in flight, one per document."""
         self._progress_token: str | None = None
         self._outage_reported = False
@@ -426,7 +426,7 @@ def did_change(ls: DiffgemmaServer, params: types.DidChangeTextDocumentParams) -
     ls.completer.extra.note_edit(uri, line)
     if ls.settings.repo_context_tokens and (document := ls.open_document(uri)) is not None:
         ls.completer.repo.document_changed(uri, lambda: _text_of(ls, uri), document.language_id or "")
-    ls.next_edits.changed(ls.settings, uri)
+    ls.next_edits.changed(ls.settings, uri, line)
 
 
 def _text_of(ls: DiffgemmaServer, uri: str) -> str | None:

@@ -129,6 +129,9 @@ class Settings:
     """Answer ``diffgemma/nextEdit`` and offer "Apply suggested edit"."""
     next_edit_lines: int = attrs.field(default=10, validator=_at_most(50))
     """Lines above and below the cursor in a next edit's editable window."""
+    next_edit_on_pause: bool = False
+    """Also compute a next edit when a burst of editing ends (2 s without a change), for editors that never ask
+    (Helix, Zed): offered as the code action "Apply suggested edit"."""
     next_edit_strength: float = attrs.field(default=0.3, validator=_share)
     """Share of a next edit's window renoised at the start (small: most of the window is kept)."""
     rewrite_steps: int = attrs.field(default=0, validator=_at_most(protocol.MAX_STEPS))

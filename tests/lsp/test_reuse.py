@@ -40,3 +40,15 @@ def test_finished_suggestion_moved_cursor_or_other_edits_miss() -> None:
     assert shown.lookup("other", source, offset) is None
     shown.forget("u")
     assert shown.lookup("u", source, offset) is None
+
+
+def test_a_completion_is_showing_until_the_text_around_it_changes() -> None:
+    shown = ShownCompletions()
+    source = "def f(x):\n    return \n"
+    offset = source.index("return ") + len("return ")
+    assert not shown.showing("a.py", source)
+    shown.remember("a.py", source, offset, "x + 1")
+    assert shown.showing("a.py", source)
+    assert not shown.showing("a.py", source[:offset] + "x" + source[offset:])  # typed (or taken): not as shown
+    assert not shown.showing("a.py", "# new\n" + source)  # text above changed
+    assert not shown.showing("b.py", source)

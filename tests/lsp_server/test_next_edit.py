@@ -18,6 +18,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+from diffgemma_lsp.edit_history import BURST_GAP_S
 from diffgemma_lsp.next_edit import APPLY_KIND, APPLY_TITLE
 from tests.support.fake_engine import Rewrites, serving
 from tests.support.lsp import Editor, capabilities, server_command, span
@@ -29,10 +30,12 @@ FOLLOWED = "def area(size, height):\n    return size * height\n\n\nprint(area(2,
 
 
 @contextlib.asynccontextmanager
-async def session(isolated_env: Path, engine: Rewrites) -> AsyncIterator[tuple[LanguageClient, Editor]]:
+async def session(
+    isolated_env: Path, engine: Rewrites, **settings: object
+) -> AsyncIterator[tuple[LanguageClient, Editor]]:
     """The real server on a fake engine that rewrites, with ``RENAMED`` open and the engine connected."""
     socket_dir = isolated_env / "run"
-    socket_dir.mkdir(mode=0o700)
+    socket_dir.mkdir(mode=0o700, exist_ok=True)
     async with serving(socket_dir / "engine.sock", engine.handler()):
         client = await ClientServerConfig(
             server_command=server_command(socket_dir / "engine.sock", None), server_env=dict(os.environ)
@@ -43,7 +46,7 @@ async def session(isolated_env: Path, engine: Rewrites) -> AsyncIterator[tuple[L
             await client.initialize_session(
                 types.InitializeParams(
                     capabilities=capabilities(),
-                    initialization_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0}},
+                    initialization_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, **settings}},
                 )
             )
             editor.open(URI, RENAMED)
@@ -145,11 +148,24 @@ async def test_an_accepted_suggestion_has_the_next_one_computed_before_it_is_ask
         assert len(engine.rewrites()) == 3  # a version after the one computed ahead: asked anew
 
 
-async def test_a_suggestion_the_user_did_not_take_starts_nothing(isolated_env: Path) -> None:
+async def test_a_suggestion_the_user_did_not_take_starts_nothing_unless_asked_on_pauses(isolated_env: Path) -> None:
+    """Another change is not the suggestion taken: nothing is computed ahead. With ``nextEditOnPause`` (Helix, Zed)
+    the server asks by itself once the burst of editing ends, and offers the answer as the code action."""
     engine = Rewrites(answer=FOLLOWED)
     engine.release.set()
     async with session(isolated_env, engine) as (client, editor):
         await next_edit(client, 0, 13)
         editor.change(URI, types.TextDocumentContentChangePartial(range=span(4, 0, 4, 0), text="# later\n"))
-        await asyncio.sleep(1.0)  # the time a prefetch would have had to reach the engine
+        await asyncio.sleep(BURST_GAP_S + 1.0)  # a burst ended: nothing asked without the setting
         assert len(engine.rewrites()) == 1
+    engine = Rewrites(answer=FOLLOWED)
+    engine.release.set()
+    async with session(isolated_env, engine, nextEditOnPause=True) as (client, editor):
+        editor.change(URI, types.TextDocumentContentChangePartial(range=span(4, 0, 4, 0), text="# later\n"))
+        await _rewrites_reach(engine, 1)  # the server asked, once the burst ended
+        deadline = asyncio.get_running_loop().time() + 30
+        while not [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]:
+            assert asyncio.get_running_loop().time() < deadline, "no action offered"
+            await asyncio.sleep(0.1)
+        assert plain(await next_edit(client, 1, 0, version=editor.version(URI))) is not None
+        assert len(engine.rewrites()) == 1  # the request took the answer computed on the pause
