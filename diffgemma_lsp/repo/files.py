@@ -14,6 +14,8 @@ from diffgemma_lsp.repo.grammars import language_of_path
 
 MAX_FILE_BYTES = 512 * 1024
 """Larger files are data or generated code, not what a user calls."""
+MAX_VISITED = 500_000
+"""Folder entries looked at in one workspace folder at most."""
 SKIPPED_FOLDERS = frozenset(
     {
         ".git",
@@ -51,11 +53,16 @@ GENERATED_MARK = re.compile(rb"(?i)\b(do not edit|code generated|auto-?generated
 """Said in a file's first lines by the tools that write it (``// Code generated ... DO NOT EDIT.``)."""
 
 
-def workspace_files(root: Path, limit: int) -> Iterator[Path]:
-    """Up to ``limit`` files under ``root`` a grammar reads, folder by folder in name order."""
+def workspace_files(root: Path, limit: int, max_visited: int = MAX_VISITED) -> Iterator[Path]:
+    """Up to ``limit`` files under ``root`` a grammar reads, folder by folder in name order, looking at no more
+    than ``max_visited`` entries (a home folder opened as a workspace is not walked to its end)."""
     found = 0
+    visited = 0
     ignores: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
     for folder, folders, files in os.walk(root, followlinks=False):
+        visited += len(folders) + len(files)
+        if visited > max_visited:
+            return
         here = Path(folder)
         ignores = [(base, spec) for base, spec in ignores if here.is_relative_to(base)]
         own = _gitignore(here)

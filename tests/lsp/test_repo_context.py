@@ -148,6 +148,7 @@ def test_the_index_reads_source_files_and_skips_ignored_vendored_binary_generate
     assert [d.name for d in index.definitions_named("Util")] == ["Util"]
     assert index.definitions_named("Marked") == [] and index.definitions_named("hidden") == []
     assert list(workspace_files(tmp_path, 1)) == [tmp_path / "app" / "main.py"]  # the file limit
+    assert list(workspace_files(tmp_path, 100, max_visited=3)) == []  # the walk's limit: the root alone has more
 
 
 def test_an_index_forgets_a_file_and_its_names(tmp_path: Path) -> None:
