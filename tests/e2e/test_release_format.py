@@ -145,8 +145,10 @@ async def test_completion_is_the_instruction_models_answer_without_its_fence(
 @pytest.fixture
 async def few_steps(isolated_env: Path, release_memorized_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
     """The release-format session with 4 denoising steps a completion (the ``steps`` setting): what the prompt's
-    reuse depends on is the prompt, not the canvas, and 48 steps over a long prompt cost minutes on a CPU."""
-    async with lsp_session(isolated_env, release_memorized_dir, steps=4) as session:
+    reuse depends on is the prompt, not the canvas, and 48 steps over a long prompt cost minutes on a CPU. No
+    recent edits in the prompt: on a loaded machine the keystrokes come more than 2 s apart, each closes a burst,
+    and the edit history's chunk (measured on its own in benchmarks/README.md) would change with every one."""
+    async with lsp_session(isolated_env, release_memorized_dir, steps=4, editHistoryTokens=0) as session:
         yield session
 
 
