@@ -80,14 +80,25 @@ class ExtraContext:
         self._edited.pop(uri, None)
 
     def for_request(self, current_uri: str, budget_chars: int) -> list[Chunk]:
-        """The newest chunks of other files that fit ``budget_chars``, oldest first (stable prompt order)."""
+        """The newest chunks of other files that fit ``budget_chars``, oldest first (stable prompt order); the first
+        that does not fit whole gives the whole lines of its start that do (a 64-line chunk is larger than the
+        default budget: without this the ring gave nothing)."""
         chosen: list[Chunk] = []
         used = 0
         for chunk in reversed(self._ring.values()):
             if chunk.uri == current_uri:
                 continue
             if used + len(chunk.text) > budget_chars:
+                head = _lines_within(chunk.text, budget_chars - used)
+                if head:
+                    chosen.append(attrs.evolve(chunk, text=head))
                 break
             chosen.append(chunk)
             used += len(chunk.text)
         return chosen[::-1]
+
+
+def _lines_within(text: str, budget_chars: int) -> str:
+    """The whole lines at the start of ``text`` that fit ``budget_chars``."""
+    cut = text.rfind("\n", 0, budget_chars + 1) if budget_chars > 0 else -1
+    return text[: cut + 1] if cut >= 0 else ""

@@ -21,6 +21,10 @@ def test_other_files_newest_kept_within_budget_in_stable_order() -> None:
     assert names == ["b.py", "c.py", "d.py"]  # "a" evicted; oldest first
     assert [c.name for c in ring.for_request("file:///c.py", 10_000)] == ["b.py", "d.py"]
     assert [c.name for c in ring.for_request("file:///z.py", 40)] == ["c.py", "d.py"]  # the newest that fit
+    ring.add("file:///e.py", "".join(f"def e{i}(): pass\n" for i in range(64)))  # a chunk larger than the budget
+    (head,) = ring.for_request("file:///z.py", 40)
+    assert (head.name, head.text) == ("e.py", "def e0(): pass\ndef e1(): pass\n")  # the whole lines that fit
+    assert [c.text for c in ring.for_request("file:///z.py", 10)] == []  # not even one line
 
 
 def test_an_unchanged_chunk_keeps_its_place() -> None:
