@@ -29,13 +29,16 @@ named after it:
 Indentation comes before the overlap check because that check compares whole lines, indentation included;
 scope comes before balancing so that a line closing the block is kept up to its closer, and the balancer then
 decides from the suffix whether the closer stays. :mod:`.languages` holds what the filters know about each
-language (comments, strings, blocks, indentation style). No pygls or torch here: the server builds the LSP items.
+language (comments, strings, blocks, indentation style) and the scanner that reads them; :mod:`.syntax` reads the
+document around the cursor with the language's tree-sitter grammar where it parses, and the scanner inside its errors.
+No pygls or torch here: the server builds the LSP items.
 
 A rewrite's answer replaces a selection instead: :func:`postprocess_replacement` (:mod:`.replacement`) runs the
 same filters adapted to that (the indentation fitted to the selection, the cuts only where the selection itself
 passes them, the whitespace at both ends the selection's).
 
-Imports run one way: replacement -> pipeline -> indentation -> {scope, repeats, brackets} -> cursor -> languages
+Imports run one way: replacement -> pipeline -> indentation -> {scope, repeats, brackets} -> cursor -> syntax
+-> languages
 (pipeline and replacement also use each filter and answer directly).
 """
 

@@ -17,8 +17,8 @@ from diffgemma_lsp.postprocess.languages import (
     indent_style,
     language_for,
     pair_tokens,
-    scan,
 )
+from diffgemma_lsp.postprocess.syntax import scan_document
 
 CLOSING_CHARS = frozenset(")]}'\"`;,")
 """What the rest of the line may hold for a completion to replace it (plus spaces and tabs)."""
@@ -62,8 +62,8 @@ def make_cursor(prefix: str, suffix: str, raw: str, language_id: str) -> Cursor:
     """Everything the filters need to know about the document, computed once."""
     language = language_for(language_id)
     before_text, after_text = normalise(prefix), normalise(suffix)
-    tokens, starts, state = scan(before_text, language)
-    suffix_tokens, _, _ = scan(after_text, language, state)
+    document = scan_document(before_text, after_text, language, language_id)
+    tokens, starts, state, suffix_tokens = document.before, document.starts, document.state, document.after
     before, (rest, *after) = before_text.split("\n"), after_text.split("\n")
     raw = normalise(raw)
     tabs, unit = indent_style(before, after, raw.split("\n"), language)

@@ -2,7 +2,8 @@
 document's indentation style.
 
 Pure: no pygls, no torch. The scanner is approximate on purpose (no full lexer): it finds brackets and block
-keywords outside strings and comments, which is all post-processing needs, and it never raises on bad code.
+keywords outside strings and comments, which is all post-processing needs, and it never raises on bad code. It reads
+the model's text and the parts of the document tree-sitter could not parse (:mod:`.syntax` reads the rest).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import collections
 import enum
 import functools
 import re
+from collections.abc import Iterable
 
 import attrs
 
@@ -68,6 +70,10 @@ class Language:
     """Indentation style when the document shows none (None: follow the completion)."""
     unit: int
     """Columns per indentation level when the document shows none."""
+    modifiers: frozenset[str] = frozenset()
+    """Block keywords that open a block only at the start of a statement (Ruby: ``return if done`` opens none)."""
+    loop: re.Pattern[str] | None = attrs.field(default=None, eq=False, repr=False)
+    """Matches a loop keyword whose ``do`` later on the line opens no second block (Ruby: ``while x do``)."""
 
     @property
     def block_kinds(self) -> frozenset[str]:
@@ -89,6 +95,8 @@ def _language(
     scope: str | None = None,
     tabs: bool | None = None,
     unit: int = 4,
+    modifiers: frozenset[str] = frozenset(),
+    loop: str | None = None,
 ) -> Language:
     parts = [f"(?P<skip>{skip})"] if skip else []
     parts += [f"(?P<d{i}>{opener})" for i, (opener, *_) in enumerate(delimiters)]
@@ -109,6 +117,8 @@ def _language(
         scope=re.compile(scope) if scope else None,
         tabs=tabs,
         unit=unit,
+        modifiers=modifiers,
+        loop=re.compile(loop) if loop else None,
     )
 
 
@@ -181,6 +191,20 @@ LUA = _language(
     continuation=r"^\s*(?:(?:end|until|else|elseif)\b|[})\]])",
     unit=2,
 )
+_RUBY_BLOCKS = ("def", "class", "module", "if", "unless", "while", "until", "for", "case", "begin", "do")
+RUBY = _language(
+    "ruby",
+    Blocks.KEYWORDS,
+    delimiters=[("#", "\n", False, False), ('"', '"', True, True), ("'", "'", True, True), ("`", "`", True, True)],
+    keywords=dict.fromkeys(_RUBY_BLOCKS, "end"),
+    header=r"^\s*(?:def|class|module|if|unless|while|until|for|case|begin|else|elsif|when|rescue|ensure)\b"
+    r"|\bdo\s*(?:\|[^|]*\|)?\s*$|[{(\[]\s*$",
+    continuation=r"^\s*(?:(?:end|else|elsif|when|in|rescue|ensure)\b|[})\]])",
+    tabs=False,
+    unit=2,
+    modifiers=frozenset({"if", "unless", "while", "until"}),
+    loop=r"\b(?:while|until|for)\b",
+)
 FALLBACK = _language(
     "fallback",
     Blocks.INDENT,
@@ -204,6 +228,7 @@ LANGUAGES = {
     "java": C,
     "csharp": C,
     "lua": LUA,
+    "ruby": RUBY,
 }
 """By LSP language id; anything else gets FALLBACK (indentation blocks, plain quotes, no comments)."""
 
@@ -233,9 +258,12 @@ def _leave(text: str, start: int, state: tuple[str, bool, bool]) -> tuple[int, S
     return end, state
 
 
-def _scan_line(text: str, number: int, language: Language, state: State, tokens: list[Token]) -> tuple[State, int]:
-    """Append the tokens of one line; return the state after it and where a line comment starts (-1: none)."""
-    position = 0
+def _scan_line(
+    text: str, number: int, language: Language, state: State, tokens: list[Token], start: int = 0
+) -> tuple[State, int]:
+    """Append the tokens of one line from column ``start``; return the state after it and where a line comment
+    starts (-1: none)."""
+    position = start
     while position < len(text):
         if state is not None:
             position, state = _leave(text, position, state)
@@ -249,7 +277,7 @@ def _scan_line(text: str, number: int, language: Language, state: State, tokens:
         word = match.group()
         if group == "br":
             tokens.append(Token(line=number, column=match.start(), kind=PAIRS.get(word, word), opens=word in "([{"))
-        elif group == "kw":
+        elif group == "kw" and _opens_here(text, match.start(), word, language):
             kind = language.keywords[word]
             tokens.append(Token(line=number, column=match.start(), kind=kind, opens=kind != word))
         elif group.startswith("d"):
@@ -259,6 +287,20 @@ def _scan_line(text: str, number: int, language: Language, state: State, tokens:
             state = (match.expand(closer), multiline, escapes)
         position = max(match.end(), position + 1)
     return state, -1
+
+
+def _opens_here(text: str, column: int, word: str, language: Language) -> bool:
+    """Whether a block keyword at ``column`` counts: not a modifier after a statement, nor a loop's ``do``."""
+    before = text[:column]
+    if word in language.modifiers and before.rstrip(" \t")[-1:] not in ("", "=", "(", ";", "|", "&"):
+        return False
+    return not (word == "do" and language.loop is not None and language.loop.search(before))
+
+
+def scan_line(text: str, number: int, language: Language, state: State, tokens: list[Token], start: int = 0) -> State:
+    """Append the tokens of ``text`` (one line, ending with its line break unless the text stops there) from column
+    ``start`` on; return the state after it."""
+    return _scan_line(text, number, language, state, tokens, start)[0]
 
 
 def scan(text: str, language: Language, state: State = None) -> tuple[list[Token], list[State], State]:
@@ -301,7 +343,7 @@ def continues_block(line: str, language: Language) -> bool:
     return bool(language.continuation.match(line))
 
 
-def pair_tokens(tokens: list[Token]) -> tuple[list[Token], list[Token]]:
+def pair_tokens(tokens: Iterable[Token]) -> tuple[list[Token], list[Token]]:
     """(openers still open at the end, closers that close something opened before ``tokens``).
 
     A closer pops up to the nearest opener of its kind (inner openers left unclosed are dropped); one with no

@@ -16,7 +16,7 @@ from diffgemma_lsp.postprocess.pipeline import trim_whitespace
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 CURSOR = "├┤"
 COMPLAINTS = {"suffix", "bracket", "indent", "scope", "midline", "crlf"}
-LANGUAGES = {"python", "javascript", "go", "rust", "c", "lua"}
+LANGUAGES = {"python", "javascript", "go", "rust", "c", "lua", "typescript", "java", "cpp", "csharp", "ruby"}
 
 
 def load_cases() -> list[dict[str, object]]:

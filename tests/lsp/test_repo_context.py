@@ -265,7 +265,8 @@ def test_the_context_command_prints_an_imported_functions_definition_from_anothe
 
 
 def test_the_grammars_load_and_parse_with_the_network_unreachable() -> None:
-    """No grammar is downloaded at run time: every language parses in a process where opening a socket fails."""
+    """No grammar is downloaded at run time: every language parses, for the index and for post-processing, in a
+    process where opening a socket fails."""
     script = textwrap.dedent(
         """
         import socket
@@ -275,9 +276,12 @@ def test_the_grammars_load_and_parse_with_the_network_unreachable() -> None:
         socket.create_connection = refuse
         from diffgemma_lsp.repo import grammars
         from diffgemma_lsp.repo.definitions import definitions_of
+        from diffgemma_lsp.postprocess import postprocess
         for language in grammars.GRAMMARS:
             assert grammars.definitions_query(language) is not None, language
             definitions_of("x = 1\\n", language, "f")
+            edit = postprocess("f(x) {\\n  ", "\\n}\\n", "g(x)\\n}", language)
+            assert edit is not None and edit.text.startswith("g(x)"), (language, edit)
         print(len(grammars.GRAMMARS))
         """
     )
