@@ -109,6 +109,12 @@ class Completer:
         document = self.open_document(uri)
         return document.source if document is not None else None
 
+    def reindex(self, settings: Settings, uri: str, *, at_once: bool = False) -> None:
+        """Have the workspace index read an open document again: once the user pauses, or at once (a save)."""
+        if settings.repo_context_tokens and (document := self.open_document(uri)) is not None:
+            delay_s = 0.0 if at_once else None
+            self.repo.document_changed(uri, lambda: self._text_of(uri), document.language_id or "", delay_s)
+
     def _lines_of(self, uri: str) -> Sequence[str] | None:
         document = self.open_document(uri)
         return document.lines if document is not None else None

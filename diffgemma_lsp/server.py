@@ -82,8 +82,9 @@ class DiffgemmaServer(LanguageServer):
         self.completer = Completer(self.start_backend, self.open_document, self.backend_answered)
         """The completion core: latest request per document, shown completions, extra context."""
         self.rewriter = Rewriter(self.completer)
-        self.next_edits = NextEdits(self.completer, self.rewriter.busy)
         """The rewrites in flight, one per document."""
+        self.next_edits = NextEdits(self.completer, self.rewriter.busy)
+        """Next-edit suggestions: computed after a burst of edits or an accepted suggestion, one per document."""
         self._progress_token: str | None = None
         self._outage_reported = False
         self._backend_wait: asyncio.Future[None] | None = None
@@ -424,14 +425,8 @@ def did_change(ls: DiffgemmaServer, params: types.DidChangeTextDocumentParams) -
     line = change.range.start.line if isinstance(change, types.TextDocumentContentChangePartial) else 0
     uri = params.text_document.uri
     ls.completer.extra.note_edit(uri, line)
-    if ls.settings.repo_context_tokens and (document := ls.open_document(uri)) is not None:
-        ls.completer.repo.document_changed(uri, lambda: _text_of(ls, uri), document.language_id or "")
+    ls.completer.reindex(ls.settings, uri)
     ls.next_edits.changed(ls.settings, uri, line)
-
-
-def _text_of(ls: DiffgemmaServer, uri: str) -> str | None:
-    document = ls.open_document(uri)
-    return document.source if document is not None else None
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
@@ -440,8 +435,7 @@ def did_save(ls: DiffgemmaServer, params: types.DidSaveTextDocumentParams) -> No
     at once."""
     uri = params.text_document.uri
     ls.completer.extra.note_edit(uri, 0)
-    if ls.settings.repo_context_tokens and (document := ls.open_document(uri)) is not None:
-        ls.completer.repo.document_changed(uri, lambda: _text_of(ls, uri), document.language_id or "", delay_s=0)
+    ls.completer.reindex(ls.settings, uri, at_once=True)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)

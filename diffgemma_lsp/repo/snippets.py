@@ -8,7 +8,7 @@ import array
 import collections
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import attrs
 
@@ -75,7 +75,12 @@ class SnippetIndex:
         return len(self._windows)
 
     def replace(self, path: str, windows: Sequence[Window]) -> int:
-        """The windows of ``path`` are now ``windows`` (as many as the bound leaves room for); how many."""
+        """The windows of ``path`` are now ``windows`` (as many as the bound leaves room for); how many.
+
+        A file indexed anew (an edited one, every few seconds while the user types) has the dead ids of its old
+        windows dropped at once from its identifiers' arrays: left there, they would soon make its identifiers
+        look common (more than ``COMMON_SHARE`` of the windows), and the file never similar to anything."""
+        indexed_before = path in self._of_file
         self.remove(path)
         room = max(self.max_windows - len(self._windows), 0)
         ids = []
@@ -90,6 +95,8 @@ class SnippetIndex:
             ids.append(window_id)
         if ids:
             self._of_file[path] = ids
+        if indexed_before:
+            self._drop_dead({token for window in windows[:room] for token in window.tokens})
         return len(ids)
 
     def remove(self, path: str) -> None:
@@ -100,14 +107,21 @@ class SnippetIndex:
             self._compact()
 
     def _compact(self) -> None:
+        self._drop_dead(list(self._postings))
+        self._dead = 0
+
+    def _drop_dead(self, tokens: Iterable[str]) -> None:
+        """Keep only live window ids in these identifiers' arrays."""
         live = self._windows
-        for token in list(self._postings):
-            kept = array.array("q", (window_id for window_id in self._postings[token] if window_id in live))
+        for token in tokens:
+            postings = self._postings.get(token)
+            if postings is None:
+                continue
+            kept = array.array("q", (window_id for window_id in postings if window_id in live))
             if kept:
                 self._postings[token] = kept
             else:
                 del self._postings[token]
-        self._dead = 0
 
     def similar(self, query: frozenset[str], exclude_path: str, count: int) -> list[Snippet]:
         """The ``count`` windows of other files most like ``query``, best first, at most one per file, each at

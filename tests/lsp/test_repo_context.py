@@ -340,3 +340,17 @@ def test_removed_windows_are_never_found_and_their_ids_are_dropped_in_time() -> 
     assert len(index) == 1
     full = SnippetIndex(max_windows=1)
     assert full.replace("a.py", windows_of(lines)) == 1 and full.replace("b.py", windows_of(lines)) == 0
+
+
+def test_a_file_indexed_anew_many_times_is_still_found_before_compaction() -> None:
+    """Each new parse of an edited file would leave dead ids under its identifiers (up to 1,000 before the
+    compaction): they must not make those identifiers look common, or the file would never be similar to anything."""
+    index = SnippetIndex()
+    for number in range(400):
+        index.replace(f"other{number}.py", windows_of([f"unrelated_{number} = {number}"]))
+    lines = [f"alpha_{i} = beta_{i} + gamma + delta + epsilon + zeta" for i in range(16)]
+    for _ in range(300):  # typing in a.py for 25 minutes: parsed again every 5 s
+        index.replace("a.py", windows_of(lines))
+    assert len(index._postings["gamma"]) == 1  # the edited file's dead ids went at once
+    assert index._dead == 299  # the compaction has not run
+    assert [snippet.path for snippet in index.similar(tokens_of(lines), "b.py", 5)] == ["a.py"]

@@ -148,6 +148,28 @@ async def test_an_accepted_suggestion_has_the_next_one_computed_before_it_is_ask
         assert len(engine.rewrites()) == 3  # a version after the one computed ahead: asked anew
 
 
+async def test_a_next_edit_computed_ahead_that_the_engine_superseded_is_computed_anew_when_asked(
+    isolated_env: Path,
+) -> None:
+    """The engine answers a request a newer one for the document replaced as superseded: that is no answer about
+    the code, so the request for the version computed ahead asks the engine again, and gets the real answer."""
+    engine = Rewrites(answer=FOLLOWED)
+    engine.superseded = {1}  # the one computed ahead
+    engine.release.set()
+    async with session(isolated_env, engine) as (client, editor):
+        await next_edit(client, 0, 13)
+        (action,) = [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]
+        assert action.edit is not None and editor.apply(action.edit).applied
+        await _rewrites_reach(engine, 2)
+        assert editor.text(URI) == FOLLOWED
+        engine.answer = FOLLOWED.replace("area(2, 3)", "area(3, 4)")
+        found = plain(await next_edit(client, 2, 0, version=editor.version(URI)))
+        assert isinstance(found, dict) and found["version"] == editor.version(URI)
+        assert [edit["newText"] for edit in found["edits"]] == ["print(area(3, 4))\n"]
+        assert len(engine.rewrites()) == 3  # asked anew, with the same window
+        assert engine.rewrites()[2].start == engine.rewrites()[1].start
+
+
 async def test_a_suggestion_the_user_did_not_take_starts_nothing_unless_asked_on_pauses(isolated_env: Path) -> None:
     """Another change is not the suggestion taken: nothing is computed ahead. With ``nextEditOnPause`` (Helix, Zed)
     the server asks by itself once the burst of editing ends, and offers the answer as the code action."""

@@ -69,6 +69,9 @@ class Rewrites:
         """Rewrites are answered once this is set (set it at once for no hold)."""
         self.arrived = asyncio.Event()
         """Set when a rewrite arrives."""
+        self.superseded: set[int] = set()
+        """Which rewrites (0 the first) are answered as superseded, with no text, as the engine answers a request
+        that a newer one for the same document replaced."""
 
     def rewrites(self) -> list[protocol.Infill]:
         """The rewrites received (infills with ``start``), in order."""
@@ -85,9 +88,11 @@ class Rewrites:
 
             async def answer_later(request: protocol.Infill) -> None:
                 await self.release.wait()
-                writer.write(
-                    protocol.encode(protocol.Result(id=request.id, text=self.answer, stop=protocol.StopReason.EOS))
-                )
+                if self.rewrites().index(request) in self.superseded:
+                    result = protocol.Result(id=request.id, text="", stop=protocol.StopReason.SUPERSEDED)
+                else:
+                    result = protocol.Result(id=request.id, text=self.answer, stop=protocol.StopReason.EOS)
+                writer.write(protocol.encode(result))
 
             try:
                 while True:
