@@ -2,7 +2,7 @@
  * DiffusionGemma completions: starts `diffgemma-lsp` over stdio for every file, shows its inline completions as ghost
  * text (its completion items are the fallback in the suggest widget), and the engine's state and last latency in the
  * status bar. The server's code action "Rewrite selection" comes through the client as it is; the command
- * "Rewrite selection with instruction..." asks for an instruction first.
+ * "Rewrite selection with instruction..." asks for an instruction first. Next edits: src/nextEditView.ts.
  */
 import * as os from 'node:os';
 import * as vscode from 'vscode';
@@ -17,6 +17,7 @@ import {
   TransportKind,
 } from 'vscode-languageclient/node';
 import { type PackageJson, SECTION, serverCommand, serverSettingKeys, serverSettings } from './config';
+import { NEXT_EDIT_COMMANDS, NextEditView } from './nextEditView';
 import { asRewriteResult, type RewriteResult, rewriteArgument, SERVER_REWRITE_COMMAND } from './rewrite';
 import { type ClientPhase, describeStatus, pollDelayMs, type ServerStatus } from './status';
 
@@ -41,6 +42,7 @@ function errorText(error: unknown): string {
 export class Controller implements vscode.Disposable {
   readonly output: vscode.LogOutputChannel;
   readonly statusItem: vscode.StatusBarItem;
+  readonly nextEdits: NextEditView;
   client: LanguageClient | undefined;
   private readonly keys: string[];
   private phase: ClientPhase = 'stopped';
@@ -59,6 +61,11 @@ export class Controller implements vscode.Disposable {
     this.statusItem = vscode.window.createStatusBarItem('diffgemma.status', vscode.StatusBarAlignment.Right, 100);
     this.statusItem.name = CLIENT_NAME;
     this.statusItem.command = COMMANDS.showStatus;
+    this.nextEdits = new NextEditView(
+      () => this.client,
+      () => this.enabled() && this.config().get<boolean>('nextEditEnabled') !== false,
+      this.output,
+    );
     this.render();
     this.statusItem.show();
   }
@@ -87,7 +94,13 @@ export class Controller implements vscode.Disposable {
       middleware: {
         provideInlineCompletionItems: async (document, position, context, token, next) => {
           try {
-            return await next(document, position, context, token);
+            const found = await next(document, position, context, token);
+            const items = Array.isArray(found) ? found : (found?.items ?? []);
+            if (items.length) {
+              this.nextEdits.completionOffered(document);
+            }
+            const nextEdit = this.nextEdits.inlineAt(document, position);
+            return nextEdit ? [nextEdit, ...items] : found;
           } finally {
             this.refreshStatusSoon();
           }
@@ -382,6 +395,7 @@ export class Controller implements vscode.Disposable {
   dispose(): void {
     this.clearRefreshTimer();
     this.disposed = true;
+    this.nextEdits.dispose();
     this.statusItem.dispose();
     this.output.dispose();
   }
@@ -400,6 +414,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contro
     vscode.commands.registerCommand(COMMANDS.showLog, () => current.output.show()),
     vscode.commands.registerCommand(COMMANDS.rewriteWithInstruction, () => current.rewriteWithInstruction()),
     vscode.workspace.onDidChangeConfiguration((event) => current.onConfigurationChanged(event)),
+    vscode.commands.registerCommand(NEXT_EDIT_COMMANDS.accept, () => current.nextEdits.accept()),
+    vscode.commands.registerCommand(NEXT_EDIT_COMMANDS.dismiss, () => current.nextEdits.dismiss()),
+    vscode.workspace.onDidChangeTextDocument((event) => current.nextEdits.onDidChange(event)),
+    vscode.window.onDidChangeActiveTextEditor(() => current.nextEdits.dismiss()),
   );
   await current.start();
   return current;

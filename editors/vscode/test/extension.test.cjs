@@ -22,6 +22,8 @@ let serverStatus;
 let rewriteAnswer;
 /** What the mocked input box returns (undefined: the user pressed Escape). */
 let inputBoxAnswer;
+/** What the mocked server answers to diffgemma/nextEdit (a function of the params, or a value). */
+let nextEditAnswer;
 
 function defaults() {
   const values = {};
@@ -46,8 +48,80 @@ class ThemeColor {
   }
 }
 
+class Position {
+  constructor(line, character) {
+    Object.assign(this, { line, character });
+  }
+}
+
+class Range {
+  constructor(startLine, startCharacter, endLine, endCharacter) {
+    if (startLine instanceof Position) {
+      this.start = startLine;
+      this.end = startCharacter;
+    } else {
+      this.start = new Position(startLine, startCharacter);
+      this.end = new Position(endLine, endCharacter);
+    }
+  }
+}
+
+class InlineCompletionItem {
+  constructor(insertText, range) {
+    Object.assign(this, { insertText, range });
+  }
+}
+
+class CancellationTokenSource {
+  constructor() {
+    this.token = { isCancellationRequested: false };
+  }
+  cancel() {
+    this.token.isCancellationRequested = true;
+  }
+  dispose() {}
+}
+
+/** A document and its editor: `edit` applies the replacements to the text, as one edit, and bumps the version. */
+function fakeEditor(text, cursor, uri = 'file:///work/area.py') {
+  const document = {
+    uri: { toString: () => uri },
+    version: 1,
+    text,
+    lineAt(line) {
+      return { text: document.text.split('\n')[line] };
+    },
+  };
+  const editor = {
+    document,
+    selection: { active: new Position(cursor.line, cursor.character) },
+    decorations: new Map(),
+    edits: [],
+    setDecorations(type, ranges) {
+      editor.decorations.set(type, ranges);
+    },
+    async edit(callback, options) {
+      const replacements = [];
+      callback({ replace: (range, newText) => replacements.push({ range, newText }) });
+      editor.edits.push({ replacements, options });
+      const offset = ({ line, character }) =>
+        document.text.split('\n').slice(0, line).reduce((sum, each) => sum + each.length + 1, 0) + character;
+      for (const { range, newText } of [...replacements].reverse()) {
+        document.text = document.text.slice(0, offset(range.start)) + newText + document.text.slice(offset(range.end));
+      }
+      document.version += 1;
+      return true;
+    },
+  };
+  return editor;
+}
+
 const vscodeMock = {
   StatusBarAlignment: { Left: 1, Right: 2 },
+  Position,
+  Range,
+  InlineCompletionItem,
+  CancellationTokenSource,
   QuickPickItemKind: { Separator: -1, Default: 0 },
   ThemeColor,
   Disposable,
@@ -91,6 +165,15 @@ const vscodeMock = {
       return typeof inputBoxAnswer === 'function' ? inputBoxAnswer() : inputBoxAnswer;
     },
     activeTextEditor: undefined,
+    createTextEditorDecorationType(options) {
+      const type = { options, disposed: false, dispose: () => (type.disposed = true) };
+      seen.decorationTypes.push(type);
+      return type;
+    },
+    onDidChangeActiveTextEditor(listener) {
+      seen.editorListeners.push(listener);
+      return new Disposable(() => {});
+    },
   },
   commands: {
     registerCommand(id, fn) {
@@ -110,6 +193,10 @@ const vscodeMock = {
     },
     onDidChangeConfiguration(listener) {
       seen.configListeners.push(listener);
+      return new Disposable(() => {});
+    },
+    onDidChangeTextDocument(listener) {
+      seen.changeListeners.push(listener);
       return new Disposable(() => {});
     },
   },
@@ -149,6 +236,10 @@ class LanguageClient {
     this.setState(State.Stopped);
   }
   async sendRequest(type, params) {
+    if (type === 'diffgemma/nextEdit') {
+      this.requests.push({ method: type, params });
+      return typeof nextEditAnswer === 'function' ? nextEditAnswer(params) : nextEditAnswer;
+    }
     this.requests.push({ method: type.method, params });
     if (type.method === 'workspace/executeCommand' && params.command === 'diffgemma.status') return serverStatus;
     if (type.method === 'workspace/executeCommand' && params.command === 'diffgemma.rewriteSelection') {
@@ -185,6 +276,8 @@ const extension = require(path.join(ROOT, 'out', 'extension.js'));
 const { describeStatus, pollDelayMs } = require(path.join(ROOT, 'out', 'status.js'));
 const { serverCommand, serverSettingKeys } = require(path.join(ROOT, 'out', 'config.js'));
 const { asRewriteResult, rewriteArgument } = require(path.join(ROOT, 'out', 'rewrite.js'));
+const { asSuggestion, drawing, insertionAtCursor } = require(path.join(ROOT, 'out', 'nextEdit.js'));
+const { ASK_DELAY_MS, VISIBLE_CONTEXT } = require(path.join(ROOT, 'out', 'nextEditView.js'));
 
 // -- helpers ------------------------------------------------------------------------------------------------------
 
@@ -213,8 +306,12 @@ beforeEach(() => {
     infos: [],
     warnings: [],
     inputBoxes: [],
+    decorationTypes: [],
+    editorListeners: [],
+    changeListeners: [],
     failStart: undefined,
   };
+  nextEditAnswer = null;
   userSettings = {};
   rewriteAnswer = { applied: true, reason: '' };
   inputBoxAnswer = undefined;
@@ -325,8 +422,8 @@ describe('status bar', () => {
     };
     const items = [{ insertText: 'x' }];
     const result = await client.clientOptions.middleware.provideInlineCompletionItems(
-      {},
-      {},
+      fakeEditor('', { line: 0, character: 0 }).document,
+      new Position(0, 0),
       {},
       {},
       async () => items,
@@ -562,6 +659,125 @@ describe('rewrite selection with instruction', () => {
   });
 });
 
+describe('next edits', () => {
+  const RENAMED = 'def area(size, height):\n    return width * height\n\n\nprint(area(2, 3))\n';
+  const FOLLOWED = 'def area(size, height):\n    return size * height\n\n\nprint(area(2, 3))\n';
+  const URI = 'file:///work/area.py';
+  const answer = (version, edits) => ({ uri: URI, version, edits });
+  const USE = { range: { start: { line: 1, character: 0 }, end: { line: 2, character: 0 } }, newText: '    return size * height\n' };
+
+  test('asSuggestion takes a well-formed answer for the version asked, nothing else', () => {
+    assert.deepEqual(asSuggestion(answer(3, [USE]), URI, 3), { uri: URI, version: 3, edits: [USE] });
+    assert.equal(asSuggestion(null, URI, 3), undefined);
+    assert.equal(asSuggestion(answer(2, [USE]), URI, 3), undefined); // typed since
+    assert.equal(asSuggestion({ ...answer(3, [USE]), uri: 'file:///other.py' }, URI, 3), undefined);
+    assert.equal(asSuggestion(answer(3, []), URI, 3), undefined);
+    const reversed = { range: { start: USE.range.end, end: USE.range.start }, newText: '' };
+    assert.equal(asSuggestion(answer(3, [reversed]), URI, 3), undefined);
+    assert.equal(asSuggestion(answer(3, [USE, USE]), URI, 3), undefined); // overlapping
+    assert.equal(asSuggestion(answer(3, [{ range: USE.range, newText: 7 }]), URI, 3), undefined);
+  });
+
+  test('drawing: a replaced line struck through with its new line after it; inserted and deleted lines', () => {
+    const lines = RENAMED.split('\n');
+    const lineAt = (line) => lines[line];
+    assert.deepEqual(drawing([USE], lineAt), {
+      deletions: [{ start: { line: 1, character: 0 }, end: { line: 1, character: 25 } }],
+      insertions: [{ at: { line: 1, character: 25 }, text: '    return size * height' }],
+    });
+    const insert = { range: { start: { line: 2, character: 0 }, end: { line: 2, character: 0 } }, newText: 'a\nb\n' };
+    assert.deepEqual(drawing([insert], lineAt), {
+      deletions: [],
+      insertions: [{ at: { line: 1, character: 25 }, text: '⏎ a ⏎ b' }],
+    });
+    const remove = { range: { start: { line: 2, character: 0 }, end: { line: 4, character: 0 } }, newText: '' };
+    assert.deepEqual(drawing([remove], lineAt).insertions, []);
+    assert.equal(drawing([remove], lineAt).deletions.length, 2);
+    const grow = { range: USE.range, newText: 'x\ny\n' };
+    assert.deepEqual(drawing([grow], lineAt).insertions, [{ at: { line: 1, character: 25 }, text: 'x ⏎ y' }]);
+  });
+
+  test('insertionAtCursor: one insertion at the cursor is an inline completion', () => {
+    const at = { range: { start: { line: 4, character: 6 }, end: { line: 4, character: 6 } }, newText: 'max' };
+    assert.equal(insertionAtCursor({ uri: URI, version: 1, edits: [at] }, { line: 4, character: 6 }), 'max');
+    assert.equal(insertionAtCursor({ uri: URI, version: 1, edits: [at] }, { line: 4, character: 5 }), undefined);
+    assert.equal(insertionAtCursor({ uri: URI, version: 1, edits: [USE] }, { line: 1, character: 0 }), undefined);
+  });
+
+  test('a pause after an edit asks at the cursor; Tab applies the suggestion in one undo step', async () => {
+    const { controller, client } = await activate();
+    const editor = fakeEditor(RENAMED, { line: 0, character: 13 }, URI);
+    vscodeMock.window.activeTextEditor = editor;
+    nextEditAnswer = (params) => answer(params.textDocument.version, [USE]);
+    for (const listener of seen.changeListeners) listener({ document: editor.document, contentChanges: [{}] });
+    assert.equal(client.requests.filter((request) => request.method === 'diffgemma/nextEdit').length, 0);
+    await new Promise((resolve) => setTimeout(resolve, ASK_DELAY_MS + 100));
+    const asked = client.requests.filter((request) => request.method === 'diffgemma/nextEdit');
+    assert.deepEqual(asked.map((request) => request.params), [
+      { textDocument: { uri: URI, version: 1 }, position: { line: 0, character: 13 } },
+    ]);
+    const [removed, added] = seen.decorationTypes;
+    assert.equal(removed.options.textDecoration, 'line-through');
+    assert.deepEqual(editor.decorations.get(removed).map((range) => [range.start.line, range.end.character]), [[1, 25]]);
+    const [ghost] = editor.decorations.get(added);
+    assert.equal(ghost.renderOptions.after.contentText, '  return size * height');
+    assert.deepEqual(seen.executed.at(-1), ['setContext', VISIBLE_CONTEXT, true]);
+
+    assert.equal(await seen.commands.get('diffgemma.acceptNextEdit')(), true);
+    assert.equal(editor.document.text, FOLLOWED);
+    assert.equal(editor.edits.length, 1); // one edit: one undo step
+    assert.deepEqual(editor.edits[0].options, { undoStopBefore: true, undoStopAfter: true });
+    assert.deepEqual(editor.decorations.get(removed), []);
+    assert.deepEqual(seen.executed.at(-1), ['setContext', VISIBLE_CONTEXT, false]);
+    assert.equal(await seen.commands.get('diffgemma.acceptNextEdit')(), false); // nothing left to apply
+    assert.ok(controller.nextEdits.current() === undefined);
+  });
+
+  test('an answer for a version the user has typed past is not shown; Escape and a change dismiss', async () => {
+    const { controller } = await activate();
+    const editor = fakeEditor(RENAMED, { line: 0, character: 13 }, URI);
+    vscodeMock.window.activeTextEditor = editor;
+    nextEditAnswer = (params) => {
+      editor.document.version += 1; // a keystroke lands while the server works
+      return answer(params.textDocument.version, [USE]);
+    };
+    assert.equal(await controller.nextEdits.ask(editor), undefined);
+    assert.equal(seen.executed.some(([command]) => command === 'setContext'), false);
+
+    nextEditAnswer = (params) => answer(params.textDocument.version, [USE]);
+    assert.ok(await controller.nextEdits.ask(editor));
+    await seen.commands.get('diffgemma.dismissNextEdit')();
+    assert.equal(controller.nextEdits.current(), undefined);
+    assert.equal(await seen.commands.get('diffgemma.acceptNextEdit')(), false);
+    assert.equal(editor.document.text, RENAMED);
+
+    assert.ok(await controller.nextEdits.ask(editor));
+    for (const listener of seen.changeListeners) listener({ document: editor.document, contentChanges: [{}] });
+    assert.equal(controller.nextEdits.current(), undefined); // typing dismisses
+    nextEditAnswer = null;
+    assert.equal(await controller.nextEdits.ask(editor), undefined); // null: no suggestion
+  });
+
+  test('an insertion at the cursor is offered as an inline completion; none asked over a shown completion', async () => {
+    const { controller, client } = await activate();
+    const editor = fakeEditor(RENAMED, { line: 4, character: 6 }, URI);
+    vscodeMock.window.activeTextEditor = editor;
+    const insert = { range: { start: { line: 4, character: 6 }, end: { line: 4, character: 6 } }, newText: 'max' };
+    nextEditAnswer = (params) => answer(params.textDocument.version, [insert]);
+    assert.ok(await controller.nextEdits.ask(editor));
+    assert.deepEqual(seen.executed.at(-1), ['editor.action.inlineSuggest.trigger']);
+    const provide = client.clientOptions.middleware.provideInlineCompletionItems;
+    const items = await provide(editor.document, new Position(4, 6), {}, {}, async () => []);
+    assert.deepEqual(items.map((item) => item.insertText), ['max']);
+    assert.deepEqual(await provide(editor.document, new Position(4, 5), {}, {}, async () => []), []);
+
+    await provide(editor.document, new Position(4, 6), {}, {}, async () => [{ insertText: 'x' }]);
+    const before = client.requests.length;
+    assert.equal(await controller.nextEdits.ask(editor), undefined); // a completion is on screen at this version
+    assert.equal(client.requests.length, before);
+  });
+});
+
 describe('package.json', () => {
   test('name, publisher, engine and entry point', () => {
     assert.equal(PACKAGE_JSON.name, 'diffgemma');
@@ -578,6 +794,19 @@ describe('package.json', () => {
     assert.deepEqual(PACKAGE_JSON.contributes.menus['editor/context'], [
       { command: 'diffgemma.rewriteSelectionWithInstruction', when: 'editorHasSelection', group: '1_modification' },
     ]);
+  });
+
+  test('Tab applies a next edit and Escape dismisses it only while one is shown', () => {
+    const bindings = PACKAGE_JSON.contributes.keybindings;
+    const tab = bindings.find((binding) => binding.command === 'diffgemma.acceptNextEdit');
+    assert.equal(tab.key, 'tab');
+    assert.match(tab.when, /diffgemma\.nextEditVisible/);
+    assert.match(tab.when, /!inlineSuggestionVisible/); // an inline completion's own Tab wins
+    const escape = bindings.find((binding) => binding.command === 'diffgemma.dismissNextEdit');
+    assert.equal(escape.key, 'escape');
+    assert.match(escape.when, /diffgemma\.nextEditVisible/);
+    const commands = PACKAGE_JSON.contributes.commands.map((command) => command.command);
+    assert.ok(commands.includes('diffgemma.acceptNextEdit') && commands.includes('diffgemma.dismissNextEdit'));
   });
 
   test('the rewrite settings', () => {
