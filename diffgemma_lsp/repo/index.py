@@ -90,9 +90,14 @@ class WorkspaceIndex:
             return BuildReport(len(self._files), self._definitions, len(self._snippets), seconds)
 
     def index_text(self, path: str, text: str, language_id: str | None = None) -> None:
-        """(Re)index ``path`` from ``text`` (an open document's, which may differ from the disk's)."""
+        """(Re)index ``path`` from ``text`` (an open document's, which may differ from the disk's). Text past
+        ``files.MAX_FILE_BYTES`` is skipped as the walk skips such files (an open 5 MB document took 15 s of the
+        server's time to parse and window), and an earlier version of it is dropped."""
         language_id = language_id or language_of_path(path)
         if language_id is None:
+            return
+        if len(text) > files.MAX_FILE_BYTES:  # characters: at least as many bytes
+            self.remove(path)
             return
         try:
             definitions = tuple(definitions_of(text, language_id, path))

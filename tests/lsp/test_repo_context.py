@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_lsp.repo import assembly, grammars, live
+from diffgemma_lsp.repo import assembly, files, grammars, live
 from diffgemma_lsp.repo.assembly import DEFINITION, SNIPPET, RepoContext, identifiers_near
 from diffgemma_lsp.repo.definitions import definitions_of
 from diffgemma_lsp.repo.files import workspace_files
@@ -162,6 +162,16 @@ def test_an_index_forgets_a_file_and_its_names(tmp_path: Path) -> None:
     index.remove(path)
     assert index.definitions_named("two") == [] and path not in index
     assert index.report().definitions == 0 and index.report().windows == 0
+
+
+def test_an_open_document_too_big_to_be_code_is_not_indexed(tmp_path: Path) -> None:
+    """As the walk skips files over MAX_FILE_BYTES, so the index skips an open document's text past it; the
+    version indexed before it grew goes."""
+    index = WorkspaceIndex()
+    path = str(tmp_path / "data.py")
+    index.index_text(path, "def small(): pass\n")
+    index.index_text(path, "def small(): pass\n" + "x = 1\n" * (files.MAX_FILE_BYTES // 6))
+    assert path not in index and index.definitions_named("small") == []
 
 
 def test_imports_resolve_to_python_modules_and_relative_javascript_files(tmp_path: Path) -> None:
