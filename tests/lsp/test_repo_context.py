@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_lsp.repo import assembly, files, grammars, live
+from diffgemma_lsp.repo import assembly, grammars, live
 from diffgemma_lsp.repo.assembly import DEFINITION, SNIPPET, RepoContext, identifiers_near
 from diffgemma_lsp.repo.definitions import definitions_of
-from diffgemma_lsp.repo.files import workspace_files
+from diffgemma_lsp.repo.files import MAX_FILE_BYTES, workspace_files
 from diffgemma_lsp.repo.imports import imports_of
 from diffgemma_lsp.repo.index import WorkspaceIndex
 from diffgemma_lsp.repo.snippets import SnippetIndex, tokens_of, windows_of
@@ -170,7 +170,7 @@ def test_an_open_document_too_big_to_be_code_is_not_indexed(tmp_path: Path) -> N
     index = WorkspaceIndex()
     path = str(tmp_path / "data.py")
     index.index_text(path, "def small(): pass\n")
-    index.index_text(path, "def small(): pass\n" + "x = 1\n" * (files.MAX_FILE_BYTES // 6))
+    index.index_text(path, "def small(): pass\n" + "x = 1\n" * (MAX_FILE_BYTES // 6))
     assert path not in index and index.definitions_named("small") == []
 
 
