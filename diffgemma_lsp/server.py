@@ -8,10 +8,11 @@ import asyncio
 import contextlib
 import functools
 import logging
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import unquote
 
 import attrs
@@ -20,7 +21,7 @@ from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
-from diffgemma_lsp import __version__
+from diffgemma_lsp import __version__, stdio
 from diffgemma_lsp.backends.base import Backend, BackendState, EngineNotReady, EngineUnavailable
 from diffgemma_lsp.backends.connect import connect
 from diffgemma_lsp.completion import Completer
@@ -91,6 +92,10 @@ class DiffgemmaServer(LanguageServer):
         """The wait for the backend that explicit requests share (one progress for all of them)."""
         self.initialized = False
         self._watching = False
+
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """Serve on stdin and stdout, stdin read by the event loop (``diffgemma_lsp.stdio``), not a thread."""
+        stdio.serve(self, stdin or sys.stdin.buffer, stdout or sys.stdout.buffer)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """Log server errors; never a popup for one bad message (pygls shows one by default)."""
