@@ -16,7 +16,6 @@ import attrs
 from diffgemma_engine.shared import socket_paths
 from diffgemma_lsp.backends.base import Backend, BackendState, StateListener
 from diffgemma_lsp.backends.local import EngineClient, ExitCheck
-from diffgemma_lsp.backends.remote import OpenAIBackend
 from diffgemma_lsp.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -195,6 +194,8 @@ def connect(settings: Settings, engine_socket: Path | None, on_state: StateListe
         if not settings.openai_url:
             on_state(BackendState.FAILED, "the openai backend needs the openaiUrl setting")
             return None
+        from diffgemma_lsp.backends.remote import OpenAIBackend  # aiohttp: a fifth of the server's start, when used
+
         remote = OpenAIBackend(
             settings.openai_url,
             model=settings.openai_model,
