@@ -5,7 +5,8 @@ Each test packages the extension as a .vsix, installs it into a private extensio
 its own process group with private settings, and runs the Playwright driver (editors/vscode/e2e/e2e.mjs). The
 driver works the editor the way a user does (open the file at the line after the prefix; then trigger an inline
 suggestion, Tab, save; or select the wrong middle, "Rewrite selection" from the code action menu or the
-instruction command, save, undo, save) and writes a JSON report that the test asserts on.
+instruction command, save, undo, save; or rename a parameter, wait for the next edit drawn, Tab, save, undo, save)
+and writes a JSON report that the test asserts on.
 
 Needs node/npm, Chromium and code-server: ``bash editors/vscode/scripts/setup-e2e.sh`` installs them. Without
 them the test skips, unless DIFFGEMMA_REQUIRE_VSCODE=1 makes that a failure.
@@ -13,6 +14,7 @@ them the test skips, unless DIFFGEMMA_REQUIRE_VSCODE=1 makes that a failure.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -26,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_lsp_engine import _kill_engine
+from tests.support.fake_engine import Rewrites, serving
 from tests.support.lsp import READY_TIMEOUT_S
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 from tests.support.npm import EXTENSION, ROOT, ensure_node_modules, run_npm
@@ -170,15 +173,16 @@ def _tail(path: Path, chars: int = 4000) -> str:
 
 def _run_vscode(
     vscode_tools: tuple[str, str, list[str], str],
-    model_dir: Path,
+    model_dir: Path | None,
     tmp: Path,
     original: str,
     scenario: dict[str, object],
     extra_settings: dict[str, object] | None = None,
 ) -> tuple[dict, str, Path]:
     """Package and install the extension, start code-server on a workspace whose example.py holds ``original``,
-    and run the driver with ``scenario`` added to its configuration. Returns the report, its JSON (to explain a
-    failure) and the file; asserts that no process outlived code-server."""
+    and run the driver with ``scenario`` added to its configuration (the engine at ``tmp``/run/engine.sock: one the
+    server starts on ``model_dir``, or, for None, one already listening there). Returns the report, its JSON (to
+    explain a failure) and the file; asserts that no process outlived code-server."""
     node, npm, code_server, chromium = vscode_tools
     ensure_node_modules(npm)
     if not (EXTENSION / "node_modules" / "playwright-core").is_dir():
@@ -209,7 +213,8 @@ def _run_vscode(
     lsp_log = tmp / "lsp.log"
     settings = {
         "diffgemma.serverPath": str(server),
-        "diffgemma.serverArgs": ["--engine-socket", str(socket_path), "--model", str(model_dir)]
+        "diffgemma.serverArgs": ["--engine-socket", str(socket_path)]
+        + (["--model", str(model_dir)] if model_dir is not None else [])  # None: the engine already listens there
         + ["--log-file", str(lsp_log)],
         "diffgemma.extraContextTokens": 0,
         # A quiet, predictable workbench.
@@ -382,3 +387,40 @@ def test_rewrite_selection_with_instruction_command_in_vscode(
     report, explain, source = _run_vscode(vscode_tools, memorized_model_dir, isolated_env, original, scenario)
     assert report["typed"] == "use a plus sign", explain
     _assert_rewritten_then_undone(report, explain, source)
+
+
+AREA = "def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n"
+RENAMED = AREA.replace("area(width,", "area(size,")
+FOLLOWED = RENAMED.replace("return width", "return size")
+
+
+async def test_next_edit_in_vscode_drawn_then_applied_with_tab_in_one_undo_step(
+    vscode_tools: tuple[str, str, list[str], str], isolated_env: Path
+) -> None:
+    """code-server, issue 29: the user renames a parameter; once typing pauses the extension asks for the next edit
+    and draws it (the use below struck through, its new text as ghost text after it); Tab applies it, and one
+    Ctrl+Z takes it back. The engine is the fake that rewrites (tests/support/fake_engine.py ``Rewrites``, answering
+    the window as it should be after the rename): what is tested is the editor's side of the suggestion."""
+    engine = Rewrites(answer=FOLLOWED)
+    engine.release.set()
+    socket_dir = isolated_env / "run"
+    socket_dir.mkdir(mode=0o700, exist_ok=True)
+    scenario = {
+        "scenario": "next-edit",
+        "renameAt": "1:10",  # the start of "width" in "def area(width, height):"
+        "newName": "size",
+        "renamed": RENAMED,
+        "expected": FOLLOWED,
+    }
+    async with serving(socket_dir / "engine.sock", engine.handler()):
+        report, explain, source = await asyncio.to_thread(
+            _run_vscode, vscode_tools, None, isolated_env, AREA, scenario, {"diffgemma.debounceMs": 0}
+        )
+    assert report["drawing"]["struck"] == ["    return width * height"], explain  # the use below, struck through
+    assert [text.strip() for text in report["drawing"]["after"]] == ["return size * height"], explain
+    assert report["applied"] == FOLLOWED and report["savedAfterApply"] == FOLLOWED, explain
+    assert report["drawingAfter"] == {"struck": [], "after": []}, explain  # nothing left drawn
+    assert report["undone"] == RENAMED and report["savedAfterUndo"] == RENAMED, explain
+    assert source.read_text() == RENAMED, explain
+    asked = engine.rewrites()
+    assert asked and asked[0].start, explain  # a rewrite of the window: the canvas started from its code

@@ -12,6 +12,8 @@
 //   "DiffusionGemma: Rewrite selection with instruction...", the instruction typed in its input box, Enter. Both wait
 //   for the editor to show cfg.expected, save and read the file back, then undo once (Ctrl+Z), save, and read the
 //   file back again.
+// - "next-edit": rename a parameter (cfg.renameAt, cfg.newName), wait for the next edit drawn (a line struck through,
+//   ghost text after it), Tab, save and read back, then one undo, save and read back.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -222,6 +224,80 @@ async function rewriteSteps() {
   await shot('5-undone');
 }
 
+/** What the active editor draws for a next edit: the text of the spans struck through, and the ghost text its
+ * decorations put after the lines (CSS ::after content, which is not in the DOM's text). */
+async function nextEditDrawing() {
+  return page.evaluate(() => {
+    const editor =
+      document.querySelector('.editor-instance .monaco-editor.focused') ??
+      document.querySelector('.editor-instance .monaco-editor');
+    if (!editor) return { struck: [], after: [] };
+    const top = (node) => Number.parseFloat(node.style.top || '0');
+    const lines = [...editor.querySelectorAll('.view-lines .view-line')].sort((a, b) => top(a) - top(b));
+    // Per line, the text of its struck-through spans (a line's tokens are spans of their own).
+    const struck = lines
+      .map((line) =>
+        [...line.querySelectorAll('span span')]
+          .filter((node) => getComputedStyle(node).textDecorationLine.includes('line-through'))
+          .map((node) => node.textContent ?? '')
+          .join('')
+          .replace(/\u00a0/g, ' '),
+      )
+      .filter((text) => text !== '');
+    const after = [...editor.querySelectorAll('.view-lines .view-line span')]
+      .map((node) => getComputedStyle(node, '::after').content)
+      .filter((content) => content && content !== 'none' && content !== 'normal' && content !== '""')
+      .map((content) => JSON.parse(content).replace(/\u00a0/g, ' '));
+    return { struck, after };
+  });
+}
+
+/** A next edit: rename a parameter at cfg.renameAt, wait for the suggestion drawn, Tab, save; then one undo, save. */
+async function nextEditSteps() {
+  report.phase = 'rename';
+  await page.keyboard.press('Control+P');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: 10000 });
+  await input.fill(`${cfg.fileName}:${cfg.renameAt}`);
+  await page.keyboard.press('Enter');
+  await page.waitForTimeout(300);
+  await page.keyboard.press('Control+Shift+ArrowRight');
+  await page.keyboard.type(cfg.newName);
+  report.renamed = await poll('renamed', 10000, async () => {
+    const text = await editorText();
+    return text === cfg.renamed ? text : false;
+  });
+  log(`renamed: ${JSON.stringify(report.renamed)}`);
+
+  report.phase = 'suggestion';
+  report.drawing = await poll('next edit drawn', 30000, async () => {
+    const drawing = await nextEditDrawing();
+    return drawing.struck.length && drawing.after.length ? drawing : false;
+  }, 200);
+  log(`drawn: ${JSON.stringify(report.drawing)}`);
+  await shot('2-suggested');
+
+  report.phase = 'apply';
+  await page.keyboard.press('Tab');
+  report.applied = await poll('applied', 10000, async () => {
+    const text = await editorText();
+    return text === cfg.expected ? text : false;
+  });
+  report.drawingAfter = await nextEditDrawing();
+  log('Tab applied the suggestion');
+  await shot('3-applied');
+  report.savedAfterApply = await saveAndRead('apply', cfg.expected);
+
+  report.phase = 'undo';
+  await page.keyboard.press('Control+Z');
+  report.undone = await poll('undone', 10000, async () => {
+    const text = await editorText();
+    return text === cfg.renamed ? text : false;
+  });
+  log('one undo took the suggestion back');
+  report.savedAfterUndo = await saveAndRead('undo', cfg.renamed);
+}
+
 /** The user's steps; throws StepFailed (or Playwright's errors) when one does not happen in time. */
 async function steps(browser) {
   const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
@@ -269,6 +345,10 @@ async function steps(browser) {
   }, 250);
   log(`engine ready: status bar "${report.statusReady}"`);
   await shot('1-ready');
+  if (cfg.scenario === 'next-edit') {
+    await nextEditSteps();
+    return;
+  }
   if (cfg.scenario && cfg.scenario !== 'inline') {
     await rewriteSteps();
     return;
