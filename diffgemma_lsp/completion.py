@@ -190,11 +190,18 @@ class Completer:
         return found
 
     async def _debounce(self, uri: str, debounce_ms: int) -> bool:
-        """Wait ``debounce_ms``; False if a newer request for ``uri`` arrived meanwhile."""
+        """Wait ``debounce_ms``; False if a newer request for ``uri`` arrived meanwhile. The wait's marker leaves
+        ``latest`` with it: left there (the backend down, nothing sent), it said a completion was in flight for good,
+        and next edits on a pause were never computed for the document."""
         marker: asyncio.Future[protocol.Result] = asyncio.get_running_loop().create_future()
         self.latest[uri] = marker
-        await asyncio.sleep(debounce_ms / 1000)
-        return self.latest.get(uri) is marker
+        try:
+            await asyncio.sleep(debounce_ms / 1000)
+        finally:
+            current = self.latest.get(uri)
+            if current is marker:
+                del self.latest[uri]
+        return current is marker
 
     async def _ask(
         self, request: protocol.Infill, explicit: bool

@@ -1,8 +1,10 @@
-"""A real Helix (25.07), under tmux, through editors/helix/languages.toml: the menu item inserts all its lines, and
-"Rewrite selection" from the code-action menu (space a) replaces a selection in one undo step."""
+"""A real Helix (25.07), under tmux, through editors/helix/languages.toml: the menu item inserts all its lines,
+"Rewrite selection" from the code-action menu (space a) replaces a selection in one undo step, and a next edit the
+server computed when the editing paused is applied from the same menu."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -14,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from diffgemma_lsp.edit_history import BURST_GAP_S
 from tests.e2e.test_lsp_engine import _kill_engine
 from tests.support.engine import EngineProcess
+from tests.support.fake_engine import Rewrites, serving
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 pytestmark = pytest.mark.e2e
@@ -75,13 +79,16 @@ def _wait_for(session: str, text: str, timeout: float, keys: tuple[str, ...] = (
         time.sleep(0.5)
 
 
-def _start_helix(hx: str, tmp: Path, socket_path: Path, text: str) -> tuple[str, Path]:
-    """The project's languages.toml pointed at this test's server; Helix in a tmux session on example.py holding
-    ``text``. Returns the session's name and the file."""
+def _start_helix(
+    hx: str, tmp: Path, socket_path: Path, text: str, settings: dict[str, object] | None = None
+) -> tuple[str, Path]:
+    """The project's languages.toml pointed at this test's server (``settings`` added to its config); Helix in a
+    tmux session on example.py holding ``text``. Returns the session's name and the file."""
     config = tmp / "xdg_config_home" / "helix"
     config.mkdir(parents=True)
     command = [sys.executable, "-m", "diffgemma_lsp", "--stdio", "--engine-socket", str(socket_path)]
-    (config / "languages.toml").write_text(_languages_toml(command, {"debounceMs": 0, "extraContextTokens": 0}))
+    options = {"debounceMs": 0, "extraContextTokens": 0, **(settings or {})}
+    (config / "languages.toml").write_text(_languages_toml(command, options))
     source = tmp / "example.py"
     source.write_text(text)
     session = f"dg-hx-{os.getpid()}"
@@ -92,6 +99,15 @@ def _start_helix(hx: str, tmp: Path, socket_path: Path, text: str) -> tuple[str,
     env_args = [f"{key}={value}" for key, value in {**env, **passed}.items()]
     _tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "30", "env", *env_args, hx, str(source))
     return session, source
+
+
+def _saved_then_undone(session: str, source: Path, edited: str, before: str) -> None:
+    """`:w` saves ``edited``; one `u` and `:w` save ``before`` (the edit was one undo step); then quit."""
+    assert _write_and_wait(session, source, edited) == edited
+    _tmux("send-keys", "-t", session, "u")
+    time.sleep(0.3)
+    assert _write_and_wait(session, source, before) == before, "one undo did not take the edit back"
+    _tmux("send-keys", "-t", session, ":q!", "Enter")
 
 
 def _write_and_wait(session: str, source: Path, text: str, timeout: float = 10) -> str:
@@ -170,12 +186,63 @@ def test_rewrite_selection_from_the_code_action_menu(isolated_env: Path, memoriz
                 if "total = a + b" in _tmux("capture-pane", "-p", "-t", session):
                     break
                 time.sleep(0.2)
-        assert _write_and_wait(session, source, expected) == expected
-        _tmux("send-keys", "-t", session, "u")
-        time.sleep(0.3)
-        assert _write_and_wait(session, source, original) == original, "one undo did not restore the selection"
-        _tmux("send-keys", "-t", session, ":q!", "Enter")
+        _saved_then_undone(session, source, expected, original)
     finally:
         _tmux("kill-session", "-t", session)
         engine.stop()
         _kill_engine(socket_path, signal.SIGTERM)
+
+
+AREA = "def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n"
+RENAMED = AREA.replace("area(width,", "area(size,")
+FOLLOWED = RENAMED.replace("return width", "return size")
+
+
+async def test_a_next_edit_computed_on_a_pause_is_applied_from_the_code_action_menu(isolated_env: Path) -> None:
+    """Issue 29 in Helix, which never asks for next edits: with ``nextEditOnPause`` the server computes one when the
+    editing pauses and offers it as "Apply suggested edit" (space a); picking it makes the renamed parameter's use
+    follow, and one `u` takes it back. The engine is the fake that rewrites (tests/support/fake_engine.py)."""
+    hx = _helix()
+    engine = Rewrites(answer=FOLLOWED)
+    engine.release.set()
+    socket_path = isolated_env / "run" / "engine.sock"
+    socket_path.parent.mkdir(mode=0o700, exist_ok=True)
+
+    def drive() -> None:
+        session, source = _start_helix(hx, isolated_env, socket_path, AREA, {"nextEditOnPause": True})
+        try:
+            _wait_for(session, "def area(width, height):", 30)
+            deadline = time.monotonic() + 30
+            while not engine.connections:  # the server is initialized (and has the document) once it connects
+                assert time.monotonic() < deadline, "the language server never connected to the engine"
+                time.sleep(0.1)
+            time.sleep(0.5)
+            # "width": line 1 from its 10th character to the word's end; change it to "size"
+            _tmux("send-keys", "-t", session, "g", "g", "9", "l", "e", "c", "size")
+            time.sleep(0.3)
+            _tmux("send-keys", "-t", session, "Escape")
+            _wait_for(session, "def area(size, height):", 10)
+            time.sleep(BURST_GAP_S + 0.5)  # the burst of editing ends: the server computes the next edit
+            deadline = time.monotonic() + 60
+            menus = []
+            while "return size * height" not in (screen := _tmux("capture-pane", "-p", "-t", session)):
+                assert time.monotonic() < deadline, f"the next edit never landed:\n{screen}\n" + "\n".join(menus)
+                _tmux("send-keys", "-t", session, "Space", "a")
+                time.sleep(1.0)
+                menu = _tmux("capture-pane", "-p", "-t", session)
+                menus.append(menu)
+                if "Apply suggested edit" in menu:  # after "Rewrite selection" (Helix's cursor is a selection)
+                    items = [line for line in menu.splitlines() if "Rewrite selection" in line or "Apply sugg" in line]
+                    below = next(number for number, line in enumerate(items) if "Apply suggested edit" in line)
+                    _tmux("send-keys", "-t", session, *["Down"] * below, "Enter")
+                    time.sleep(1.0)
+                else:  # not computed yet: close the menu and ask again
+                    _tmux("send-keys", "-t", session, "Escape")
+                    time.sleep(0.5)
+            _saved_then_undone(session, source, FOLLOWED, RENAMED)
+        finally:
+            _tmux("kill-session", "-t", session)
+
+    async with serving(socket_path, engine.handler()):
+        await asyncio.to_thread(drive)
+    assert engine.rewrites() and engine.rewrites()[0].start  # a rewrite of the window around the cursor

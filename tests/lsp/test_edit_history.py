@@ -167,3 +167,17 @@ def test_the_completer_sends_the_edits_after_the_other_files_within_their_budget
     chat = chat_file_block(chunks[-1].filename, chunks[-1].text, "python")  # the chat layout shows it as a diff
     assert chat.startswith("The user's recent edits:\n```diff\n--- a/calc.py\n")
     assert [chunk.filename for chunk in completer.extra_chunks(Settings(edit_history_tokens=0), URI, 0)] == ["other.py"]
+
+
+async def test_a_debounced_completion_with_no_backend_leaves_nothing_in_flight() -> None:
+    """The debounce's marker said "a completion is in flight" for good when nothing was sent (no backend): next
+    edits on a pause were then never computed for the document."""
+    from diffgemma_lsp.completion import Completer
+    from diffgemma_lsp.settings import Settings
+
+    documents: dict[str, LineDocument] = {}
+    completer = Completer(lambda: None, documents.get, lambda: None)
+    documents[URI] = _document(completer.history)
+    position = types.Position(line=0, character=4)
+    assert await completer.complete(Settings(debounce_ms=5), URI, position, automatic=True) == []
+    assert URI not in completer.latest

@@ -69,6 +69,8 @@ class Rewrites:
         """Rewrites are answered once this is set (set it at once for no hold)."""
         self.arrived = asyncio.Event()
         """Set when a rewrite arrives."""
+        self.connections = 0
+        """Clients that shook hands (a language server connects once it is initialized)."""
         self.superseded: set[int] = set()
         """Which rewrites (0 the first) are answered as superseded, with no text, as the engine answers a request
         that a newer one for the same document replaced."""
@@ -84,6 +86,7 @@ class Rewrites:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await protocol.read_message(reader)
             writer.write(protocol.encode(attrs.evolve(HELLO_OK, features=self.features)))
+            self.connections += 1
             held: dict[str, asyncio.Task[None]] = {}
 
             async def answer_later(request: protocol.Infill) -> None:
