@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import logging
 import sys
 
 import attrs
@@ -24,6 +25,7 @@ from tree_sitter import Node, Query, QueryCursor
 from diffgemma_lsp.postprocess.languages import PAIRS, Blocks, Language, State, Token, scan, scan_line
 from diffgemma_lsp.repo import grammars
 
+logger = logging.getLogger(__name__)
 OPAQUE = frozenset(
     {
         "comment",
@@ -72,12 +74,16 @@ class DocumentScan:
 def scan_document(before: str, after: str, language: Language, language_id: str) -> DocumentScan:
     """Scan the document around the cursor (LF text): with the tree where the language has a grammar.
 
-    Cached: each of a request's candidate answers is post-processed against the same document."""
-    if grammars.parser(language_id.lower()) is None:
-        tokens, starts, state = scan(before, language)
-        after_tokens = scan(after, language, state)[0]
-        return DocumentScan(before=tuple(tokens), starts=tuple(starts), state=state, after=tuple(after_tokens))
-    return _TreeScan(before, after, language, language_id.lower()).result()
+    Cached: each of a request's candidate answers is post-processed against the same document. A grammar that
+    fails is logged and the scanner reads the document alone: a completion is never lost to it."""
+    if grammars.parser(language_id.lower()) is not None:
+        try:
+            return _TreeScan(before, after, language, language_id.lower()).result()
+        except Exception:
+            logger.warning("the %s grammar failed on a document: scanned instead", language_id, exc_info=True)
+    tokens, starts, state = scan(before, language)
+    after_tokens = scan(after, language, state)[0]
+    return DocumentScan(before=tuple(tokens), starts=tuple(starts), state=state, after=tuple(after_tokens))
 
 
 @functools.cache

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from diffgemma_lsp.postprocess import syntax
 from diffgemma_lsp.postprocess.languages import language_for, pair_tokens, scan
 from diffgemma_lsp.postprocess.syntax import LINE_COMMENT, DocumentScan, scan_document
 from diffgemma_lsp.repo import grammars
@@ -71,3 +74,15 @@ def test_a_language_without_a_grammar_is_scanned() -> None:
     assert document == DocumentScan(
         before=tuple(tokens), starts=tuple(starts), state=state, after=tuple(scan("2]\n", language_for("yaml"))[0])
     )
+
+
+def test_a_grammar_that_fails_leaves_the_document_to_the_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: object) -> DocumentScan:
+        raise RuntimeError("a grammar bug")
+
+    monkeypatch.setattr(syntax._TreeScan, "result", broken)
+    before = "def f(x):\n    return g("
+    document = read(before, ")\n", "python")
+    tokens, starts, state = scan(before, language_for("python"))
+    assert document.before == tuple(tokens) and document.state == state
+    assert stack(document) == ["("]
