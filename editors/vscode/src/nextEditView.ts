@@ -66,8 +66,9 @@ export class NextEditView implements vscode.Disposable {
       this.dismiss();
     }
     const editor = vscode.window.activeTextEditor;
-    if (editor?.document === event.document && this.enabled()) {
-      this.schedule(editor);
+    const scheme = event.document.uri.scheme;
+    if (editor?.document === event.document && (scheme === 'file' || scheme === 'untitled') && this.enabled()) {
+      this.schedule(editor); // the documents the server is sent (clientOptions' documentSelector)
     }
   }
 

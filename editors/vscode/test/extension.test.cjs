@@ -85,7 +85,7 @@ class CancellationTokenSource {
 /** A document and its editor: `edit` applies the replacements to the text, as one edit, and bumps the version. */
 function fakeEditor(text, cursor, uri = 'file:///work/area.py') {
   const document = {
-    uri: { toString: () => uri },
+    uri: { toString: () => uri, scheme: uri.split(':')[0] },
     version: 1,
     text,
     lineAt(line) {
@@ -731,6 +731,13 @@ describe('next edits', () => {
     assert.deepEqual(seen.executed.at(-1), ['setContext', VISIBLE_CONTEXT, false]);
     assert.equal(await seen.commands.get('diffgemma.acceptNextEdit')(), false); // nothing left to apply
     assert.ok(controller.nextEdits.current() === undefined);
+
+    const output = fakeEditor('log line', { line: 0, character: 0 }, 'output:extension-output');
+    vscodeMock.window.activeTextEditor = output;
+    const before = client.requests.length;
+    for (const listener of seen.changeListeners) listener({ document: output.document, contentChanges: [{}] });
+    await new Promise((resolve) => setTimeout(resolve, ASK_DELAY_MS + 100));
+    assert.equal(client.requests.length, before); // not a document the server has: nothing asked
   });
 
   test('an answer for a version the user has typed past is not shown; Escape and a change dismiss', async () => {
