@@ -20,7 +20,7 @@ import logging
 import sys
 
 import attrs
-from tree_sitter import Node, Query, QueryCursor
+from tree_sitter import Node, Parser, Query, QueryCursor
 
 from diffgemma_lsp.postprocess.languages import PAIRS, Blocks, Language, State, Token, scan, scan_line
 from diffgemma_lsp.repo import grammars
@@ -76,9 +76,9 @@ def scan_document(before: str, after: str, language: Language, language_id: str)
 
     Cached: each of a request's candidate answers is post-processed against the same document. A grammar that
     fails is logged and the scanner reads the document alone: a completion is never lost to it."""
-    if grammars.parser(language_id.lower()) is not None:
+    if (parser := grammars.parser(language_id.lower())) is not None:
         try:
-            return _TreeScan(before, after, language, language_id.lower()).result()
+            return _TreeScan(before, after, language, language_id.lower(), parser).result()
         except Exception:
             logger.warning("the %s grammar failed on a document: scanned instead", language_id, exc_info=True)
     tokens, starts, state = scan(before, language)
@@ -103,7 +103,7 @@ def _queries(language_id: str, language: Language) -> tuple[Query, frozenset[str
 class _TreeScan:
     """One document read with its parse tree and, inside the tree's errors, the scanner."""
 
-    def __init__(self, before: str, after: str, language: Language, language_id: str) -> None:
+    def __init__(self, before: str, after: str, language: Language, language_id: str, parser: Parser) -> None:
         self.language = language
         text = before + after
         self.lines = text.split("\n")
@@ -111,9 +111,8 @@ class _TreeScan:
         before_lines = before.split("\n")
         self.cursor: Position = (len(before_lines) - 1, len(before_lines[-1]))
         self.cursor_byte = len(before.encode())
-        parser = grammars.parser(language_id)
         queries = _queries(language_id, language)
-        assert parser is not None and queries is not None
+        assert queries is not None  # the grammar has a parser, so it has a language
         self.tree = parser.parse(text.encode())
         self.query, self.keywords = queries
         self.gaps: list[tuple[Position, Position]] = []

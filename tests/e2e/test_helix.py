@@ -21,6 +21,7 @@ from tests.e2e.test_lsp_engine import _kill_engine
 from tests.support.engine import EngineProcess
 from tests.support.fake_engine import Rewrites, serving
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+from tests.support.next_edits import AREA, FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,11 +192,6 @@ def test_rewrite_selection_from_the_code_action_menu(isolated_env: Path, memoriz
         _tmux("kill-session", "-t", session)
         engine.stop()
         _kill_engine(socket_path, signal.SIGTERM)
-
-
-AREA = "def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n"
-RENAMED = AREA.replace("area(width,", "area(size,")
-FOLLOWED = RENAMED.replace("return width", "return size")
 
 
 async def test_a_next_edit_computed_on_a_pause_is_applied_from_the_code_action_menu(isolated_env: Path) -> None:

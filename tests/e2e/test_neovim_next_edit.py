@@ -18,10 +18,9 @@ import pytest
 
 from tests.e2e.test_neovim import PLUGIN, _nvim011
 from tests.support.fake_engine import Rewrites, serving
+from tests.support.next_edits import FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
-RENAMED = "def area(size, height):\n    return width * height\n\n\nprint(area(2, 3))\n"
-FOLLOWED = "def area(size, height):\n    return size * height\n\n\nprint(area(2, 3))\n"
 
 DRIVER = r"""
 local cfg = vim.json.decode(vim.env.DIFFGEMMA_TEST)

@@ -31,6 +31,7 @@ from tests.e2e.test_lsp_engine import _kill_engine
 from tests.support.fake_engine import Rewrites, serving
 from tests.support.lsp import READY_TIMEOUT_S
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+from tests.support.next_edits import AREA, FOLLOWED, RENAMED
 from tests.support.npm import EXTENSION, ROOT, ensure_node_modules, run_npm
 
 pytestmark = pytest.mark.e2e
@@ -387,11 +388,6 @@ def test_rewrite_selection_with_instruction_command_in_vscode(
     report, explain, source = _run_vscode(vscode_tools, memorized_model_dir, isolated_env, original, scenario)
     assert report["typed"] == "use a plus sign", explain
     _assert_rewritten_then_undone(report, explain, source)
-
-
-AREA = "def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n"
-RENAMED = AREA.replace("area(width,", "area(size,")
-FOLLOWED = RENAMED.replace("return width", "return size")
 
 
 async def test_next_edit_in_vscode_drawn_then_applied_with_tab_in_one_undo_step(

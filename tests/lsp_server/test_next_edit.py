@@ -22,11 +22,10 @@ from diffgemma_lsp.edit_history import BURST_GAP_S
 from diffgemma_lsp.next_edit import APPLY_KIND, APPLY_TITLE
 from tests.support.fake_engine import Rewrites, serving
 from tests.support.lsp import Editor, capabilities, server_command, span
+from tests.support.next_edits import FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
 URI = "file:///work/area.py"
-RENAMED = "def area(size, height):\n    return width * height\n\n\nprint(area(2, 3))\n"
-FOLLOWED = "def area(size, height):\n    return size * height\n\n\nprint(area(2, 3))\n"
 
 
 @contextlib.asynccontextmanager

@@ -128,6 +128,11 @@ async function editorText() {
   });
 }
 
+/** Polls until the active editor shows exactly `text`; returns it. */
+function untilText(phase, ms, text, intervalMs = 100) {
+  return poll(phase, ms, async () => ((await editorText()) === text ? text : false), intervalMs);
+}
+
 /** Opens the command palette on the command whose label is exactly `label` and picks it; returns at once. */
 async function pickCommand(label) {
   await page.keyboard.press('F1');
@@ -205,20 +210,14 @@ async function rewriteSteps() {
   }
 
   report.phase = 'rewrite';
-  report.rewritten = await poll('rewritten', 60000, async () => {
-    const text = await editorText();
-    return text === cfg.expected ? text : false;
-  }, 200);
+  report.rewritten = await untilText('rewritten', 60000, cfg.expected, 200);
   log('the rewrite landed');
   await shot('4-rewritten');
   report.savedAfterRewrite = await saveAndRead('rewrite', cfg.expected);
 
   report.phase = 'undo';
   await page.keyboard.press('Control+Z');
-  report.undone = await poll('undone', 10000, async () => {
-    const text = await editorText();
-    return text === cfg.original ? text : false;
-  });
+  report.undone = await untilText('undone', 10000, cfg.original);
   log('one undo restored the selection');
   report.savedAfterUndo = await saveAndRead('undo', cfg.original);
   await shot('5-undone');
@@ -263,10 +262,7 @@ async function nextEditSteps() {
   await page.waitForTimeout(300);
   await page.keyboard.press('Control+Shift+ArrowRight');
   await page.keyboard.type(cfg.newName);
-  report.renamed = await poll('renamed', 10000, async () => {
-    const text = await editorText();
-    return text === cfg.renamed ? text : false;
-  });
+  report.renamed = await untilText('renamed', 10000, cfg.renamed);
   log(`renamed: ${JSON.stringify(report.renamed)}`);
 
   report.phase = 'suggestion';
@@ -279,10 +275,7 @@ async function nextEditSteps() {
 
   report.phase = 'apply';
   await page.keyboard.press('Tab');
-  report.applied = await poll('applied', 10000, async () => {
-    const text = await editorText();
-    return text === cfg.expected ? text : false;
-  });
+  report.applied = await untilText('applied', 10000, cfg.expected);
   report.drawingAfter = await nextEditDrawing();
   log('Tab applied the suggestion');
   await shot('3-applied');
@@ -290,10 +283,7 @@ async function nextEditSteps() {
 
   report.phase = 'undo';
   await page.keyboard.press('Control+Z');
-  report.undone = await poll('undone', 10000, async () => {
-    const text = await editorText();
-    return text === cfg.renamed ? text : false;
-  });
+  report.undone = await untilText('undone', 10000, cfg.renamed);
   log('one undo took the suggestion back');
   report.savedAfterUndo = await saveAndRead('undo', cfg.renamed);
 }
