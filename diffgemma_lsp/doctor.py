@@ -104,7 +104,8 @@ async def wait_for_load(reader: asyncio.StreamReader) -> None:
     """Wait (up to ``LOAD_WAIT_S``) for the engine to say ``Ready``, or raise ``LoadFailed`` with its reason."""
     try:
         while True:
-            message = await asyncio.wait_for(protocol.read_message(reader), LOAD_WAIT_S)
+            async with asyncio.timeout(LOAD_WAIT_S):
+                message = await protocol.read_message(reader)
             if isinstance(message, protocol.Ready):
                 return
             if isinstance(message, protocol.Error) and message.code is protocol.ErrorCode.MODEL_ERROR:
@@ -117,7 +118,8 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
     """Connect, shake hands, ask for stats (and time one infill with ``probe``); returns (report, status)."""
     report: dict[str, object] = {"socket": str(socket_path)}
     try:
-        reader, writer = await asyncio.wait_for(socket_paths.open_engine(socket_path), TIMEOUT_S)
+        async with asyncio.timeout(TIMEOUT_S):
+            reader, writer = await socket_paths.open_engine(socket_path)
     except (OSError, TimeoutError) as exc:
         report["problem"] = f"no engine reachable on {socket_path}: {exc}"
         return report, 2
@@ -126,7 +128,8 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
         """The answer to ``request_id`` (the handshake's when None); a load failure the engine broadcasts on
         the way raises ``LoadFailed``, and a ``Ready`` is skipped."""
         while True:
-            message = await asyncio.wait_for(protocol.read_message(reader), TIMEOUT_S * 6)
+            async with asyncio.timeout(TIMEOUT_S * 6):
+                message = await protocol.read_message(reader)
             if isinstance(message, protocol.Error) and message.id is None and request_id is not None:
                 if message.code is protocol.ErrorCode.MODEL_ERROR:
                     raise LoadFailed(message.message)

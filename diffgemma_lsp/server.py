@@ -271,7 +271,8 @@ class DiffgemmaServer(LanguageServer):
         token: str | None = f"diffgemma-{uuid.uuid4().hex[:8]}" if self._supports_progress() else None
         if token is not None:
             try:
-                await asyncio.wait_for(self.work_done_progress.create_async(token), PROGRESS_CREATE_TIMEOUT_S)
+                async with asyncio.timeout(PROGRESS_CREATE_TIMEOUT_S):
+                    await self.work_done_progress.create_async(token)
             except Exception:
                 logger.debug("client refused work done progress", exc_info=True)
                 token = None

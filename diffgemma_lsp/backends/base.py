@@ -87,7 +87,8 @@ class StateReporter:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._state_waiters.append(waiter)
         try:
-            await asyncio.wait_for(waiter, max(0.0, timeout_s))
+            async with asyncio.timeout(max(0.0, timeout_s)):
+                await waiter
         except TimeoutError:
             pass
         finally:

@@ -173,7 +173,8 @@ class EngineClient(StateReporter):
             )
         )
         await writer.drain()
-        reply = await asyncio.wait_for(protocol.read_message(reader), CONNECT_TIMEOUT_S)
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reply = await protocol.read_message(reader)
         if isinstance(reply, protocol.Error):
             writer.close()
             raise EngineRequestError(reply)
@@ -325,7 +326,8 @@ class EngineClient(StateReporter):
         try:
             writer.write(frame)
             await writer.drain()
-            return await asyncio.wait_for(future, wait_s)
+            async with asyncio.timeout(wait_s):  # not wait_for: on 3.11 it drops a cancel that meets the answer
+                return await future
         except TimeoutError:
             self._pending.pop(request.id, None)
             self._send_nowait(protocol.Cancel(id=request.id))

@@ -157,7 +157,8 @@ def canvas_for(max_tokens: int | None, model_canvas: int, layout: protocol.Layou
 async def completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/completions``: one fill-in-the-middle completion."""
     try:
-        raw = await asyncio.wait_for(request.read(), request.app[READ_TIMEOUT_S])
+        async with asyncio.timeout(request.app[READ_TIMEOUT_S]):
+            raw = await request.read()
     except TimeoutError:
         raise ApiError(408, f"the request body took over {request.app[READ_TIMEOUT_S]:g} s to arrive") from None
     try:

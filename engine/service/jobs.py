@@ -3,6 +3,10 @@
 The asyncio side submits jobs and cancels them; the model thread takes them one at a time. A job's cancel
 reason and deadline are read by the model thread between denoising steps (``Job.should_stop``), which is
 how a cancel reaches the model within one step. Each job resolves its future exactly once.
+
+A submitted job is handed to the model thread on the loop's next turn, not at once: the frames of one read from a
+client's socket are all dispatched first. So a ``Cancel`` (or a newer request for the document) that arrived with
+its request answers the job without its work being started, rather than racing the model thread to it.
 """
 
 from __future__ import annotations
@@ -80,6 +84,9 @@ class JobQueue:
     def __init__(self, max_pending: int = DEFAULT_MAX_PENDING) -> None:
         self.max_pending = max_pending
         self._pending: collections.deque[Job | None] = collections.deque()
+        """What the model thread takes."""
+        self._staged: list[Job] = []
+        """Submitted on this turn of the loop; moved to ``_pending`` on its next (``_release``)."""
         self._condition = threading.Condition()
         self._latest: dict[tuple[int, str], Job] = {}
 
@@ -92,13 +99,25 @@ class JobQueue:
         if previous is not None and not previous.future.done():
             self._stop(previous, protocol.StopReason.SUPERSEDED)
         with self._condition:
-            live = sum(1 for queued in self._pending if queued is not None and queued.cancel_reason is None)
+            live = sum(1 for queued in self._waiting() if queued.cancel_reason is None)
             if live >= self.max_pending:
                 raise BusyError(f"the engine has {live} requests waiting (limit {self.max_pending}); try later")
-            self._pending.append(job)
-            self._condition.notify()
+            self._staged.append(job)
+            if len(self._staged) == 1:
+                job.loop.call_soon(self._release)
         self._latest[job.key] = job
         job.future.add_done_callback(lambda _: self._forget(job))
+
+    def _release(self) -> None:
+        """Hand the jobs submitted on the last turn of the loop to the model thread."""
+        with self._condition:
+            self._pending.extend(self._staged)
+            self._staged.clear()
+            self._condition.notify()
+
+    def _waiting(self) -> list[Job]:
+        """Jobs not yet taken by the model thread. Hold ``_condition``."""
+        return [job for job in self._pending if job is not None] + self._staged
 
     def _forget(self, job: Job) -> None:
         if self._latest.get(job.key) is job:
@@ -123,9 +142,11 @@ class JobQueue:
         its next denoising step."""
         job.cancel(reason)
         with self._condition:
-            try:
+            if job in self._staged:
+                self._staged.remove(job)
+            elif job in self._pending:
                 self._pending.remove(job)
-            except ValueError:
+            else:
                 return  # taken by the model thread: it answers
         job.resolve(protocol.Result(id=job.request.id, text="", stop=reason, timings=protocol.Timings()))
 
@@ -149,8 +170,10 @@ class JobQueue:
         return taken
 
     def close(self) -> None:
-        """Wake the model thread with a shutdown marker."""
+        """Wake the model thread with a shutdown marker, after the jobs already submitted."""
         with self._condition:
+            self._pending.extend(self._staged)
+            self._staged.clear()
             self._pending.append(None)
             self._condition.notify()
 
@@ -160,4 +183,4 @@ class JobQueue:
 
     def __len__(self) -> int:
         with self._condition:
-            return sum(1 for job in self._pending if job is not None)
+            return len(self._waiting())

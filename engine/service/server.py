@@ -145,7 +145,8 @@ class EngineServer:
             await asyncio.gather(*sends, return_exceptions=True)
             if not sends:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._load_error_heard.wait(), LOAD_ERROR_LINGER_S)
+                    async with asyncio.timeout(LOAD_ERROR_LINGER_S):
+                        await self._load_error_heard.wait()
             self.stop()
 
         asyncio.ensure_future(report_then_stop())

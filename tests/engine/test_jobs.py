@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -33,6 +34,7 @@ async def test_newer_job_for_the_same_document_supersedes() -> None:
     # The superseded job was still waiting: it left the queue and was answered at once.
     reply = old.future.result()
     assert isinstance(reply, protocol.Result) and reply.stop is protocol.StopReason.SUPERSEDED and reply.id == "1"
+    await asyncio.sleep(0)  # the loop's next turn hands them to the model thread
     assert [queue.take(), queue.take()] == [other, new] and len(queue) == 0
 
 
@@ -46,6 +48,7 @@ async def test_superseded_and_cancelled_waiting_jobs_do_not_pile_up() -> None:
         request = protocol.Infill(id=str(n), uri="u", prefix=big)
         jobs.append(Job(request=request, key=(1, "u"), loop=loop, future=loop.create_future()))
         queue.submit(jobs[-1])  # never busy: the waiting ones are superseded, not counted
+    await asyncio.sleep(0)
     assert len(queue) == 1 and queue.take() is jobs[-1]
     assert all(job.future.done() and job.future.result().stop is protocol.StopReason.SUPERSEDED for job in jobs[:-1])
     waiting = _job(loop, "c", uri="w", connection=2)
@@ -83,6 +86,40 @@ async def test_cancel_by_id_and_by_connection() -> None:
     assert a.should_stop() == "cancelled"
     queue.cancel_connection(1)
     assert b.should_stop() == "cancelled" and c.should_stop() is None
+
+
+async def test_a_job_cancelled_in_the_read_that_brought_it_never_reaches_the_model_thread() -> None:
+    """Before: the model thread could take a job the moment it was queued, while the loop was still reading the
+    ``Cancel`` that came in the same read; the cancel then raced the denoising steps, and a short canvas won."""
+    loop = asyncio.get_running_loop()
+    queue = JobQueue()
+    taken: list[Job | None] = []
+    model_thread = threading.Thread(target=lambda: taken.extend([queue.take(), queue.take()]), daemon=True)
+    model_thread.start()
+    cancelled, served = _job(loop, "a", uri="1"), _job(loop, "b", uri="2")
+    queue.submit(cancelled)
+    queue.submit(served)
+    assert len(queue) == 2
+    model_thread.join(0.2)
+    assert taken == []  # not before the loop's next turn
+    assert queue.cancel_request(1, "a")
+    reply = cancelled.future.result()
+    assert isinstance(reply, protocol.Result) and reply.stop is protocol.StopReason.CANCELLED
+    await asyncio.sleep(0)
+    queue.close()
+    model_thread.join(10)
+    assert taken == [served, None] and len(queue) == 0
+
+
+async def test_close_comes_after_the_jobs_already_submitted() -> None:
+    loop = asyncio.get_running_loop()
+    queue = JobQueue()
+    job = _job(loop, "1")
+    queue.submit(job)
+    queue.close()
+    assert [queue.take(), queue.take()] == [job, None]
+    await asyncio.sleep(0)  # the scheduled hand-over finds nothing left to hand over
+    assert len(queue) == 0
 
 
 async def test_deadline_stops_the_job() -> None:

@@ -80,6 +80,24 @@ async def test_an_engine_that_never_answers_does_not_hold_a_request_forever(sock
         await client.close()
 
 
+async def test_a_request_cancelled_as_its_answer_arrives_is_cancelled_not_answered(socket_dir: Path) -> None:
+    """The answer read and the caller cancelled on the same turn of the loop (a rewrite the user cancelled as the
+    engine finished it). Before: ``asyncio.wait_for`` (Python 3.11) returned the answer and dropped the cancel, so
+    the rewrite's edit was applied after the editor had been told it was cancelled."""
+    path = socket_dir / "engine.sock"
+    async with serving(path, _hello_then_silence):
+        client = await _connected(path)
+        call = asyncio.ensure_future(client.infill(protocol.Infill(id="1", uri="u", prefix="x"), explicit=True))
+        await asyncio.sleep(0.1)  # sent, and waiting for its answer
+        assert client.pending_count() == 1
+        client._deliver(protocol.Result(id="1", text="done", stop=protocol.StopReason.EOS))  # as its reader does
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert client.pending_count() == 0
+        await client.close()
+
+
 LATE_S = 0.5 + ANSWER_SLACK_S + 1.5
 """Past a 500 ms deadline and its slack: an engine whose floor of steps outlasts the deadline (the release on a CPU,
 or three candidates in one batch) answers this late."""

@@ -53,7 +53,8 @@ async def test_a_cancelled_rewrite_stops_the_engines_work_and_edits_nothing(
 ) -> None:
     """Before: pygls answered the cancel, and the command it runs under another id went on; the engine answered
     the rewrite in full and the edit was applied after the editor had been told it was cancelled. The engine is
-    held (SIGSTOP) while the command is sent and cancelled, so that the cancel surely comes before its answer."""
+    held (SIGSTOP) while the command is sent and cancelled, so that the request and its cancel wait in its socket
+    together; the engine reads both before its model thread may take the request, so the answer is ``cancelled``."""
     async with lsp_session(isolated_env, memorized_model_dir) as (client, socket_path):
         editor = Editor(client)
         original = MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX
