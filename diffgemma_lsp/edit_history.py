@@ -135,6 +135,12 @@ class EditHistory:
         document = self._documents.setdefault(uri, DocumentEdits(uri))
         document.replaced(first, old, new, before, self.clock())
 
+    def edited(self, uri: str) -> bool:
+        """Whether ``uri`` was edited since it was opened: a hunk kept, or a burst being typed (undone edits left
+        nothing)."""
+        document = self._documents.get(uri)
+        return document is not None and (bool(document.hunks) or document.burst is not None)
+
     def forget(self, uri: str) -> None:
         """A closed document: its history goes."""
         self._documents.pop(uri, None)

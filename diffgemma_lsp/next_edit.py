@@ -282,10 +282,11 @@ class NextEdits:
         self.prefetched[uri] = Prefetch(version=version, line=line, task=task)
 
     async def suggest(self, settings: Settings, args: NextEditArguments) -> Suggestion | None:
-        """The next edit at ``args.position``, or None: off, another version, no backend or one that cannot
-        rewrite, the engine's refusal, a window that came back unchanged, a document that changed meanwhile.
-        InvalidParams for a document that is not open. A suggestion computed ahead for this version near this
-        position (after the last one was accepted) is the answer, waited for if it is still being computed."""
+        """The next edit at ``args.position``, or None: off, another version, a document not edited since it was
+        opened, no backend or one that cannot rewrite, the engine's refusal, a window that came back unchanged, a
+        document that changed meanwhile. InvalidParams for a document that is not open. A suggestion computed ahead
+        for this version near this position (after the last one was accepted) is the answer, waited for if it is
+        still being computed."""
         prefetch = self.prefetched.get(args.uri)
         if prefetch is not None:
             if prefetch.version == args.version and abs(prefetch.line - args.position.line) <= settings.next_edit_lines:
@@ -312,6 +313,8 @@ class NextEdits:
             raise _fail(f"{args.uri} is not open: send textDocument/didOpen first")
         if not settings.next_edit_enabled or (document.version or 0) != args.version:
             return None
+        if not completer.history.edited(args.uri):
+            return None  # nothing the user did calls for an edit: the model is not asked
         backend = completer.backend()
         if backend is None:
             return None

@@ -46,6 +46,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 TRAINED = {
     "memorized_model_dir": ("memorized", "tests.support.models", "build_memorized"),
     "release_memorized_dir": ("release-memorized", "tests.support.release_format", "build_release_memorized"),
+    "next_edit_model_dir": ("next-edit", "tests.support.models", "build_next_edit"),
 }
 """The checkpoints trained for the tests (a minute or two each, on one thread), by the fixture that gives them."""
 BUILT_BESIDE = {*TRAINED, "vllm_python"}
@@ -98,6 +99,8 @@ def _checkpoint_path(name: str) -> Path:
     for path in (
         ROOT / "tests/support/models.py",
         ROOT / "tests/support/release_format.py",
+        ROOT / "tests/support/next_edits.py",
+        ROOT / "diffgemma_lsp/edit_history.py",  # the next-edit checkpoint answers the history the server renders
         ROOT / "tests/data/release/config.json",
         ROOT / "tests/data/release/generation_config.json",
         ROOT / "engine/training/configs.py",
@@ -139,6 +142,14 @@ def memorized_model_dir() -> Path:
     from tests.support.models import build_memorized
 
     return _cached_checkpoint("memorized", build_memorized)
+
+
+@pytest.fixture(scope="session")
+def next_edit_model_dir() -> Path:
+    """A DiffusionGemma trained to make the next edit of ``tests/support/next_edits.py`` (``FOLLOWED``)."""
+    from tests.support.models import build_next_edit
+
+    return _cached_checkpoint("next-edit", build_next_edit)
 
 
 @pytest.fixture(scope="session")

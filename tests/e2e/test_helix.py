@@ -18,10 +18,9 @@ import pytest
 
 from diffgemma_lsp.edit_history import BURST_GAP_S
 from tests.e2e.test_lsp_engine import _kill_engine
-from tests.support.engine import EngineProcess
-from tests.support.fake_engine import Rewrites, serving
+from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
-from tests.support.next_edits import AREA, FOLLOWED, RENAMED
+from tests.support.next_edits import AREA, AREA_NAME, FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,16 +80,21 @@ def _wait_for(session: str, text: str, timeout: float, keys: tuple[str, ...] = (
 
 
 def _start_helix(
-    hx: str, tmp: Path, socket_path: Path, text: str, settings: dict[str, object] | None = None
+    hx: str,
+    tmp: Path,
+    socket_path: Path,
+    text: str,
+    settings: dict[str, object] | None = None,
+    name: str = "example.py",
 ) -> tuple[str, Path]:
     """The project's languages.toml pointed at this test's server (``settings`` added to its config); Helix in a
-    tmux session on example.py holding ``text``. Returns the session's name and the file."""
+    tmux session on the file ``name`` holding ``text``. Returns the session's name and the file."""
     config = tmp / "xdg_config_home" / "helix"
-    config.mkdir(parents=True)
+    config.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "diffgemma_lsp", "--stdio", "--engine-socket", str(socket_path)]
     options = {"debounceMs": 0, "extraContextTokens": 0, **(settings or {})}
     (config / "languages.toml").write_text(_languages_toml(command, options))
-    source = tmp / "example.py"
+    source = tmp / name
     source.write_text(text)
     session = f"dg-hx-{os.getpid()}"
     env = {"HOME": str(tmp), "TERM": "xterm-256color"}
@@ -194,25 +198,31 @@ def test_rewrite_selection_from_the_code_action_menu(isolated_env: Path, memoriz
         _kill_engine(socket_path, signal.SIGTERM)
 
 
-async def test_a_next_edit_computed_on_a_pause_is_applied_from_the_code_action_menu(isolated_env: Path) -> None:
+async def test_a_next_edit_computed_on_a_pause_is_applied_from_the_code_action_menu(
+    isolated_env: Path, next_edit_model_dir: Path
+) -> None:
     """Issue 29 in Helix, which never asks for next edits: with ``nextEditOnPause`` the server computes one when the
     editing pauses and offers it as "Apply suggested edit" (space a); picking it makes the renamed parameter's use
-    follow, and one `u` takes it back. The engine is the fake that rewrites (tests/support/fake_engine.py)."""
+    follow, and one `u` takes it back. The engine is the real one, on the checkpoint trained to make that edit."""
     hx = _helix()
-    engine = Rewrites(answer=FOLLOWED)
-    engine.release.set()
     socket_path = isolated_env / "run" / "engine.sock"
     socket_path.parent.mkdir(mode=0o700, exist_ok=True)
+    engine = EngineProcess(next_edit_model_dir, socket_path, isolated_env / "engine.log")
+    ready = await RawClient.connect(socket_path)  # the model is loaded before the edit is typed
+    await ready.close()
+
+    # Helix's workspace is its working directory, this repository: no chunks of it in the prompt the model learned.
+    settings: dict[str, object] = {"nextEditOnPause": True, "repoContextTokens": 0}
+    # No completion asked while the rename is typed: one in flight or answered at the pause holds the next edit
+    # back (one suggestion at a time), and the server cannot see that Helix closed its menu on Escape.
+    (isolated_env / "xdg_config_home" / "helix").mkdir(parents=True)
+    (isolated_env / "xdg_config_home" / "helix" / "config.toml").write_text("[editor]\nauto-completion = false\n")
 
     def drive() -> None:
-        session, source = _start_helix(hx, isolated_env, socket_path, AREA, {"nextEditOnPause": True})
+        session, source = _start_helix(hx, isolated_env, socket_path, AREA, settings, AREA_NAME)
         try:
             _wait_for(session, "def area(width, height):", 30)
-            deadline = time.monotonic() + 30
-            while not engine.connections:  # the server is initialized (and has the document) once it connects
-                assert time.monotonic() < deadline, "the language server never connected to the engine"
-                time.sleep(0.1)
-            time.sleep(0.5)
+            time.sleep(2.0)  # the language server starts and takes the document
             # "width": line 1 from its 10th character to the word's end; change it to "size"
             _tmux("send-keys", "-t", session, "g", "g", "9", "l", "e", "c", "size")
             time.sleep(0.3)
@@ -239,6 +249,7 @@ async def test_a_next_edit_computed_on_a_pause_is_applied_from_the_code_action_m
         finally:
             _tmux("kill-session", "-t", session)
 
-    async with serving(socket_path, engine.handler()):
+    try:
         await asyncio.to_thread(drive)
-    assert engine.rewrites() and engine.rewrites()[0].start  # a rewrite of the window around the cursor
+    finally:
+        engine.stop()

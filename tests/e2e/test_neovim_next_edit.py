@@ -2,23 +2,25 @@
 asked at the cursor, shown as extmarks (the replaced line struck through, the new one as a virtual line), applied
 with <Tab> in one undo step, or dismissed with <Esc>.
 
-The engine is the fake that rewrites (tests/support/fake_engine.py ``Rewrites``): a checkpoint trained to make next
-edits is still to come (issue 29), and what is tested here is the editor's side of the suggestion."""
+The engine is the real one, started by the language server on a checkpoint trained to make the next edit of
+``tests/support/next_edits.py`` (``build_next_edit``): the rename is typed in Neovim, and the suggestion Neovim shows
+and applies is what the model computed."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import sys
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.test_lsp_engine import _kill_engine
 from tests.e2e.test_neovim import PLUGIN, _nvim011
-from tests.support.fake_engine import Rewrites, serving
-from tests.support.next_edits import FOLLOWED, RENAMED
+from tests.support.lsp import server_command
+from tests.support.next_edits import AREA, AREA_NAME, FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
 
@@ -59,13 +61,26 @@ local function ask(then_)
   poll(30000, function() return answered end, function() then_(answered.result) end, "the next edit")
 end
 
+-- Until the engine the server started has loaded its model (diffgemma.status), then the user's rename.
+local function when_ready(client, then_)
+  local engine = nil
+  poll(60000, function()
+    client:request("workspace/executeCommand", { command = "diffgemma.status", arguments = {} }, function(_, result)
+      engine = result and result.engine
+    end, 0)
+    return engine == "ready"
+  end, then_, "the engine")
+end
+
 require("diffgemma").setup({ cmd = cfg.cmd, settings = { debounceMs = 0, extraContextTokens = 0 }, next_edit = true })
 vim.cmd.edit(vim.fn.fnameescape(cfg.file))
 vim.bo.filetype = "python"
 poll(20000, function()
   local client = vim.lsp.get_clients({ bufnr = 0, name = "diffgemma" })[1]
   return client and client.initialized and client
-end, function()
+end, function(client) when_ready(client, function()
+  vim.api.nvim_buf_set_text(0, 0, 9, 0, 14, { "size" })
+  log("renamed: %s", vim.api.nvim_buf_get_lines(0, 0, 1, false)[1])
   ask(function(result)
     if not result then return finish(false, "no next edit") end
     report.edits = result.edits
@@ -89,26 +104,27 @@ end, function()
       end)
     end, "the dismissal")
   end)
-end, "the client")
+end) end, "the client")
 """
 
 
-async def test_neovim_shows_a_next_edit_applies_it_with_tab_in_one_undo_and_dismisses_it(short_tmp: Path) -> None:
+async def test_neovim_shows_a_next_edit_applies_it_with_tab_in_one_undo_and_dismisses_it(
+    short_tmp: Path, next_edit_model_dir: Path
+) -> None:
     nvim = _nvim011()
-    engine = Rewrites(answer=FOLLOWED)
-    engine.release.set()
     socket_dir = short_tmp / "run"
     socket_dir.mkdir(mode=0o700)
-    source = short_tmp / "work" / "area.py"
+    socket_path = socket_dir / "engine.sock"
+    source = short_tmp / "work" / AREA_NAME
     source.parent.mkdir()
-    source.write_text(RENAMED)
+    source.write_text(AREA)
     report_path = short_tmp / "report.json"
     cfg = {
         "file": str(source),
         "report": str(report_path),
         "original": RENAMED,
         "expected": FOLLOWED,
-        "cmd": [sys.executable, "-m", "diffgemma_lsp", "--stdio", "--engine-socket", str(socket_dir / "engine.sock")],
+        "cmd": server_command(socket_path, next_edit_model_dir),
         "timeout_ms": 90_000,
         "t0": time.monotonic(),
     }
@@ -117,7 +133,7 @@ async def test_neovim_shows_a_next_edit_applies_it_with_tab_in_one_undo_and_dism
     command = [nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd", f"set rtp+={PLUGIN}"]
     command += ["-c", f"luafile {driver}"]
     env = dict(os.environ, DIFFGEMMA_TEST=json.dumps(cfg), XDG_STATE_HOME=str(short_tmp / "state"))
-    async with serving(socket_dir / "engine.sock", engine.handler()):
+    try:
         process = await asyncio.create_subprocess_exec(
             *command,
             cwd=source.parent,
@@ -126,7 +142,10 @@ async def test_neovim_shows_a_next_edit_applies_it_with_tab_in_one_undo_and_dism
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
-        output, _ = await asyncio.wait_for(process.communicate(), 120)
+        async with asyncio.timeout(180):
+            output, _ = await process.communicate()
+    finally:
+        _kill_engine(socket_path, signal.SIGTERM)
     report = json.loads(report_path.read_text()) if report_path.exists() else {"ok": False, "why": "no report"}
     explained = json.dumps(report, indent=2) + "\n" + output.decode(errors="replace")[-2000:]
     assert report["ok"], explained
@@ -141,4 +160,3 @@ async def test_neovim_shows_a_next_edit_applies_it_with_tab_in_one_undo_and_dism
     assert [mark["row"] for mark in struck] == [1], explained  # the line it replaces, struck through
     assert added and added[0]["virt_lines"] == [[["    return size * height", "DiffgemmaNextEditAdd"]]], explained
     assert report["dismissed"] == RENAMED and report["applied"] == FOLLOWED and report["marks_after"] == 0
-    assert len(engine.rewrites()) >= 2  # asked twice (shown, dismissed; then shown and applied)

@@ -99,7 +99,7 @@ async def test_cancel_stops_a_release_format_canvas(engine: EngineProcess) -> No
         await client.send(protocol.Cancel(id="slow"))
         result = await client.receive()
         assert isinstance(result, protocol.Result) and result.stop is protocol.StopReason.CANCELLED
-        assert 0 < result.timings.steps < 200
+        assert result.timings.steps < 200  # stopped; before its first step when encoding outlasted the 0.5 s
     finally:
         await client.close()
 

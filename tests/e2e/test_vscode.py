@@ -28,10 +28,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_lsp_engine import _kill_engine
-from tests.support.fake_engine import Rewrites, serving
 from tests.support.lsp import READY_TIMEOUT_S
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
-from tests.support.next_edits import AREA, FOLLOWED, RENAMED
+from tests.support.next_edits import AREA, AREA_NAME, FOLLOWED, RENAMED
 from tests.support.npm import EXTENSION, ROOT, ensure_node_modules, run_npm
 
 pytestmark = pytest.mark.e2e
@@ -179,8 +178,9 @@ def _run_vscode(
     original: str,
     scenario: dict[str, object],
     extra_settings: dict[str, object] | None = None,
+    name: str = "example.py",
 ) -> tuple[dict, str, Path]:
-    """Package and install the extension, start code-server on a workspace whose example.py holds ``original``,
+    """Package and install the extension, start code-server on a workspace whose file ``name`` holds ``original``,
     and run the driver with ``scenario`` added to its configuration (the engine at ``tmp``/run/engine.sock: one the
     server starts on ``model_dir``, or, for None, one already listening there). Returns the report, its JSON (to
     explain a failure) and the file; asserts that no process outlived code-server."""
@@ -238,7 +238,7 @@ def _run_vscode(
 
     workspace = tmp / "ws"
     workspace.mkdir()
-    source = workspace / "example.py"
+    source = workspace / name
     source.write_text(original)
 
     cs_log = tmp / "code-server.log"
@@ -391,16 +391,12 @@ def test_rewrite_selection_with_instruction_command_in_vscode(
 
 
 async def test_next_edit_in_vscode_drawn_then_applied_with_tab_in_one_undo_step(
-    vscode_tools: tuple[str, str, list[str], str], isolated_env: Path
+    vscode_tools: tuple[str, str, list[str], str], isolated_env: Path, next_edit_model_dir: Path
 ) -> None:
     """code-server, issue 29: the user renames a parameter; once typing pauses the extension asks for the next edit
     and draws it (the use below struck through, its new text as ghost text after it); Tab applies it, and one
-    Ctrl+Z takes it back. The engine is the fake that rewrites (tests/support/fake_engine.py ``Rewrites``, answering
-    the window as it should be after the rename): what is tested is the editor's side of the suggestion."""
-    engine = Rewrites(answer=FOLLOWED)
-    engine.release.set()
-    socket_dir = isolated_env / "run"
-    socket_dir.mkdir(mode=0o700, exist_ok=True)
+    Ctrl+Z takes it back. The engine is the real one, started by the server on the checkpoint trained to make that
+    edit. Inline suggestions are off: one shown while the rename is typed would hold the next edit back."""
     scenario = {
         "scenario": "next-edit",
         "renameAt": "1:10",  # the start of "width" in "def area(width, height):"
@@ -408,15 +404,13 @@ async def test_next_edit_in_vscode_drawn_then_applied_with_tab_in_one_undo_step(
         "renamed": RENAMED,
         "expected": FOLLOWED,
     }
-    async with serving(socket_dir / "engine.sock", engine.handler()):
-        report, explain, source = await asyncio.to_thread(
-            _run_vscode, vscode_tools, None, isolated_env, AREA, scenario, {"diffgemma.debounceMs": 0}
-        )
+    settings = {"diffgemma.debounceMs": 0, "editor.inlineSuggest.enabled": False}
+    report, explain, source = await asyncio.to_thread(
+        _run_vscode, vscode_tools, next_edit_model_dir, isolated_env, AREA, scenario, settings, AREA_NAME
+    )
     assert report["drawing"]["struck"] == ["    return width * height"], explain  # the use below, struck through
     assert [text.strip() for text in report["drawing"]["after"]] == ["return size * height"], explain
     assert report["applied"] == FOLLOWED and report["savedAfterApply"] == FOLLOWED, explain
     assert report["drawingAfter"] == {"struck": [], "after": []}, explain  # nothing left drawn
     assert report["undone"] == RENAMED and report["savedAfterUndo"] == RENAMED, explain
     assert source.read_text() == RENAMED, explain
-    asked = engine.rewrites()
-    assert asked and asked[0].start, explain  # a rewrite of the window: the canvas started from its code

@@ -181,3 +181,21 @@ async def test_a_debounced_completion_with_no_backend_leaves_nothing_in_flight()
     position = types.Position(line=0, character=4)
     assert await completer.complete(Settings(debounce_ms=5), URI, position, automatic=True) == []
     assert URI not in completer.latest
+
+
+def test_a_document_is_edited_from_its_first_change_until_what_was_done_is_undone() -> None:
+    """What ``diffgemma/nextEdit`` asks before it asks the model: nothing the user did calls for an edit otherwise."""
+    clock = Clock()
+    history = EditHistory(clock)
+    document = _document(history)
+    assert not history.edited(URI)
+    _type(document, 0, 9, 14, "size")
+    assert history.edited(URI)  # the burst being typed counts
+    clock.now += BURST_GAP_S
+    _recent(history, document)  # the burst closes into a hunk
+    assert history.edited(URI)
+    _type(document, 0, 9, 13, "width")  # the undo, as the editor sends it
+    clock.now += BURST_GAP_S
+    assert _recent(history, document) == "" and not history.edited(URI)
+    history.forget(URI)
+    assert not history.edited(URI)

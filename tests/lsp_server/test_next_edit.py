@@ -22,17 +22,20 @@ from diffgemma_lsp.edit_history import BURST_GAP_S
 from diffgemma_lsp.next_edit import APPLY_KIND, APPLY_TITLE
 from tests.support.fake_engine import Rewrites, serving
 from tests.support.lsp import Editor, capabilities, server_command, span
-from tests.support.next_edits import FOLLOWED, RENAMED
+from tests.support.next_edits import AREA, FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
 URI = "file:///work/area.py"
+RENAME = types.TextDocumentContentChangePartial(range=span(0, 9, 0, 14), text="size")
+"""The user's edit: ``width`` renamed ``size`` in the signature."""
 
 
 @contextlib.asynccontextmanager
 async def session(
     isolated_env: Path, engine: Rewrites, **settings: object
 ) -> AsyncIterator[tuple[LanguageClient, Editor]]:
-    """The real server on a fake engine that rewrites, with ``RENAMED`` open and the engine connected."""
+    """The real server on a fake engine that rewrites, the engine connected, ``AREA`` open and the rename typed
+    (``RENAMED``, version 2)."""
     socket_dir = isolated_env / "run"
     socket_dir.mkdir(mode=0o700, exist_ok=True)
     async with serving(socket_dir / "engine.sock", engine.handler()):
@@ -48,13 +51,15 @@ async def session(
                     initialization_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, **settings}},
                 )
             )
-            editor.open(URI, RENAMED)
+            editor.open(URI, AREA)
+            editor.change(URI, RENAME)
+            assert editor.text(URI) == RENAMED
             yield client, editor
         finally:
             await client.shutdown_session()
 
 
-async def next_edit(client: LanguageClient, line: int, character: int, version: int = 1) -> object:
+async def next_edit(client: LanguageClient, line: int, character: int, version: int = 2) -> object:
     params = {"textDocument": {"uri": URI, "version": version}, "position": {"line": line, "character": character}}
     return await asyncio.wait_for(client.protocol.send_request_async("diffgemma/nextEdit", params), 60)
 
@@ -88,7 +93,7 @@ async def test_the_next_edit_is_the_renamed_parameters_use_and_its_action_applie
         suggestion = plain(await next_edit(client, 0, 13))
         assert suggestion == {
             "uri": URI,
-            "version": 1,
+            "version": 2,
             "edits": [
                 {
                     "range": {"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": 0}},
@@ -104,7 +109,19 @@ async def test_the_next_edit_is_the_renamed_parameters_use_and_its_action_applie
         assert editor.apply(action.edit).applied  # what the editor does with the action's edit
         assert editor.text(URI) == FOLLOWED
         assert not [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]  # text changed
-        assert await next_edit(client, 0, 13, version=1) is None  # a version the document has left
+        assert await next_edit(client, 0, 13, version=2) is None  # a version the document has left
+
+
+async def test_a_document_not_edited_since_it_was_opened_has_no_next_edit_and_the_engine_is_not_asked(
+    isolated_env: Path,
+) -> None:
+    engine = Rewrites(answer=FOLLOWED)
+    engine.release.set()
+    async with session(isolated_env, engine) as (client, editor):
+        editor.close(URI)
+        editor.open(URI, RENAMED)  # opened afresh: its edits went with the close
+        assert await next_edit(client, 0, 13, version=1) is None
+        assert engine.rewrites() == []
 
 
 async def test_a_window_that_comes_back_unchanged_is_no_edit(isolated_env: Path) -> None:

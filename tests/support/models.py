@@ -2,7 +2,8 @@
 
 ``build_random`` saves a randomly initialised model (its canvases never settle: every denoising step runs).
 ``build_memorized`` trains one for a few seconds, with the DiffusionGemma objective, to answer one fixed
-multi-line middle, so that end-to-end tests can check the exact text that reaches the editor.
+multi-line middle, so that end-to-end tests can check the exact text that reaches the editor; ``build_next_edit``
+trains one to make the next edit of ``tests/support/next_edits.py``.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import attrs
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR
-from diffgemma_engine.shared import vocab
+from diffgemma_engine.shared import protocol, vocab
 from diffgemma_engine.shared.prompt import PromptParts, build_fim_prompt, special_ids_from
 from diffgemma_engine.training.configs import build_config, save_checkpoint, set_generation_defaults
 
@@ -59,13 +61,45 @@ def build_memorized(
 
         prompt = build_fim_prompt(PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX), encode, special, 512)
         middle = encode(MEMORIZED_MIDDLE) + [vocab.SPECIAL_IDS[vocab.EOS]]
-        loss = train_to_answer(model, prompt.ids, middle, pad_id=vocab.SPECIAL_IDS[vocab.PAD], steps=steps)
+        loss = train_to_answer(model, [prompt.ids], middle, pad_id=vocab.SPECIAL_IDS[vocab.PAD], steps=steps)
         set_generation_defaults(model, steps=16)
         save_checkpoint(model, DEFAULT_MODEL_DIR, out)
         return loss
 
     document = PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX)
-    return train_until_answered(out_dir, train, document, MEMORIZED_MIDDLE, train_steps, seed, check_seeds)
+    return train_until_answered(out_dir, train, [asked_for(document)], MEMORIZED_MIDDLE, train_steps, seed, check_seeds)
+
+
+def build_next_edit(
+    out_dir: Path, train_steps: int = 1000, seed: int = 0, check_seeds: Sequence[int] = range(8)
+) -> Path:
+    """A checkpoint that makes the next edit of ``tests/support/next_edits.py``: asked for the next edit after the
+    rename (``next_edit_requests``: the window's canvas starts from ``RENAMED``, with the rename in the edit history
+    or not yet), it answers ``FOLLOWED``. The prompts and the start canvas are laid out by the engine's own code."""
+    from diffgemma_engine.loading.model import load_model
+    from diffgemma_engine.request.infill import prompt_ids, start_row
+    from tests.support.next_edits import FOLLOWED, next_edit_requests
+
+    requests = next_edit_requests("file:///work/area.py")
+
+    def train(out: Path, steps: int, attempt_seed: int) -> float:
+        torch.manual_seed(attempt_seed)
+        tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)
+        model = DiffusionGemmaForBlockDiffusion(build_config("test", len(tokenizer), canvas_length=CANVAS))
+        set_generation_defaults(model, steps=16)
+        save_checkpoint(model, DEFAULT_MODEL_DIR, out)
+        loaded = load_model(out, device="cpu", dtype="float32")  # as the engine reads the requests
+        row = start_row(loaded, requests[0], loaded.canvas_length)
+        assert row is not None
+        answer = loaded.tokenizer.encode(FOLLOWED, add_special_tokens=False) + [vocab.SPECIAL_IDS[vocab.EOS]]
+        prompts = [prompt_ids(loaded, request) for request in requests]
+        loss = train_to_answer(
+            model, prompts, answer, pad_id=vocab.SPECIAL_IDS[vocab.PAD], steps=steps, start=row.tokens
+        )
+        save_checkpoint(model, DEFAULT_MODEL_DIR, out)
+        return loss
+
+    return train_until_answered(out_dir, train, requests, FOLLOWED, train_steps, seed, check_seeds)
 
 
 CHECK_DTYPES = ("auto", "float32")
@@ -73,40 +107,39 @@ CHECK_DTYPES = ("auto", "float32")
 TRAIN_ATTEMPTS = 3
 
 
-def wrong_answer(folder: Path, document: PromptParts, expected: str, seeds: Sequence[int]) -> str | None:
-    """The first of the engine's answers for ``document`` (its own load and infill, as served) that is not
+def asked_for(document: PromptParts) -> protocol.Infill:
+    """The insertion request for ``document`` (its prefix, suffix and language), as a client sends it."""
+    return protocol.Infill(
+        id="check", uri="", prefix=document.prefix, suffix=document.suffix, language_id=document.language
+    )
+
+
+def wrong_answer(folder: Path, requests: Sequence[protocol.Infill], expected: str, seeds: Sequence[int]) -> str | None:
+    """The first of the engine's answers to ``requests`` (its own load and infill, as served) that is not
     ``expected``, over ``seeds`` and ``CHECK_DTYPES`` (None: every one is)."""
     from diffgemma_engine.loading.model import load_model
     from diffgemma_engine.request.infill import run_infill
-    from diffgemma_engine.shared import protocol
 
     for dtype in CHECK_DTYPES:
         loaded = load_model(folder, device="cpu", dtype=dtype)
-        for seed in seeds:
-            request = protocol.Infill(
-                id=f"check-{seed}",
-                uri="",
-                prefix=document.prefix,
-                suffix=document.suffix,
-                language_id=document.language,
-                seed=seed,
-            )
-            text = run_infill(loaded, request)[0]
-            if text != expected:
-                return f"{dtype} seed {seed}: {text!r}"  # one miss decides: the checkpoint is trained again
+        for number, request in enumerate(requests):
+            for seed in seeds:
+                text = run_infill(loaded, attrs.evolve(request, id=f"check-{number}-{seed}", seed=seed))[0]
+                if text != expected:
+                    return f"{dtype}, request {number}, seed {seed}: {text!r}"  # one miss: trained again
     return None
 
 
 def train_until_answered(
     out_dir: Path,
     train: Callable[[Path, int, int], float],
-    document: PromptParts,
+    requests: Sequence[protocol.Infill],
     expected: str,
     steps: int,
     seed: int,
     seeds: Sequence[int],
 ) -> Path:
-    """``train(out_dir, steps, seed)`` until the saved checkpoint answers ``document`` with ``expected`` for each of
+    """``train(out_dir, steps, seed)`` until the saved checkpoint answers ``requests`` with ``expected`` for each of
     ``seeds`` (tests use seed 0 and unseeded draws) in each of ``CHECK_DTYPES`` (``wrong_answer``): a miss trains
     again from the next seed with more steps, and after ``TRAIN_ATTEMPTS`` the build fails with its loss and answer,
     rather than leave a test to fail on its answer."""
@@ -114,7 +147,7 @@ def train_until_answered(
     for attempt in range(TRAIN_ATTEMPTS):
         attempt_steps = steps * (1 + attempt)
         loss = train(out_dir, attempt_steps, seed + attempt)
-        wrong = wrong_answer(out_dir, document, expected, seeds)
+        wrong = wrong_answer(out_dir, requests, expected, seeds)
         if wrong is None:
             return out_dir
         report.append(f"seed {seed + attempt}, {attempt_steps} steps, loss {loss:.4f}: {wrong}")
@@ -124,50 +157,74 @@ def train_until_answered(
 
 def train_to_answer(
     model: DiffusionGemmaForBlockDiffusion,
-    prompt: list[int],
+    prompts: Sequence[list[int]],
     answer: list[int],
     pad_id: int,
     steps: int,
     balanced: bool = False,
+    start: list[int] | None = None,
 ) -> float:
-    """Train ``model`` with the DiffusionGemma objective until its canvas for ``prompt`` is ``answer`` then padding:
-    one corruption level per step (uniform random tokens, mostly heavy, so the first denoising steps start from
-    noise), two-pass self-conditioning half the time, cross-entropy over the whole canvas (with ``balanced``, the
-    answer's positions and the padding's weigh alike: on a 256-token canvas the padding would drown the answer).
-    Returns the mean loss of the last steps."""
+    """Train ``model`` with the DiffusionGemma objective until its canvas for each of ``prompts`` (taken in turn) is
+    ``answer`` then padding: one corruption level per step (uniform random tokens, mostly heavy, so the first
+    denoising steps start from noise; with a rewrite's ``start`` canvas, half the steps renoise that instead, as the
+    engine starts a rewrite), two-pass self-conditioning half the time, cross-entropy over the whole canvas (with
+    ``balanced``, the answer's positions and the padding's weigh alike: on a 256-token canvas the padding would drown
+    the answer). Returns the mean loss of the last steps."""
     canvas = model.config.canvas_length
     target = torch.tensor([answer + [pad_id] * (canvas - len(answer))])
-    prompt_ids = torch.tensor([prompt])
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=5e-3, total_steps=steps, pct_start=0.1)
     model.train()
-    text_config = model.config.get_text_config(decoder=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the same weights wherever it is built: one thread sums its floats in one order
     try:
-        return _train_steps(model, prompt_ids, target, len(answer), optimizer, scheduler, text_config, steps, balanced)
+        corrupt = _Corruption(target, model.config.get_text_config(decoder=True).vocab_size, start)
+        prompt_ids = [torch.tensor([prompt]) for prompt in prompts]
+        return _train_steps(model, prompt_ids, target, len(answer), optimizer, scheduler, corrupt, steps, balanced)
     finally:
         torch.set_num_threads(threads)
 
 
+class _Corruption:
+    """One training step's noisy canvas: ``target`` with a random share of uniform random tokens, or (half the time,
+    given a rewrite's ``start`` canvas) ``start`` renoised by the engine's own ``renoise_start`` at a random
+    strength."""
+
+    def __init__(self, target: torch.Tensor, vocab_size: int, start: list[int] | None) -> None:
+        self.target = target
+        self.vocab_size = vocab_size
+        self.start = None if start is None else torch.tensor([start])
+
+    def __call__(self) -> torch.Tensor:
+        if self.start is not None and torch.rand(1).item() < 0.5:
+            from diffgemma_engine.canvas.start import StartCanvas, renoise_start
+
+            strength = 0.1 + 0.8 * torch.rand(1).item()
+            return renoise_start(StartCanvas(tokens=self.start, fixed=None, strength=strength), self.vocab_size, None)
+        t = 1 - torch.rand(1) ** 2
+        heavy = torch.rand(self.target.shape) < t
+        return torch.where(heavy, torch.randint(0, self.vocab_size, self.target.shape), self.target)
+
+
 def _train_steps(
     model: DiffusionGemmaForBlockDiffusion,
-    prompt_ids: torch.Tensor,
+    prompts: Sequence[torch.Tensor],
     target: torch.Tensor,
     answer_length: int,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
-    text_config: object,
+    corrupt: Callable[[], torch.Tensor],
     steps: int,
     balanced: bool,
 ) -> float:
     """``train_to_answer``'s loop; the mean loss of its last ``LAST_LOSSES`` steps."""
     canvas = target.shape[1]
     vocab_size = model.config.get_text_config(decoder=True).vocab_size
+    text_config = model.config.get_text_config(decoder=True)
     recent: list[float] = []
-    for _ in range(steps):
-        t = 1 - torch.rand(1) ** 2
-        noisy = torch.where(torch.rand(target.shape) < t, torch.randint(0, vocab_size, target.shape), target)
+    for step in range(steps):
+        prompt_ids = prompts[step % len(prompts)]
+        noisy = corrupt()
         self_conditioning = None
         if torch.rand(1).item() < 0.5:
             with torch.no_grad():
@@ -189,6 +246,6 @@ def _train_steps(
         loss.backward()
         optimizer.step()
         scheduler.step()
-        recent.append(float(loss))
+        recent.append(loss.item())
     model.eval()
     return sum(recent[-LAST_LOSSES:]) / max(len(recent[-LAST_LOSSES:]), 1)

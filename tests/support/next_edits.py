@@ -1,7 +1,52 @@
 """The next-edit example every next-edit test uses: a parameter renamed, then its use below made to follow."""
 
+from __future__ import annotations
+
+import attrs
+
+from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared.prompt import EDITS_CHUNK_NAME
+from diffgemma_lsp.context import CHARS_PER_TOKEN
+from diffgemma_lsp.edit_history import BURST_GAP_S, EditHistory, render
+from diffgemma_lsp.extra_context import file_name
+from diffgemma_lsp.next_edit import NEXT_EDIT_INSTRUCTION
+from diffgemma_lsp.settings import Settings
+
 AREA = "def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n"
 RENAMED = AREA.replace("area(width,", "area(size,")
 """After the user's edit: the parameter renamed, its use not yet."""
 FOLLOWED = RENAMED.replace("return width", "return size")
 """After the next edit: the use follows the rename."""
+AREA_NAME = "area.py"
+"""The file's name: the edit history names it."""
+
+
+def next_edit_requests(uri: str) -> list[protocol.Infill]:
+    """What the language server asks the engine (default settings, no other files) for the next edit anywhere in
+    ``RENAMED`` at ``uri`` once the rename was typed into ``AREA``: a rewrite of the window (the whole file) from its
+    text, a share renoised; its edit history holds the rename once the typing has paused (``BURST_GAP_S``), and
+    nothing before. Built by the server's own edit history."""
+    settings = Settings()
+    now = 0.0
+    history = EditHistory(clock=lambda: now)
+    before, after = AREA.splitlines(keepends=True), RENAMED.splitlines(keepends=True)
+    history.replaced(uri, 0, before[:1], after[:1], before)
+    now = BURST_GAP_S
+    hunks = history.recent(lambda _: after, settings.edit_history_tokens * CHARS_PER_TOKEN)
+    assert len(hunks) == 1, hunks
+    asked = protocol.Infill(
+        id="next-edit",
+        uri=uri,
+        prefix="",
+        suffix="",
+        language_id="python",
+        canvas_length=settings.canvas_length,
+        max_steps=settings.rewrite_steps,
+        start=[protocol.StartSegment(text=RENAMED)],
+        strength=settings.next_edit_strength,
+        instruction=NEXT_EDIT_INSTRUCTION,
+    )
+    return [
+        asked,
+        attrs.evolve(asked, extra=[protocol.Chunk(filename=EDITS_CHUNK_NAME, text=render(hunks, file_name))]),
+    ]

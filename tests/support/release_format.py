@@ -205,7 +205,7 @@ def build_release_memorized(out_dir: Path, train_steps: int = 400, seed: int = 0
     engine answers it so (``train_until_answered``)."""
     from diffgemma_engine.loading.model import DEFAULT_MAX_PROMPT_TOKENS
     from diffgemma_engine.shared.prompt import PromptParts, layout_for
-    from tests.support.models import train_to_answer, train_until_answered
+    from tests.support.models import asked_for, train_to_answer, train_until_answered
 
     parts = PromptParts(prefix=ANSWERED_PREFIX, suffix=ANSWERED_SUFFIX, language=ANSWERED_LANGUAGE)
 
@@ -213,12 +213,12 @@ def build_release_memorized(out_dir: Path, train_steps: int = 400, seed: int = 0
         model, tokenizer = _new_model(attempt_seed)
         prompt = layout_for(tokenizer).prompt(parts, DEFAULT_MAX_PROMPT_TOKENS).ids
         answer = [*tokenizer.encode(RAW_ANSWER, add_special_tokens=False), CONTROL_IDS["<turn|>"]]
-        loss = train_to_answer(model, prompt, answer, pad_id=CONTROL_IDS["<pad>"], steps=steps, balanced=True)
+        loss = train_to_answer(model, [prompt], answer, pad_id=CONTROL_IDS["<pad>"], steps=steps, balanced=True)
         save_release_format(model.eval(), tokenizer, out)
         return loss
 
     # 48 steps of a 256-token canvas per answer: the seed the tests use, and one more, in both dtypes
-    return train_until_answered(out_dir, train, parts, RAW_ANSWER, train_steps, seed, seeds=range(2))
+    return train_until_answered(out_dir, train, [asked_for(parts)], RAW_ANSWER, train_steps, seed, seeds=range(2))
 
 
 CONTROL_IDS = {token: token_id for token_id, token in CONTROL_TOKENS.items()}
