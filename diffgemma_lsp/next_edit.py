@@ -2,7 +2,7 @@
 suggested edit" code action.
 
 A next edit is a rewrite of an editable window of whole lines around the cursor (``nextEditLines`` above and
-below) with the recent edits in the prompt (``diffgemma_lsp.edit_history``): the canvas starts from the code that
+below, fewer where the model's canvas holds less) with the recent edits in the prompt (``diffgemma_lsp.edit_history``): the canvas starts from the code that
 is there with a small share renoised (``nextEditStrength``), so that most of the window is kept, and the model
 sees the code after the window as well as before it. The answer is diffed line by line into ``TextEdit``s inside
 the window, in the document's positions, for the version asked; a window that comes back as it was is "no edit"
@@ -93,13 +93,28 @@ def parse_arguments(params: object) -> NextEditArguments:
     return NextEditArguments(uri=uri, version=version, position=types.Position(line=line, character=character))
 
 
-def edit_window(document: TextDocument, line: int, lines_each_way: int) -> types.Range:
+CHARS_PER_CANVAS_TOKEN = 2.5
+"""Characters a window may hold per token of the model's canvas: fewer than code averages (about 3.5), so that a
+window of dense code still fits with its end-of-sequence token (the engine refuses one that does not)."""
+
+
+def edit_window(document: TextDocument, line: int, lines_each_way: int, max_chars: int | None = None) -> types.Range:
     """Whole lines around ``line``: ``lines_each_way`` above and below it, within the document (the end is the
-    start of the line after the window, or the document's end)."""
+    start of the line after the window, or the document's end), then, while the window holds more than
+    ``max_chars`` characters, less the line farthest from ``line`` (``line`` itself stays)."""
     lines = document.lines
     last = max(0, len(lines) - 1)
     line = min(line, last)
     first, end = max(0, line - lines_each_way), min(last, line + lines_each_way) + 1
+    if max_chars is not None:
+        size = sum(len(text) for text in lines[first:end])
+        while size > max_chars and end - first > 1:
+            if line - first > end - 1 - line:
+                size -= len(lines[first])
+                first += 1
+            else:
+                end -= 1
+                size -= len(lines[end])
     if end < len(lines):
         return types.Range(start=types.Position(line=first, character=0), end=types.Position(line=end, character=0))
     # the window reaches the document's end: end at its last character (in the client's units)
@@ -111,6 +126,37 @@ def edit_window(document: TextDocument, line: int, lines_each_way: int) -> types
         else types.Position(line=last, character=document.position_codec.client_num_units(tail))
     )
     return types.Range(start=types.Position(line=first, character=0), end=end_position)
+
+
+def next_edit_request(
+    document: TextDocument,
+    line: int,
+    settings: Settings,
+    canvas_tokens: int,
+    extra: Sequence[protocol.Chunk],
+    request_id: str,
+) -> tuple[Selection, protocol.Infill] | None:
+    """The window around ``line`` (``nextEditLines`` each way, fitted to a canvas of ``canvas_tokens``, 0: not known)
+    and the rewrite of it that asks for the next edit, with ``extra`` (the recent edits among them) in the prompt;
+    None for an empty document."""
+    max_chars = int(canvas_tokens * CHARS_PER_CANVAS_TOKEN) if canvas_tokens else None
+    try:
+        window = read_selection(
+            document, edit_window(document, line, settings.next_edit_lines, max_chars), settings.context_tokens
+        )
+    except (JsonRpcInvalidParams, PositionError):
+        return None
+    request = build_request(window, settings, NEXT_EDIT_INSTRUCTION, extra, request_id, settings.next_edit_strength)
+    return window, request
+
+
+def suggested_window(window: Selection, answer: str, instruct: bool) -> str | None:
+    """The window as the engine's ``answer`` rewrites it, post-processed as a rewrite's replacement is (``instruct``:
+    an instruction model's answer); None when that is no edit."""
+    text = postprocess_replacement(
+        window.prefix, window.text, window.suffix, answer, window.language_id, instruct=instruct
+    )
+    return None if text is None or text == window.text else text
 
 
 def line_edits(window: Selection, new_text: str) -> list[types.TextEdit]:
@@ -318,16 +364,12 @@ class NextEdits:
         backend = completer.backend()
         if backend is None:
             return None
-        try:
-            window = read_selection(
-                document, edit_window(document, args.position.line, settings.next_edit_lines), settings.context_tokens
-            )
-        except (JsonRpcInvalidParams, PositionError):
-            return None  # an empty document: nothing to edit
         extra = completer.extra_chunks(settings, args.uri, args.position.line)
-        request = build_request(
-            window, settings, NEXT_EDIT_INSTRUCTION, extra, backend.new_id(), strength=settings.next_edit_strength
-        )
+        canvas = settings.canvas_length or backend.canvas_length
+        asked = next_edit_request(document, args.position.line, settings, canvas, extra, backend.new_id())
+        if asked is None:
+            return None  # an empty document: nothing to edit
+        window, request = asked
         try:
             result = await backend.infill(backend.as_rewrite(request))
         except (RewriteUnsupported, EngineUnavailable, EngineRequestError) as exc:
@@ -336,11 +378,8 @@ class NextEdits:
         completer.answered()
         if result.stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED):
             raise Interrupted(result.stop.value)
-        instruct = backend.layout is protocol.Layout.CHAT
-        text = postprocess_replacement(
-            window.prefix, window.text, window.suffix, result.text, window.language_id, instruct=instruct
-        )
-        if text is None or text == window.text or not computed_on(window, completer.open_document(args.uri)):
+        text = suggested_window(window, result.text, instruct=backend.layout is protocol.Layout.CHAT)
+        if text is None or not computed_on(window, completer.open_document(args.uri)):
             return None
         edits = line_edits(window, text)
         if not edits:

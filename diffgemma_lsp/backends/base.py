@@ -114,6 +114,12 @@ class Backend(Protocol):
         """How the model is prompted; ``Layout.NOT_KNOWN`` until known."""
         ...
 
+    @property
+    def canvas_length(self) -> int:
+        """The model's canvas in tokens, the most a rewrite's selection can be; 0 until known, or where the backend
+        has no canvas (a completions server)."""
+        ...
+
     def start(self) -> None:
         """Connect in the background (idempotent)."""
         ...

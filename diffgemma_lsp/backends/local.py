@@ -102,6 +102,11 @@ class EngineClient(StateReporter):
         """How the engine prompts its model, from the handshake (``Layout.NOT_KNOWN`` before it)."""
         return self.hello.layout if self.hello is not None else protocol.Layout.NOT_KNOWN
 
+    @property
+    def canvas_length(self) -> int:
+        """The model's canvas, from the handshake (0 before it)."""
+        return self.hello.canvas_length if self.hello is not None else 0
+
     # -- lifecycle ---------------------------------------------------------------------------------------
 
     def start(self) -> None:

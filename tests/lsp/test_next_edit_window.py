@@ -32,6 +32,20 @@ def test_the_window_is_whole_lines_around_the_cursor() -> None:
     assert edit_window(document, 29, 3).end == types.Position(line=30, character=0)  # the end, after the last break
 
 
+def test_the_window_fits_the_models_canvas_keeping_the_cursors_line() -> None:
+    """Before: the shipped model's canvas is 32 tokens, and 21 lines of code never fit it: the engine refused every
+    next edit with it. The window loses the lines farthest from the cursor until it holds the characters a canvas
+    can (``CHARS_PER_CANVAS_TOKEN`` each of its tokens)."""
+    document = LineDocument("file:///a.py", SOURCE, version=1)  # 7 characters a line ("line 5\n"), 8 from 10 on
+    fitted = edit_window(document, 15, 10, max_chars=40)
+    assert (fitted.start.line, fitted.end.line) == (13, 18)  # 5 lines of 8: the cursor's, two above, two below
+    top = edit_window(document, 0, 10, max_chars=30)
+    assert (top.start.line, top.end.line) == (0, 4)  # all below the first line
+    alone = edit_window(document, 15, 10, max_chars=1)
+    assert (alone.start.line, alone.end.line) == (15, 16)  # never less than the cursor's line
+    assert edit_window(document, 15, 10, max_chars=10_000) == edit_window(document, 15, 10)
+
+
 def test_the_window_ends_at_the_documents_end_in_utf16_units() -> None:
     document = LineDocument("file:///a.py", "x = 1\ny = '😀😀'", version=1)
     window = edit_window(document, 0, 10)

@@ -1,0 +1,219 @@
+"""Next edits replayed from real edit sequences: the first hunks of a commit applied, the model asked for the next.
+
+    python -m benchmarks.next_edit_eval [--repo PATH] [--n 40] [--commits 400] [--seed 0] [--model DIR]
+                                        [--device cpu] [--json PATH] [--plot PATH]
+
+The edit sequences are the commits of a git repository (default: this checkout): each Python file a commit changes
+in two hunks or more (line hunks, as ``difflib`` finds them between the file before and after) gives cases. In a
+case the user has made the first ``k`` hunks (``k`` from 1 to the last but one), in order, and the cursor is at the
+end of the last one; what they do next is hunk ``k + 1``. Up to ``--n`` cases, spread over the commits (seeded).
+
+Each case is the request the language server sends for ``diffgemma/nextEdit`` there, built by its own code
+(``diffgemma_lsp.next_edit.next_edit_request``: the window of ``nextEditLines`` each way fitted to the model's
+canvas, ``nextEditStrength`` renoised, the made hunks in the prompt as the edit history renders them), served
+in-process by the engine's ``run_infill`` and post-processed as the server does (``suggested_window``). Outcomes:
+
+- ``exact``: the next hunk lies in the window and the suggestion is the window after it, exactly;
+- ``wrong``: it lies in the window and the suggestion is another edit;
+- ``missed``: it lies in the window and the model left the window as it was ("no edit");
+- ``false_positive``: it lies outside the window and the model suggested an edit anyway;
+- ``quiet``: it lies outside the window and the model suggested nothing (right: nothing to do there);
+- ``refused``: the engine refused the request (the window did not fit its canvas).
+
+Reported: the share of each, the share of suggestions that were false positives, "no edit" over all cases, ms and
+steps per suggestion (p50, p95). The shipped model was trained to fill in code, not to edit it: its figures say what
+the pipeline does with such a model, not what next edits can be. The release with its weights:
+``python -m benchmarks.next_edit_eval --model PATH/diffusiongemma-26B-A4B-it --device cuda``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import random
+import statistics
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import attrs
+
+from benchmarks.machine import machine_report
+from benchmarks.report import RESULTS, write_report
+from diffgemma_engine.errors import EngineError
+from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR, LoadedModel, load_model
+from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared.prompt import EDITS_CHUNK_NAME
+from diffgemma_lsp.document import LineDocument
+from diffgemma_lsp.edit_history import Hunk, render
+from diffgemma_lsp.extra_context import file_name
+from diffgemma_lsp.next_edit import next_edit_request, suggested_window
+from diffgemma_lsp.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_FILE_LINES = 1500
+OUTCOMES = ("exact", "wrong", "missed", "false_positive", "quiet", "refused")
+
+
+@attrs.frozen
+class Case:
+    """The user has made ``made`` of a commit's hunks to ``path``; ``next`` is what they do after."""
+
+    commit: str
+    path: str
+    before: tuple[str, ...]
+    """The file's lines before the commit."""
+    hunks: tuple[tuple[int, int, tuple[str, ...]], ...]
+    """The commit's hunks, in order: lines ``i1`` to ``i2`` of ``before`` replaced by the new lines."""
+    made: int
+
+    def text_after(self, count: int) -> tuple[list[str], list[Hunk]]:
+        """The file's lines after the first ``count`` hunks, and those hunks as the edit history keeps them (each at
+        its place in the document as it was then)."""
+        lines, shift, history = list(self.before), 0, []
+        for i1, i2, new in self.hunks[:count]:
+            start = i1 + shift
+            history.append(Hunk(uri=self.uri, start=start, old=tuple(lines[start : i2 + shift]), new=new, closed_at=0))
+            lines[start : i2 + shift] = new
+            shift += len(new) - (i2 - i1)
+        return lines, history
+
+    @property
+    def uri(self) -> str:
+        return f"file:///repo/{self.path}"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+def find_cases(repo: Path, commits: int) -> list[Case]:
+    """Every case of the last ``commits`` commits (merges left out) that touch Python files in two hunks or more."""
+    cases = []
+    for commit in _git(repo, "log", "--no-merges", f"-n{commits}", "--format=%H").split():
+        for path in _git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=M", commit).split():
+            if not path.endswith(".py"):
+                continue
+            before = _git(repo, "show", f"{commit}^:{path}").splitlines(keepends=True)
+            after = _git(repo, "show", f"{commit}:{path}").splitlines(keepends=True)
+            if len(before) > MAX_FILE_LINES:
+                continue
+            matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+            hunks = tuple(
+                (i1, i2, tuple(after[j1:j2])) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"
+            )
+            for made in range(1, len(hunks)):
+                cases.append(Case(commit=commit[:12], path=path, before=tuple(before), hunks=hunks, made=made))
+    return cases
+
+
+def judge(case: Case, settings: Settings, loaded: LoadedModel, number: int) -> dict[str, object]:
+    """Ask for the next edit in ``case`` as the language server would, and name the outcome."""
+    lines, history = case.text_after(case.made)
+    document = LineDocument(case.uri, "".join(lines), version=1)
+    cursor = max(0, history[-1].start + len(history[-1].new) - 1)
+    extra = [protocol.Chunk(filename=EDITS_CHUNK_NAME, text=render(history, file_name))]
+    asked = next_edit_request(document, cursor, settings, loaded.canvas_length, extra, f"case-{number}")
+    assert asked is not None, case
+    window, request = asked
+    start, end = window.range.start.line, window.range.start.line + len(window.text.splitlines())
+    expected_lines, _ = case.text_after(case.made + 1)
+    i1, i2, new = case.hunks[case.made]
+    first = i1 + len(lines) - len(case.before)  # the next hunk's place now: the hunks made moved it
+    inside = start <= first and first + (i2 - i1) <= end
+    expected = "".join(expected_lines[start : end + len(new) - (i2 - i1)]) if inside else None
+    began = time.perf_counter()
+    try:
+        text, stop, timings = run_infill(loaded, attrs.evolve(request, seed=number))
+    except EngineError as exc:
+        return {"outcome": "refused", "reason": str(exc), "commit": case.commit, "path": case.path}
+    elapsed_ms = (time.perf_counter() - began) * 1000
+    suggestion = suggested_window(window, text, instruct=loaded.layout.name is protocol.Layout.CHAT)
+    if inside:
+        outcome = "missed" if suggestion is None else "exact" if suggestion == expected else "wrong"
+    else:
+        outcome = "quiet" if suggestion is None else "false_positive"
+    return {
+        "outcome": outcome,
+        "commit": case.commit,
+        "path": case.path,
+        "window_lines": end - start,
+        "ms": round(elapsed_ms, 1),
+        "steps": timings.steps,
+        "stop": stop.value,
+        "window": window.text,
+        "expected": expected,
+        "suggested": suggestion,
+    }
+
+
+def summarize(results: list[dict[str, object]]) -> dict[str, object]:
+    counts = Counter(str(result["outcome"]) for result in results)
+    total = max(len(results), 1)
+    suggested = counts["exact"] + counts["wrong"] + counts["false_positive"]
+    answered = [result for result in results if result["outcome"] != "refused"]
+    ms = sorted(float(result["ms"]) for result in answered)  # type: ignore[arg-type]
+    steps = [int(result["steps"]) for result in answered]  # type: ignore[call-overload]
+
+    def percentile(values: list[float], share: float) -> float:
+        return round(values[min(len(values) - 1, int(share * len(values)))], 1) if values else 0.0
+
+    return {
+        "cases": len(results),
+        "shares": {outcome: round(counts[outcome] / total, 3) for outcome in OUTCOMES},
+        "false_positives_of_suggestions": round(counts["false_positive"] / suggested, 3) if suggested else 0.0,
+        "no_edit": round((counts["missed"] + counts["quiet"]) / total, 3),
+        "ms_p50": percentile(ms, 0.5),
+        "ms_p95": percentile(ms, 0.95),
+        "steps_mean": round(statistics.fmean(steps), 2) if steps else 0.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--repo", type=Path, default=ROOT, help="a git checkout (default: this one)")
+    parser.add_argument("--n", type=int, default=40, help="cases")
+    parser.add_argument("--commits", type=int, default=400, help="the newest commits read")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--json", type=Path, default=RESULTS / "next_edit_eval.json")
+    parser.add_argument("--plot", type=Path, default=None, help="default: the --json path with .png")
+    args = parser.parse_args()
+    machine = machine_report()
+    cases = find_cases(args.repo, args.commits)
+    chosen = random.Random(args.seed).sample(cases, min(args.n, len(cases)))
+    loaded = load_model(args.model, args.device, "float32" if args.device == "cpu" else None)
+    settings = Settings()
+    results = [judge(case, settings, loaded, number) for number, case in enumerate(chosen)]
+    figures: dict[str, object] = {
+        "model": str(args.model),
+        "repo": str(args.repo),
+        "cases_found": len(cases),
+        "settings": {"nextEditLines": settings.next_edit_lines, "nextEditStrength": settings.next_edit_strength},
+        "canvas_tokens": loaded.canvas_length,
+        "seed": args.seed,
+        **summarize(results),
+        "results": results,
+    }
+
+    def plot(path: Path) -> None:
+        from benchmarks.plots import bars
+
+        shares = figures["shares"]
+        assert isinstance(shares, dict)
+        bars(
+            args.plot or path,
+            "Next edits replayed from commits: outcomes",
+            list(OUTCOMES),
+            [100 * shares[o] for o in OUTCOMES],
+            "%",
+        )
+
+    write_report(args.json, figures, machine, plot, unprinted=("results",))
+
+
+if __name__ == "__main__":
+    main()
