@@ -1,6 +1,7 @@
 """Issue 29 in real Neovim 0.11 (headless, the project's own plugin, the real language server): a next edit is
 asked at the cursor, shown as extmarks (the replaced line struck through, the new one as a virtual line), applied
-with <Tab> in one undo step, or dismissed with <Esc>.
+with <Tab> in one undo step, or dismissed with <Esc>: the plugin asks by itself after the rename, and the test asks
+again once the first suggestion is dismissed.
 
 The engine is the real one, started by the language server on a checkpoint trained to make the next edit of
 ``tests/support/next_edits.py`` (``build_next_edit``): the rename is typed in Neovim, and the suggestion Neovim shows
@@ -81,9 +82,8 @@ poll(20000, function()
 end, function(client) when_ready(client, function()
   vim.api.nvim_buf_set_text(0, 0, 9, 0, 14, { "size" })
   log("renamed: %s", vim.api.nvim_buf_get_lines(0, 0, 1, false)[1])
-  ask(function(result)
-    if not result then return finish(false, "no next edit") end
-    report.edits = result.edits
+  -- The plugin asks by itself after the edit, and draws the answer.
+  poll(30000, function() return #marks() > 0 end, function()
     report.marks = vim.tbl_map(function(mark)
       local details = mark[4]
       return { row = mark[2], hl_group = details.hl_group, virt_lines = details.virt_lines }
@@ -93,7 +93,8 @@ end, function(client) when_ready(client, function()
     poll(5000, function() return #marks() == 0 end, function()
       report.dismissed = text()
       ask(function(again)
-        if not again then return finish(false, "no next edit the second time") end
+        if not again then return finish(false, "no next edit when asked") end
+        report.edits = vim.deepcopy(again.edits)  -- before <Tab>: applying them marks them
         feed("<Tab>")
         poll(5000, function() return text() == cfg.expected end, function()
           report.applied = text()
@@ -103,7 +104,7 @@ end, function(client) when_ready(client, function()
         end, "the edit applied")
       end)
     end, "the dismissal")
-  end)
+  end, "the suggestion after the edit")
 end) end, "the client")
 """
 
