@@ -2,12 +2,13 @@
 suggested edit" code action.
 
 A next edit is a rewrite of an editable window of whole lines around the cursor (``nextEditLines`` above and
-below, fewer where the model's canvas holds less) with the recent edits in the prompt (``diffgemma_lsp.edit_history``): the canvas starts from the code that
-is there with a small share renoised (``nextEditStrength``), so that most of the window is kept, and the model
-sees the code after the window as well as before it. The answer is diffed line by line into ``TextEdit``s inside
-the window, in the document's positions, for the version asked; a window that comes back as it was is "no edit"
-(``null``), and so is an answer computed for a document that has changed since. The last suggestion per document
-is kept for the code action, which editors without a custom UI (Helix) offer on the cursor.
+below, fewer where the model's canvas holds less) with the recent edits in the prompt
+(``diffgemma_lsp.edit_history``): the canvas starts from the code that is there with a small share renoised
+(``nextEditStrength``), so that most of the window is kept, and the model sees the code after the window as well
+as before it. The answer is diffed line by line into ``TextEdit``s inside the window, in the document's positions,
+for the version asked; a window that comes back as it was is "no edit" (``null``), and so is an answer computed
+for a document that has changed since. The last suggestion per document is kept for the code action, which editors
+without a custom UI (Helix) offer on the cursor.
 
 The server computes a suggestion by itself at once when a change applies the last suggestion (the user accepted
 it), and with ``nextEditOnPause`` when a burst of editing ends (``BURST_GAP_S`` without a change, and no completion
