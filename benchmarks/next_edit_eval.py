@@ -39,6 +39,7 @@ from pathlib import Path
 
 import attrs
 
+from benchmarks.keystroke_replay import percentile
 from benchmarks.machine import machine_report
 from benchmarks.report import RESULTS, write_report
 from diffgemma_engine.errors import EngineError
@@ -154,19 +155,16 @@ def summarize(results: list[dict[str, object]]) -> dict[str, object]:
     total = max(len(results), 1)
     suggested = counts["exact"] + counts["wrong"] + counts["false_positive"]
     answered = [result for result in results if result["outcome"] != "refused"]
-    ms = sorted(float(result["ms"]) for result in answered)  # type: ignore[arg-type]
+    ms = [float(result["ms"]) for result in answered]  # type: ignore[arg-type]
     steps = [int(result["steps"]) for result in answered]  # type: ignore[call-overload]
-
-    def percentile(values: list[float], share: float) -> float:
-        return round(values[min(len(values) - 1, int(share * len(values)))], 1) if values else 0.0
 
     return {
         "cases": len(results),
         "shares": {outcome: round(counts[outcome] / total, 3) for outcome in OUTCOMES},
         "false_positives_of_suggestions": round(counts["false_positive"] / suggested, 3) if suggested else 0.0,
         "no_edit": round((counts["missed"] + counts["quiet"]) / total, 3),
-        "ms_p50": percentile(ms, 0.5),
-        "ms_p95": percentile(ms, 0.95),
+        "ms_p50": round(percentile(ms, 0.5), 1) if ms else 0.0,
+        "ms_p95": round(percentile(ms, 0.95), 1) if ms else 0.0,
         "steps_mean": round(statistics.fmean(steps), 2) if steps else 0.0,
     }
 

@@ -100,7 +100,8 @@ def _checkpoint_path(name: str) -> Path:
         ROOT / "tests/support/models.py",
         ROOT / "tests/support/release_format.py",
         ROOT / "tests/support/next_edits.py",
-        ROOT / "diffgemma_lsp/edit_history.py",  # the next-edit checkpoint answers the history the server renders
+        ROOT / "diffgemma_lsp/edit_history.py",  # the next-edit checkpoint answers the request the server builds
+        ROOT / "diffgemma_lsp/next_edit.py",
         ROOT / "tests/data/release/config.json",
         ROOT / "tests/data/release/generation_config.json",
         ROOT / "engine/training/configs.py",

@@ -69,8 +69,9 @@ class OpenAIBackend(StateReporter):
         self.model_id = ""
         """The model the server says answered (else the ``model`` setting); ``""`` until it has answered."""
         self.layout = protocol.Layout.NOT_KNOWN
-        self.canvas_length = 0  # a completions server has no canvas: windows are not fitted to one
         """``Layout.CHAT`` for the ``chat`` prompt format, else ``Layout.FIM``, once the server has answered."""
+        self.canvas_length = 0
+        """A completions server has no canvas: a next edit's window is not fitted to one."""
         self._session: aiohttp.ClientSession | None = None
         self._pending = 0
         self._ids = itertools.count(1)

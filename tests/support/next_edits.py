@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import attrs
-
 from diffgemma_engine.shared import protocol
 from diffgemma_engine.shared.prompt import EDITS_CHUNK_NAME
 from diffgemma_lsp.context import CHARS_PER_TOKEN
+from diffgemma_lsp.document import LineDocument
 from diffgemma_lsp.edit_history import BURST_GAP_S, EditHistory, render
 from diffgemma_lsp.extra_context import file_name
-from diffgemma_lsp.next_edit import NEXT_EDIT_INSTRUCTION
+from diffgemma_lsp.next_edit import next_edit_request
 from diffgemma_lsp.settings import Settings
 
 AREA = "def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n"
@@ -25,7 +24,7 @@ def next_edit_requests(uri: str) -> list[protocol.Infill]:
     """What the language server asks the engine (default settings, no other files) for the next edit anywhere in
     ``RENAMED`` at ``uri`` once the rename was typed into ``AREA``: a rewrite of the window (the whole file) from its
     text, a share renoised; its edit history holds the rename once the typing has paused (``BURST_GAP_S``), and
-    nothing before. Built by the server's own edit history."""
+    nothing before. Built by the server's own edit history and request (``next_edit_request``)."""
     settings = Settings()
     now = 0.0
     history = EditHistory(clock=lambda: now)
@@ -34,19 +33,11 @@ def next_edit_requests(uri: str) -> list[protocol.Infill]:
     now = BURST_GAP_S
     hunks = history.recent(lambda _: after, settings.edit_history_tokens * CHARS_PER_TOKEN)
     assert len(hunks) == 1, hunks
-    asked = protocol.Infill(
-        id="next-edit",
-        uri=uri,
-        prefix="",
-        suffix="",
-        language_id="python",
-        canvas_length=settings.canvas_length,
-        max_steps=settings.rewrite_steps,
-        start=[protocol.StartSegment(text=RENAMED)],
-        strength=settings.next_edit_strength,
-        instruction=NEXT_EDIT_INSTRUCTION,
-    )
-    return [
-        asked,
-        attrs.evolve(asked, extra=[protocol.Chunk(filename=EDITS_CHUNK_NAME, text=render(hunks, file_name))]),
-    ]
+    document = LineDocument(uri, RENAMED, version=2, language_id="python")
+    edits = protocol.Chunk(filename=EDITS_CHUNK_NAME, text=render(hunks, file_name))
+    requests = []
+    for extra in ([], [edits]):
+        asked = next_edit_request(document, 0, settings, 0, extra, "next-edit")
+        assert asked is not None
+        requests.append(asked[1])
+    return requests
