@@ -102,7 +102,9 @@ def build_next_edit(
     return train_until_answered(out_dir, train, requests, FOLLOWED, train_steps, seed, check_seeds)
 
 
-CHECK_DTYPES = ("auto", "float32")
+Load = tuple[str, str | None]
+"""How a checkpoint is loaded for a check: (dtype, quantization)."""
+CHECKS: tuple[Load, ...] = (("auto", None), ("float32", None))
 """Each answer is checked as stored (bfloat16 for the release format) and in float32, as tests load it."""
 TRAIN_ATTEMPTS = 3
 
@@ -114,19 +116,25 @@ def asked_for(document: PromptParts) -> protocol.Infill:
     )
 
 
-def wrong_answer(folder: Path, requests: Sequence[protocol.Infill], expected: str, seeds: Sequence[int]) -> str | None:
+def wrong_answer(
+    folder: Path,
+    requests: Sequence[protocol.Infill],
+    expected: str,
+    seeds: Sequence[int],
+    loads: Sequence[Load] = CHECKS,
+) -> str | None:
     """The first of the engine's answers to ``requests`` (its own load and infill, as served) that is not
-    ``expected``, over ``seeds`` and ``CHECK_DTYPES`` (None: every one is)."""
+    ``expected``, over ``seeds`` and ``loads`` (None: every one is)."""
     from diffgemma_engine.loading.model import load_model
     from diffgemma_engine.request.infill import run_infill
 
-    for dtype in CHECK_DTYPES:
-        loaded = load_model(folder, device="cpu", dtype=dtype)
+    for dtype, quantization in loads:
+        loaded = load_model(folder, device="cpu", dtype=dtype, quantization=quantization)
         for number, request in enumerate(requests):
             for seed in seeds:
                 text = run_infill(loaded, attrs.evolve(request, id=f"check-{number}-{seed}", seed=seed))[0]
-                if text != expected:
-                    return f"{dtype}, request {number}, seed {seed}: {text!r}"  # one miss: trained again
+                if text != expected:  # one miss: trained again
+                    return f"{dtype} {quantization or 'unquantized'}, request {number}, seed {seed}: {text!r}"
     return None
 
 
@@ -138,16 +146,17 @@ def train_until_answered(
     steps: int,
     seed: int,
     seeds: Sequence[int],
+    loads: Sequence[Load] = CHECKS,
 ) -> Path:
     """``train(out_dir, steps, seed)`` until the saved checkpoint answers ``requests`` with ``expected`` for each of
-    ``seeds`` (tests use seed 0 and unseeded draws) in each of ``CHECK_DTYPES`` (``wrong_answer``): a miss trains
+    ``seeds`` (tests use seed 0 and unseeded draws) in each of ``loads`` (``wrong_answer``): a miss trains
     again from the next seed with more steps, and after ``TRAIN_ATTEMPTS`` the build fails with its loss and answer,
     rather than leave a test to fail on its answer."""
     report = []
     for attempt in range(TRAIN_ATTEMPTS):
         attempt_steps = steps * (1 + attempt)
         loss = train(out_dir, attempt_steps, seed + attempt)
-        wrong = wrong_answer(out_dir, requests, expected, seeds)
+        wrong = wrong_answer(out_dir, requests, expected, seeds, loads)
         if wrong is None:
             return out_dir
         report.append(f"seed {seed + attempt}, {attempt_steps} steps, loss {loss:.4f}: {wrong}")

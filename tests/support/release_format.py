@@ -23,6 +23,7 @@ often do, in a code fence, so that tests can check what reaches the editor.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sysconfig
 from pathlib import Path
@@ -199,13 +200,17 @@ INSERTED = "    return a + b"
 """What should reach the editor once the fence is gone."""
 
 
-def build_release_memorized(out_dir: Path, train_steps: int = 400, seed: int = 0) -> Path:
+def build_release_memorized(out_dir: Path, train_steps: int = 1200, seed: int = 0) -> Path:
     """A release-format checkpoint trained to answer ``RAW_ANSWER`` (then ``<turn|>``) to the engine's chat
     prompt for ``ANSWERED_PREFIX``/``ANSWERED_SUFFIX``, laid out by the engine's own code; kept only once the
-    engine answers it so (``train_until_answered``)."""
+    engine answers it so (``train_until_answered``), int8 too where torchao is installed (the int8 tests load it so).
+
+    1,200 steps: after 400 (the checks then took two seeds) 5 in 24 draws of bfloat16 and 8 in 24 of int8 missed the
+    answer (``return a + `` or a garbled fence), and the tests that draw unseeded failed that often; after 1,200, none
+    in 24 of either, and the canvas settles in a few of its 48 steps."""
     from diffgemma_engine.loading.model import DEFAULT_MAX_PROMPT_TOKENS
     from diffgemma_engine.shared.prompt import PromptParts, layout_for
-    from tests.support.models import asked_for, train_to_answer, train_until_answered
+    from tests.support.models import CHECKS, asked_for, train_to_answer, train_until_answered
 
     parts = PromptParts(prefix=ANSWERED_PREFIX, suffix=ANSWERED_SUFFIX, language=ANSWERED_LANGUAGE)
 
@@ -217,8 +222,8 @@ def build_release_memorized(out_dir: Path, train_steps: int = 400, seed: int = 0
         save_release_format(model.eval(), tokenizer, out)
         return loss
 
-    # 48 steps of a 256-token canvas per answer: the seed the tests use, and one more, in both dtypes
-    return train_until_answered(out_dir, train, [asked_for(parts)], RAW_ANSWER, train_steps, seed, seeds=range(2))
+    loads = CHECKS + ((("auto", "int8"),) if importlib.util.find_spec("torchao") else ())
+    return train_until_answered(out_dir, train, [asked_for(parts)], RAW_ANSWER, train_steps, seed, range(4), loads)
 
 
 CONTROL_IDS = {token: token_id for token_id, token in CONTROL_TOKENS.items()}
