@@ -38,19 +38,23 @@ from collections import Counter
 from pathlib import Path
 
 import attrs
+import torch
 
 from benchmarks.keystroke_replay import percentile
 from benchmarks.machine import machine_report
 from benchmarks.report import RESULTS, write_report
 from diffgemma_engine.errors import EngineError
 from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR, LoadedModel, load_model
-from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.request.batch import Row, run_batch
+from diffgemma_engine.request.infill import Answer, run_infill
+from diffgemma_engine.service.worker import distinct_alternatives
 from diffgemma_engine.shared import protocol
 from diffgemma_engine.shared.prompt import EDITS_CHUNK_NAME
 from diffgemma_lsp.document import LineDocument
 from diffgemma_lsp.edit_history import Hunk, render
 from diffgemma_lsp.extra_context import file_name
 from diffgemma_lsp.next_edit import next_edit_request, suggested_window
+from diffgemma_lsp.rewrite import Selection
 from diffgemma_lsp.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,13 +114,27 @@ def find_cases(repo: Path, commits: int) -> list[Case]:
     return cases
 
 
-def judge(case: Case, settings: Settings, loaded: LoadedModel, number: int) -> dict[str, object]:
-    """Ask for the next edit in ``case`` as the language server would, and name the outcome."""
+@attrs.frozen
+class Asked:
+    """A case's request for the next edit, as the language server builds it, and what a right answer would be."""
+
+    window: Selection
+    request: protocol.Infill
+    expected: str | None
+    """The window after the next hunk; None when that hunk lies outside the window."""
+
+    @property
+    def lines(self) -> int:
+        return len(self.window.text.splitlines())
+
+
+def ask(case: Case, settings: Settings, canvas_length: int, number: int) -> Asked:
+    """The request the language server sends for ``diffgemma/nextEdit`` at the end of ``case``'s last hunk made."""
     lines, history = case.text_after(case.made)
     document = LineDocument(case.uri, "".join(lines), version=1)
     cursor = max(0, history[-1].start + len(history[-1].new) - 1)
     extra = [protocol.Chunk(filename=EDITS_CHUNK_NAME, text=render(history, file_name))]
-    asked = next_edit_request(document, cursor, settings, loaded.canvas_length, extra, f"case-{number}")
+    asked = next_edit_request(document, cursor, settings, canvas_length, extra, f"case-{number}")
     assert asked is not None, case
     window, request = asked
     start, end = window.range.start.line, window.range.start.line + len(window.text.splitlines())
@@ -125,13 +143,23 @@ def judge(case: Case, settings: Settings, loaded: LoadedModel, number: int) -> d
     first = i1 + len(lines) - len(case.before)  # the next hunk's place now: the hunks made moved it
     inside = start <= first and first + (i2 - i1) <= end
     expected = "".join(expected_lines[start : end + len(new) - (i2 - i1)]) if inside else None
+    return Asked(window=window, request=request, expected=expected)
+
+
+def judge(case: Case, settings: Settings, loaded: LoadedModel, number: int) -> dict[str, object]:
+    """Ask for the next edit in ``case`` as the language server would, and name the outcome."""
+    asked = ask(case, settings, loaded.canvas_length, number)
+    window, request, expected = asked.window, asked.request, asked.expected
+    inside = expected is not None
     began = time.perf_counter()
     try:
-        text, stop, timings = run_infill(loaded, attrs.evolve(request, seed=number))
+        answers = draws(loaded, request, number)
     except EngineError as exc:
         return {"outcome": "refused", "reason": str(exc), "commit": case.commit, "path": case.path}
     elapsed_ms = (time.perf_counter() - began) * 1000
-    suggestion = suggested_window(window, text, instruct=loaded.layout.name is protocol.Layout.CHAT)
+    stop, timings = answers[0].stop, answers[0].timings
+    texts = [answers[0].text, *distinct_alternatives(answers)]
+    suggestion = suggested_window(window, texts, instruct=loaded.layout.name is protocol.Layout.CHAT)
     if inside:
         outcome = "missed" if suggestion is None else "exact" if suggestion == expected else "wrong"
     else:
@@ -140,7 +168,7 @@ def judge(case: Case, settings: Settings, loaded: LoadedModel, number: int) -> d
         "outcome": outcome,
         "commit": case.commit,
         "path": case.path,
-        "window_lines": end - start,
+        "window_lines": asked.lines,
         "ms": round(elapsed_ms, 1),
         "steps": timings.steps,
         "stop": stop.value,
@@ -148,6 +176,16 @@ def judge(case: Case, settings: Settings, loaded: LoadedModel, number: int) -> d
         "expected": expected,
         "suggested": suggestion,
     }
+
+
+def draws(loaded: LoadedModel, request: protocol.Infill, number: int) -> list[Answer]:
+    """The engine's answer to ``request`` as it serves it: one canvas (seeded with ``number``), or its
+    ``candidates`` in one batch (the batch draws from torch's generator, seeded with ``number`` here)."""
+    if request.candidates == 1:
+        return [run_infill(loaded, attrs.evolve(request, seed=number))]
+    torch.manual_seed(number)
+    row = Row(request=request, cache_key=("case", number), should_stop=lambda: None)
+    return run_batch(loaded, [row] * request.candidates)
 
 
 def summarize(results: list[dict[str, object]]) -> dict[str, object]:
@@ -177,6 +215,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--draws", type=int, default=Settings().next_edit_draws, help="nextEditDraws (1: eager)")
     parser.add_argument("--json", type=Path, default=RESULTS / "next_edit_eval.json")
     parser.add_argument("--plot", type=Path, default=None, help="default: the --json path with .png")
     args = parser.parse_args()
@@ -184,13 +223,17 @@ def main() -> None:
     cases = find_cases(args.repo, args.commits)
     chosen = random.Random(args.seed).sample(cases, min(args.n, len(cases)))
     loaded = load_model(args.model, args.device, "float32" if args.device == "cpu" else None)
-    settings = Settings()
+    settings = Settings(next_edit_draws=args.draws)
     results = [judge(case, settings, loaded, number) for number, case in enumerate(chosen)]
     figures: dict[str, object] = {
         "model": str(args.model),
         "repo": str(args.repo),
         "cases_found": len(cases),
-        "settings": {"nextEditLines": settings.next_edit_lines, "nextEditStrength": settings.next_edit_strength},
+        "settings": {
+            "nextEditLines": settings.next_edit_lines,
+            "nextEditStrength": settings.next_edit_strength,
+            "nextEditDraws": settings.next_edit_draws,
+        },
         "canvas_tokens": loaded.canvas_length,
         "seed": args.seed,
         **summarize(results),

@@ -13,8 +13,11 @@ without a custom UI (Helix) offer on the cursor.
 The server computes a suggestion by itself at once when a change applies the last suggestion (the user accepted
 it), and with ``nextEditOnPause`` when a burst of editing ends (``BURST_GAP_S`` without a change, and no completion
 or rewrite in flight or completion on screen there); a request for that version near it takes it, and the code
-action offers it, so editors that never ask (Helix, Zed) get next edits too. Not here yet: "no edit" when the
-model is not confident (its entropy and stability are to be measured first).
+action offers it, so editors that never ask (Helix, Zed) get next edits too.
+
+"No edit" is also the answer when the model is not sure: the engine draws ``nextEditDraws`` canvases in one batch and
+an edit is suggested only when they all write it. Measured against the canvas's entropy (``benchmarks/README.md``),
+the draws' agreement is what separated real edits from noise.
 """
 
 from __future__ import annotations
@@ -148,15 +151,21 @@ def next_edit_request(
     except (JsonRpcInvalidParams, PositionError):
         return None
     request = build_request(window, settings, NEXT_EDIT_INSTRUCTION, extra, request_id, settings.next_edit_strength)
-    return window, request
+    return window, attrs.evolve(request, candidates=settings.next_edit_draws)
 
 
-def suggested_window(window: Selection, answer: str, instruct: bool) -> str | None:
-    """The window as the engine's ``answer`` rewrites it, post-processed as a rewrite's replacement is (``instruct``:
-    an instruction model's answer); None when that is no edit."""
-    text = postprocess_replacement(
-        window.prefix, window.text, window.suffix, answer, window.language_id, instruct=instruct
-    )
+def suggested_window(window: Selection, answers: Sequence[str], instruct: bool) -> str | None:
+    """The window as the engine's ``answers`` rewrite it (its draws: the first, then the others that differ from it),
+    each post-processed as a rewrite's replacement is (``instruct``: an instruction model's answers); None when that
+    is no edit, or when the draws do not all come to the same window (the model is not sure of an edit: measured,
+    this is what sets a model's real next edits apart from its noise, see ``nextEditDraws`` in the README)."""
+    windows = {
+        postprocess_replacement(
+            window.prefix, window.text, window.suffix, answer, window.language_id, instruct=instruct
+        )
+        for answer in answers
+    }
+    text = windows.pop() if len(windows) == 1 else None
     return None if text is None or text == window.text else text
 
 
@@ -379,7 +388,8 @@ class NextEdits:
         completer.answered()
         if result.stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED):
             raise Interrupted(result.stop.value)
-        text = suggested_window(window, result.text, instruct=backend.layout is protocol.Layout.CHAT)
+        answers = [result.text, *result.alternatives]
+        text = suggested_window(window, answers, instruct=backend.layout is protocol.Layout.CHAT)
         if text is None or not computed_on(window, completer.open_document(args.uri)):
             return None
         edits = line_edits(window, text)

@@ -134,6 +134,9 @@ class Settings:
     (Helix, Zed): offered as the code action "Apply suggested edit"."""
     next_edit_strength: float = attrs.field(default=0.3, validator=_share)
     """Share of a next edit's window renoised at the start (small: most of the window is kept)."""
+    next_edit_draws: int = attrs.field(default=2, validator=[attrs.validators.ge(1), attrs.validators.le(4)])
+    """How sure the model must be of a next edit: the draws (canvas rows of one batch, 1 to 4) that must all write
+    the same edit for it to be suggested; 1 suggests whatever one draw writes (eager)."""
     rewrite_steps: int = attrs.field(default=0, validator=_at_most(protocol.MAX_STEPS))
     """Most denoising steps per rewrite (of which about ``rewrite_strength`` run); 0: the model's own."""
 

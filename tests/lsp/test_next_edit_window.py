@@ -9,8 +9,9 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
 from diffgemma_lsp.document import LineDocument
-from diffgemma_lsp.next_edit import edit_window, line_edits, parse_arguments
+from diffgemma_lsp.next_edit import edit_window, line_edits, next_edit_request, parse_arguments, suggested_window
 from diffgemma_lsp.rewrite import read_selection
+from diffgemma_lsp.settings import Settings
 
 SOURCE = "".join(f"line {index}\n" for index in range(30))
 
@@ -71,6 +72,27 @@ def test_the_edits_rebuild_the_answer_and_touch_only_changed_lines(new_window: s
     assert edits and all(edit.range.start.character == 0 and edit.range.end.character == 0 for edit in edits)
     assert _applied(document, edits) == SOURCE.replace("line 5\nline 6\nline 7\n", new_window)
     assert line_edits(selection, selection.text) == []
+
+
+def test_an_edit_is_suggested_only_when_every_draw_writes_it() -> None:
+    """The measured signal (benchmarks/next_edit_signals.py): a model's real next edit comes back from each of its
+    draws, its noise does not. Draws that differ only in what post-processing removes still agree."""
+    document = LineDocument("file:///a.py", SOURCE, version=1)
+    window = read_selection(document, edit_window(document, 6, 1), 4096)
+    edited = "line 5\nline 6 changed\nline 7\n"
+    assert suggested_window(window, [edited], instruct=False) == edited  # one draw: what it writes
+    assert suggested_window(window, [edited, edited.rstrip("\n") + "  \n"], instruct=False) == edited
+    assert suggested_window(window, [edited, "line 5\nline 6 other\nline 7\n"], instruct=False) is None
+    assert suggested_window(window, [edited, window.text], instruct=False) is None  # one draw keeps the window
+    assert suggested_window(window, [window.text], instruct=False) is None  # no edit
+
+
+@pytest.mark.parametrize("draws", [1, 2, 4])
+def test_the_request_asks_for_the_draws_the_setting_wants(draws: int) -> None:
+    document = LineDocument("file:///a.py", SOURCE, version=1)
+    asked = next_edit_request(document, 6, Settings(next_edit_draws=draws), 0, [], "id")
+    assert asked is not None
+    assert asked[1].candidates == draws and asked[1].start and asked[1].strength == pytest.approx(0.3)
 
 
 def test_an_edit_at_the_documents_end_without_a_line_break() -> None:

@@ -104,6 +104,7 @@ async def test_the_next_edit_is_the_renamed_parameters_use_and_its_action_applie
         (sent,) = engine.rewrites()
         assert [segment.text for segment in sent.start] == [RENAMED]  # the window: every line, 10 each way
         assert sent.strength == pytest.approx(0.3)  # most of the window kept
+        assert sent.candidates == 2  # two draws, which wrote the same edit (the fake engine lists no other)
         (action,) = [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]
         assert action.kind == APPLY_KIND and action.edit is not None
         assert editor.apply(action.edit).applied  # what the editor does with the action's edit
@@ -135,6 +136,26 @@ async def test_a_window_that_comes_back_unchanged_is_no_edit(isolated_env: Path)
             await client.protocol.send_request_async(
                 "diffgemma/nextEdit", {"textDocument": {"uri": URI, "version": 1}, "position": {"line": -1}}
             )
+
+
+async def test_draws_that_write_different_edits_are_no_edit_unless_one_draw_is_enough(isolated_env: Path) -> None:
+    """``nextEditDraws`` (2 by default): the engine is asked for that many draws of the window, and an edit is
+    suggested only when they all write it; with 1, whatever the one draw writes."""
+    engine = Rewrites(answer=FOLLOWED)
+    engine.alternatives = [FOLLOWED.replace("return size * height", "return size * size")]
+    engine.release.set()
+    async with session(isolated_env, engine) as (client, _):
+        assert await next_edit(client, 0, 13) is None
+        (sent,) = engine.rewrites()
+        assert sent.candidates == 2
+        assert not [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]
+    engine = Rewrites(answer=FOLLOWED)
+    engine.alternatives = [FOLLOWED.replace("return size * height", "return size * size")]
+    engine.release.set()
+    async with session(isolated_env, engine, nextEditDraws=1) as (client, _):
+        suggestion = plain(await next_edit(client, 0, 13))
+        assert isinstance(suggestion, dict) and suggestion["edits"][0]["newText"] == "    return size * height\n"
+        assert engine.rewrites()[0].candidates == 1
 
 
 async def _rewrites_reach(engine: Rewrites, count: int) -> None:

@@ -60,6 +60,9 @@ class Rewrites:
     def __init__(self, answer: str, features: tuple[str, ...] = (protocol.REWRITE_FEATURE,)) -> None:
         self.answer = answer
         """The text every rewrite is answered with (completions get "")."""
+        self.alternatives: list[str] = []
+        """The other draws' texts that differ from ``answer``, as the engine answers a request of several
+        candidates (as many as the request has other candidates; none: every draw wrote ``answer``)."""
         self.features = list(features)
         """What the handshake lists (none: an engine that predates rewrites)."""
         self.received: list[protocol.Infill] = []
@@ -94,7 +97,12 @@ class Rewrites:
                 if self.rewrites().index(request) in self.superseded:
                     result = protocol.Result(id=request.id, text="", stop=protocol.StopReason.SUPERSEDED)
                 else:
-                    result = protocol.Result(id=request.id, text=self.answer, stop=protocol.StopReason.EOS)
+                    result = protocol.Result(
+                        id=request.id,
+                        text=self.answer,
+                        stop=protocol.StopReason.EOS,
+                        alternatives=self.alternatives[: request.candidates - 1],
+                    )
                 writer.write(protocol.encode(result))
 
             try:

@@ -71,7 +71,7 @@ def build_memorized(
 
 
 def build_next_edit(
-    out_dir: Path, train_steps: int = 1000, seed: int = 0, check_seeds: Sequence[int] = range(8)
+    out_dir: Path, train_steps: int = 2000, seed: int = 0, check_seeds: Sequence[int] = range(8)
 ) -> Path:
     """A checkpoint that makes the next edit of ``tests/support/next_edits.py``: asked for the next edit after the
     rename (``next_edit_requests``: the window's canvas starts from ``RENAMED``, with the rename in the edit history
@@ -123,18 +123,20 @@ def wrong_answer(
     seeds: Sequence[int],
     loads: Sequence[Load] = CHECKS,
 ) -> str | None:
-    """The first of the engine's answers to ``requests`` (its own load and infill, as served) that is not
-    ``expected``, over ``seeds`` and ``loads`` (None: every one is)."""
+    """The first of the engine's answers to ``requests`` (its own load and infill, as served: each of a request's
+    ``candidates``, drawn in one batch) that is not ``expected``, over ``seeds`` and ``loads`` (None: every one
+    is)."""
+    from benchmarks.next_edit_eval import draws
     from diffgemma_engine.loading.model import load_model
-    from diffgemma_engine.request.infill import run_infill
 
     for dtype, quantization in loads:
         loaded = load_model(folder, device="cpu", dtype=dtype, quantization=quantization)
         for number, request in enumerate(requests):
             for seed in seeds:
-                text = run_infill(loaded, attrs.evolve(request, id=f"check-{number}-{seed}", seed=seed))[0]
-                if text != expected:  # one miss: trained again
-                    return f"{dtype} {quantization or 'unquantized'}, request {number}, seed {seed}: {text!r}"
+                for answer in draws(loaded, attrs.evolve(request, id=f"check-{number}-{seed}"), seed):
+                    if answer.text != expected:  # one miss: trained again
+                        load = f"{dtype} {quantization or 'unquantized'}"
+                        return f"{load}, request {number}, seed {seed}: {answer.text!r}"
     return None
 
 

@@ -4,7 +4,7 @@
 -- quantization, runtime, vllmCommand, stepMode,
 -- engineIdleExitMinutes, canvasLength, steps, contextTokens, extraContextTokens, editHistoryTokens,
 -- repoContextTokens, debounceMs, deadlineMs, candidates, backend, openaiUrl, openaiModel, openaiApiKeyEnv, openaiPromptFormat, rewriteEnabled,
--- rewriteStrength, rewriteSteps, nextEditEnabled, nextEditLines, nextEditOnPause, nextEditStrength.
+-- rewriteStrength, rewriteSteps, nextEditEnabled, nextEditLines, nextEditOnPause, nextEditStrength, nextEditDraws.
 return {
   cmd = { "diffgemma-lsp", "--stdio" },
   filetypes = {
