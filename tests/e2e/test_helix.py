@@ -121,9 +121,18 @@ def _write_and_wait(session: str, source: Path, text: str, timeout: float = 10) 
     time.sleep(0.3)  # apart, or the terminal reads Escape and ":" as Alt-:
     _tmux("send-keys", "-t", session, ":w", "Enter")
     deadline = time.monotonic() + timeout
-    while source.read_text() != text and time.monotonic() < deadline:
+    while _read(source) != text and time.monotonic() < deadline:
         time.sleep(0.2)
     return source.read_text()
+
+
+def _read(source: Path) -> str | None:
+    """The file's text; None while it is not there (Helix saves by writing a new file and renaming it over the old:
+    between the two the name is missing)."""
+    try:
+        return source.read_text()
+    except FileNotFoundError:
+        return None
 
 
 def test_menu_item_inserts_the_whole_multi_line_completion(isolated_env: Path, memorized_model_dir: Path) -> None:
