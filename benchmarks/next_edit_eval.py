@@ -228,6 +228,7 @@ def main() -> None:
     figures: dict[str, object] = {
         "model": str(args.model),
         "repo": str(args.repo),
+        "repo_head": _git(args.repo, "rev-parse", "--short", "HEAD").strip(),
         "cases_found": len(cases),
         "settings": {
             "nextEditLines": settings.next_edit_lines,

@@ -12,10 +12,11 @@ Two sets of answers, each case asked as the language server asks (``next_edit_re
   suggests is noise, ``benchmarks/next_edit_eval.py`` finds none exact) asked ``--n`` cases of
   ``next_edit_eval`` (the commits of ``--repo``, default this checkout).
 
-For each answer, one draw (seeded) gives its suggestion and the mean entropy of its canvas at the last step it ran
-(the quantity the sampler's stopping rule reads); a batch of two draws gives whether both write the same edit
-(``nextEditDraws`` 2). Reported: for each set, the share of draws that suggest an edit, the entropy of those, the
-share of cases that two agreeing draws keep; and for noise, the share that an entropy bound at the real edits'
+For each answer, one draw (seeded) gives its suggestion, the mean entropy of its canvas at the last step it ran
+(the quantity the sampler's stopping rule reads) and whether the canvas settled (stable and sure by that rule)
+before its schedule ended; a batch of two draws gives whether both write the same edit (``nextEditDraws`` 2).
+Reported: for each set, the share of draws that suggest an edit, the entropy of those and the share that settled,
+the share of cases that two agreeing draws keep; and for noise, the share that an entropy bound at the real edits'
 highest would let through. Two small models: the figures say which signal to build on, not the release's rates.
 """
 
@@ -30,12 +31,14 @@ import attrs
 import torch
 
 from benchmarks.machine import machine_report
-from benchmarks.next_edit_eval import ROOT, Asked, ask, draws, find_cases
+from benchmarks.next_edit_eval import ROOT, Asked, _git, ask, draws, find_cases
 from benchmarks.report import RESULTS, write_report
 from diffgemma_engine.canvas.compiled import DecoderStep
 from diffgemma_engine.canvas.sampler import Scores
+from diffgemma_engine.canvas.start import start_step
 from diffgemma_engine.errors import EngineError
 from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR, LoadedModel, load_model
+from diffgemma_engine.request.infill import check_request
 from diffgemma_engine.service.worker import distinct_alternatives
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.next_edit import suggested_window
@@ -65,7 +68,13 @@ def measure(loaded: LoadedModel, asked: Asked, seed: int) -> dict[str, object] |
         return None
     suggestion = suggested_window(asked.window, [one.text], instruct)
     agreed = suggested_window(asked.window, [two[0].text, *distinct_alternatives(two)], instruct)
-    return {"edit": suggestion is not None, "entropy": log.last, "kept_by_two": agreed is not None}
+    schedule = start_step(asked.request.strength, check_request(loaded, asked.request)[1])
+    return {
+        "edit": suggestion is not None,
+        "entropy": log.last,
+        "settled": one.timings.steps < schedule,
+        "kept_by_two": agreed is not None,
+    }
 
 
 def checkpoint_requests(uri: str) -> list[Asked]:
@@ -91,6 +100,7 @@ def summary(rows: list[dict[str, object]]) -> dict[str, object]:
         "edit_share": round(len(edits) / max(len(rows), 1), 3),
         "edit_entropy_median": statistics.median(entropies) if entropies else None,
         "edit_entropy_max": entropies[-1] if entropies else None,
+        "edit_settled_share": round(sum(bool(row["settled"]) for row in edits) / max(len(edits), 1), 3),
         "kept_by_two_share": round(sum(bool(row["kept_by_two"]) for row in rows) / max(len(rows), 1), 3),
     }
 
@@ -129,6 +139,7 @@ def main() -> None:
     figures: dict[str, object] = {
         "checkpoint": str(args.checkpoint),
         "model": str(args.model),
+        "repo_head": _git(args.repo, "rev-parse", "--short", "HEAD").strip(),
         "real": real_summary,
         "noise": noise_summary,
         "noise_edits_within_real_entropy": round(len(passing) / max(len(noise_edits), 1), 3),

@@ -25,6 +25,6 @@ def test_the_figures_set_the_checkpoints_real_edit_beside_the_shipped_models_noi
     assert real["edit_share"] == 1.0  # its seeded draws are the ones its build checked
     assert 0 < real["edit_entropy_max"] < 0.01
     assert [row["edit"] for row in figures["real_rows"]] == [True] * 4
-    assert set(figures["noise_rows"][0]) == {"edit", "entropy", "kept_by_two"}
+    assert set(figures["noise_rows"][0]) == {"edit", "entropy", "settled", "kept_by_two"}
     assert 0.0 <= figures["noise_edits_within_real_entropy"] <= 1.0
     assert out.with_suffix(".png").is_file()
