@@ -63,6 +63,7 @@ def measure(loaded: LoadedModel, asked: Asked, seed: int) -> dict[str, object] |
     loaded.serving.step = log
     try:
         (one,) = draws(loaded, attrs.evolve(asked.request, candidates=1), seed)
+        entropy = log.last  # the one draw's (the batch below runs the step again)
         two = draws(loaded, attrs.evolve(asked.request, candidates=2), seed)
     except EngineError:
         return None
@@ -71,7 +72,7 @@ def measure(loaded: LoadedModel, asked: Asked, seed: int) -> dict[str, object] |
     schedule = start_step(asked.request.strength, check_request(loaded, asked.request)[1])
     return {
         "edit": suggestion is not None,
-        "entropy": log.last,
+        "entropy": entropy,
         "settled": one.timings.steps < schedule,
         "kept_by_two": agreed is not None,
     }
