@@ -90,19 +90,19 @@ class Case:
         return f"file:///repo/{self.path}"
 
 
-def _git(repo: Path, *args: str) -> str:
+def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
 
 
 def find_cases(repo: Path, commits: int) -> list[Case]:
     """Every case of the last ``commits`` commits (merges left out) that touch Python files in two hunks or more."""
     cases = []
-    for commit in _git(repo, "log", "--no-merges", f"-n{commits}", "--format=%H").split():
-        for path in _git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=M", commit).split():
+    for commit in git(repo, "log", "--no-merges", f"-n{commits}", "--format=%H").split():
+        for path in git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=M", commit).split():
             if not path.endswith(".py"):
                 continue
-            before = _git(repo, "show", f"{commit}^:{path}").splitlines(keepends=True)
-            after = _git(repo, "show", f"{commit}:{path}").splitlines(keepends=True)
+            before = git(repo, "show", f"{commit}^:{path}").splitlines(keepends=True)
+            after = git(repo, "show", f"{commit}:{path}").splitlines(keepends=True)
             if len(before) > MAX_FILE_LINES:
                 continue
             matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
@@ -158,8 +158,7 @@ def judge(case: Case, settings: Settings, loaded: LoadedModel, number: int) -> d
         return {"outcome": "refused", "reason": str(exc), "commit": case.commit, "path": case.path}
     elapsed_ms = (time.perf_counter() - began) * 1000
     stop, timings = answers[0].stop, answers[0].timings
-    texts = [answers[0].text, *distinct_alternatives(answers)]
-    suggestion = suggested_window(window, texts, instruct=loaded.layout.name is protocol.Layout.CHAT)
+    suggestion = suggestion_of(loaded, window, answers)
     if inside:
         outcome = "missed" if suggestion is None else "exact" if suggestion == expected else "wrong"
     else:
@@ -186,6 +185,13 @@ def draws(loaded: LoadedModel, request: protocol.Infill, number: int) -> list[An
     torch.manual_seed(number)
     row = Row(request=request, cache_key=("case", number), should_stop=lambda: None)
     return run_batch(loaded, [row] * request.candidates)
+
+
+def suggestion_of(loaded: LoadedModel, window: Selection, answers: list[Answer]) -> str | None:
+    """What the language server makes of the engine's draws: the first answer and the other distinct ones, as the
+    wire carries them, through ``suggested_window``."""
+    texts = [answers[0].text, *distinct_alternatives(answers)]
+    return suggested_window(window, texts, instruct=loaded.layout.name is protocol.Layout.CHAT)
 
 
 def summarize(results: list[dict[str, object]]) -> dict[str, object]:
@@ -228,7 +234,7 @@ def main() -> None:
     figures: dict[str, object] = {
         "model": str(args.model),
         "repo": str(args.repo),
-        "repo_head": _git(args.repo, "rev-parse", "--short", "HEAD").strip(),
+        "repo_head": git(args.repo, "rev-parse", "--short", "HEAD").strip(),
         "cases_found": len(cases),
         "settings": {
             "nextEditLines": settings.next_edit_lines,

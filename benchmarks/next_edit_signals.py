@@ -31,7 +31,7 @@ import attrs
 import torch
 
 from benchmarks.machine import machine_report
-from benchmarks.next_edit_eval import ROOT, Asked, _git, ask, draws, find_cases
+from benchmarks.next_edit_eval import ROOT, Asked, ask, draws, find_cases, git, suggestion_of
 from benchmarks.report import RESULTS, write_report
 from diffgemma_engine.canvas.compiled import DecoderStep
 from diffgemma_engine.canvas.sampler import Scores
@@ -39,9 +39,6 @@ from diffgemma_engine.canvas.start import start_step
 from diffgemma_engine.errors import EngineError
 from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR, LoadedModel, load_model
 from diffgemma_engine.request.infill import check_request
-from diffgemma_engine.service.worker import distinct_alternatives
-from diffgemma_engine.shared import protocol
-from diffgemma_lsp.next_edit import suggested_window
 from diffgemma_lsp.settings import Settings
 
 
@@ -58,7 +55,6 @@ class EntropyLog(DecoderStep):
 
 def measure(loaded: LoadedModel, asked: Asked, seed: int) -> dict[str, object] | None:
     """One seeded draw's suggestion and last-step entropy, and whether two draws agree on an edit; None: refused."""
-    instruct = loaded.layout.name is protocol.Layout.CHAT
     log = EntropyLog(loaded.model)
     loaded.serving.step = log
     try:
@@ -67,8 +63,8 @@ def measure(loaded: LoadedModel, asked: Asked, seed: int) -> dict[str, object] |
         two = draws(loaded, attrs.evolve(asked.request, candidates=2), seed)
     except EngineError:
         return None
-    suggestion = suggested_window(asked.window, [one.text], instruct)
-    agreed = suggested_window(asked.window, [two[0].text, *distinct_alternatives(two)], instruct)
+    suggestion = suggestion_of(loaded, asked.window, [one])
+    agreed = suggestion_of(loaded, asked.window, two)
     schedule = start_step(asked.request.strength, check_request(loaded, asked.request)[1])
     return {
         "edit": suggestion is not None,
@@ -140,7 +136,7 @@ def main() -> None:
     figures: dict[str, object] = {
         "checkpoint": str(args.checkpoint),
         "model": str(args.model),
-        "repo_head": _git(args.repo, "rev-parse", "--short", "HEAD").strip(),
+        "repo_head": git(args.repo, "rev-parse", "--short", "HEAD").strip(),
         "real": real_summary,
         "noise": noise_summary,
         "noise_edits_within_real_entropy": round(len(passing) / max(len(noise_edits), 1), 3),
