@@ -13,7 +13,7 @@ from pathlib import Path
 
 import attrs
 
-from diffgemma_engine.shared import socket_paths
+from diffgemma_engine.shared import logfile, socket_paths
 from diffgemma_lsp.backends.base import Backend, BackendState, StateListener
 from diffgemma_lsp.backends.local import EngineClient, ExitCheck
 from diffgemma_lsp.settings import Settings
@@ -32,8 +32,7 @@ def idle_exit_argument(minutes: int | None) -> str:
 
 def engine_log_path() -> Path:
     """Where a started engine writes its log."""
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return base / "diffgemma" / "engine.log"
+    return logfile.state_folder() / "engine.log"
 
 
 def engine_command(socket_path: Path, engine: EngineSettings, log_path: Path | None = None) -> list[str]:

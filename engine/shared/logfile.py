@@ -13,6 +13,11 @@ from pathlib import Path
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+def state_folder() -> Path:
+    """The folder of the project's logs: ``$XDG_STATE_HOME/diffgemma``, by default ``~/.local/state/diffgemma``."""
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "diffgemma"
+
+
 def private_file_handler(path: Path | str) -> logging.FileHandler:
     """A handler appending to ``path`` (``~`` expanded, folders made), the file created 0600 if it is new."""
     path = Path(path).expanduser()
@@ -27,11 +32,15 @@ def setup_logging(
     *,
     extra: Sequence[logging.Handler] = (),
     quiet: Mapping[str, int] | None = None,
+    stderr_level: int = logging.NOTSET,
 ) -> None:
     """The root logger at ``level`` (a name: ``info``, ``DEBUG``), writing to stderr, to ``log_file`` when given
     (created 0600) and to the ``extra`` handlers, each in :data:`FORMAT` unless it has its own formatter; the
-    loggers named in ``quiet`` at the level given there (other libraries' chatter)."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    loggers named in ``quiet`` at the level given there (other libraries' chatter). Stderr takes only the records
+    at ``stderr_level`` and above (the language server's editor shows what it writes there as errors)."""
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setLevel(stderr_level)
+    handlers: list[logging.Handler] = [stderr]
     if log_file is not None:
         handlers.append(private_file_handler(log_file))
     handlers += extra

@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from lsprotocol import types
 from pygls.workspace import TextDocument
@@ -132,10 +132,12 @@ class RawLsp:
         self._reader = asyncio.ensure_future(self._read_all())
 
     @classmethod
-    async def start(cls, command: list[str]) -> RawLsp:
-        """Start the server process."""
+    async def start(
+        cls, command: list[str], stderr: int | IO[bytes] = asyncio.subprocess.DEVNULL, env: dict[str, str] | None = None
+    ) -> RawLsp:
+        """Start the server process (its error output to ``stderr``, in ``env`` when given)."""
         process = await asyncio.create_subprocess_exec(
-            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env
         )
         return cls(process)
 
