@@ -35,12 +35,18 @@ def _workspace_of(file: Path) -> Path:
     return file.parent
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``diffgemma-lsp context``."""
     parser = argparse.ArgumentParser(prog="diffgemma-lsp context", description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("location", help="FILE:LINE:COL, 1-based")
+    parser.add_argument("location", metavar="FILE:LINE:COL", help="the position, line and column counted from 1")
     parser.add_argument("--workspace", type=Path, default=None, help="the workspace folder (default: the repository)")
     parser.add_argument("--json", action="store_true", help='{"prefix", "suffix", "chunks": [{origin, path, text}]}')
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Print what the model would be sent at the position."""
+    args = build_parser().parse_args(argv)
     try:
         file, line, column = _location(args.location)
         file = file.resolve()

@@ -239,8 +239,8 @@ def render(report: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    """``diffgemma-lsp doctor [--engine-socket PATH | --model DIR|ID [--device D]] [--probe] [--plan] [--json]``."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``diffgemma-lsp doctor``."""
     parser = argparse.ArgumentParser(prog="diffgemma-lsp doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--engine-socket", type=Path, default=None, help="the engine to check")
     parser.add_argument("--model", default=None, help="check the engine that serves this model (the model setting)")
@@ -257,7 +257,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--plan", action="store_true", help="also show the model's memory plan (always shown when its load failed)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """``diffgemma-lsp doctor``: the report, and its status as the exit status."""
+    args = build_parser().parse_args(argv)
     socket_path = args.engine_socket or socket_paths.socket_path_for(args.model, args.device, args.quantization)
     report, status = asyncio.run(gather(socket_path.expanduser(), args.probe))
     if report.get("ready"):

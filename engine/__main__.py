@@ -5,11 +5,12 @@ diffgemma-engine infill [--model DIR|ID] [--prefix FILE] [--suffix FILE] [--lang
                         [--start FILE [--strength S] [--instruction TEXT]]
                                                     (prefix from stdin by default; with --start, a rewrite of
                                                     the text in FILE between prefix and suffix)
-diffgemma-engine plan   [--model DIR|ID] [--device D] [--quantization Q] [--max-memory SPEC] [--json]
+diffgemma-engine plan   [--model DIR|ID] [--device D] [--quantization Q] [--max-memory SPEC] [--rows N] [--json]
                                                     (memory and placement from the config; loads no weights; for a
                                                     hub id, fetches its config.json alone)
 diffgemma-engine pull   ID [--revision R]           (download what loading needs into huggingface_hub's cache)
 
+Every option of every command: ``diffgemma-engine COMMAND --help`` and the README's "Command line".
 DIR is a checkpoint folder; ID a hub id (owner/name) in huggingface_hub's cache, loaded with no network.
 """
 

@@ -291,8 +291,8 @@ async def serve(args: argparse.Namespace) -> None:
         await engine.close()
 
 
-def main(argv: list[str]) -> int:
-    """``diffgemma-lsp openai [--host H] [--port P] [--engine-socket PATH] [--model DIR|ID]``."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``diffgemma-lsp openai``."""
     parser = argparse.ArgumentParser(prog="diffgemma-lsp openai", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)")
@@ -323,7 +323,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--log-file", type=Path, default=None)
     parser.add_argument("-v", "--verbose", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """``diffgemma-lsp openai``: serve until interrupted."""
+    args = build_parser().parse_args(argv)
     setup_logging("debug" if args.verbose else "info", args.log_file)
     try:
         asyncio.run(serve(args))
