@@ -1,7 +1,7 @@
-"""One completion request, from the cursor to the distinct answers: reuse → debounce → ask (latest wins) → stale
-check → post-process.
+"""One completion request, from the cursor to the distinct answers: reuse → debounce → ask (latest wins, a rewrite
+goes first: ``owners.py``) → stale check → post-process.
 
-``Completer`` holds what lives between requests (the call in flight per document, the shown completions, the
+``Completer`` holds what lives between requests (the request in flight per document, the shown completions, the
 extra context); the language server hands it the backend, the open documents and the settings, and turns its
 answers into LSP items. ``infill_edits`` post-processes a backend's answer for the HTTP endpoint too.
 """
@@ -31,6 +31,7 @@ from diffgemma_lsp.context import (
 )
 from diffgemma_lsp.edit_history import EditHistory, render
 from diffgemma_lsp.extra_context import ExtraContext, file_name
+from diffgemma_lsp.owners import DocumentOwners, Kind
 from diffgemma_lsp.postprocess import Edit, postprocess
 from diffgemma_lsp.repo.assembly import RECENT_EDIT, RECENT_FILE, ContextChunk
 from diffgemma_lsp.repo.live import LiveIndex
@@ -53,7 +54,7 @@ def infill_edits(
 
 
 class Completer:
-    """Completions at a cursor, latest-wins per document."""
+    """Completions at a cursor, latest-wins per document (``owners``)."""
 
     def __init__(
         self,
@@ -67,8 +68,9 @@ class Completer:
         """The open document a uri names, or None."""
         self.answered = answered
         """Called when the backend has answered a request (with a result or a refusal)."""
-        self.latest: dict[str, asyncio.Future[protocol.Result]] = {}
-        """Per document uri, the call in flight (or the debounce marker); a newer request cancels it."""
+        self.owners = DocumentOwners()
+        """Per document uri, the engine request in flight (a completion, its debounce, a rewrite or a next edit): who
+        goes first is decided there, for every feature."""
         self.last_latency_ms: float | None = None
         self.last_timings: protocol.Timings | None = None
         """The backend's own timings of the last completion."""
@@ -93,17 +95,17 @@ class Completer:
             raise JsonRpcInvalidParams(str(exc)) from None
 
     def forget(self, uri: str) -> None:
-        """A closed document: forget its shown completion and its chunk of extra context, and stop its work."""
-        self.shown.forget(uri)
+        """A closed document: forget its chunk of extra context and what :meth:`forget_text` forgets."""
         self.extra.remove(uri)
-        self.history.forget(uri)
         self.repo.document_closed(uri)
-        self.stop(uri)
+        self.forget_text(uri)
 
-    def stop(self, uri: str) -> None:
-        """Stop the completion in flight for ``uri``, if any (it answers empty)."""
-        if (call := self.latest.pop(uri, None)) is not None:
-            call.cancel()
+    def forget_text(self, uri: str) -> None:
+        """A document closed or opened anew: what was computed for its text goes (its shown completion, its edits),
+        and the engine's work for it stops."""
+        self.shown.forget(uri)
+        self.history.forget(uri)
+        self.owners.stop(uri)
 
     def _text_of(self, uri: str) -> str | None:
         document = self.open_document(uri)
@@ -151,36 +153,28 @@ class Completer:
             return []
         document, context = self.context_at(uri, position, settings.context_tokens)
         source = document.source
-        previous = self.latest.pop(uri, None)
-        if previous is not None:
-            previous.cancel()
-        if candidates == 1 and (rest := self.shown.lookup(uri, source, context.offset)) is not None:
-            return [(context, rest)]  # the user is typing what we suggested: no model call
-        if automatic and settings.debounce_ms and not await self._debounce(uri, settings.debounce_ms):
-            return []  # a newer request for this document came in while we waited
-        extra = self.extra_chunks(settings, uri, context.position.line)
-        language_id = document.language_id or ""
-        request = protocol.Infill(
-            id="",  # the backend's next id, given when it is sent
-            uri=uri,
-            prefix=context.prefix,
-            suffix=context.suffix,
-            extra=extra,
-            language_id=language_id,
-            doc_version=context.version or 0,
-            canvas_length=settings.canvas_length,
-            max_steps=settings.steps,
-            deadline_ms=settings.deadline_ms,
-            scope=protocol.cursor_scope(context.prefix),
-            candidates=candidates,
-        )
-        answer = await self._ask(request, explicit=not automatic)
+        # the request's hold on the document while nothing is sent yet (a newer completion or a rewrite cancels it)
+        marker: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if not self.owners.claim(uri, Kind.COMPLETION, marker):
+            logger.info("no completion for %s: a rewrite of it is being computed", uri)
+            return []
+        try:
+            if candidates == 1 and (rest := self.shown.lookup(uri, source, context.offset)) is not None:
+                return [(context, rest)]  # the user is typing what we suggested: no model call
+            if automatic and settings.debounce_ms:
+                await asyncio.sleep(settings.debounce_ms / 1000)
+                if marker.cancelled():
+                    return []  # a newer request for this document came in while we waited
+            request = self._request(settings, uri, document, context, candidates)
+            answer = await self._ask(request, not automatic, marker)
+        finally:
+            marker.cancel()  # nothing sent, or the call owns the document now: the marker leaves
         current = self.open_document(uri)
         if answer is None or current is None or current.version != context.version:
             return []  # no answer, or the document changed while the model worked: the result is stale
         backend, request, result = answer
         found: list[tuple[InfillContext, str]] = []
-        for edit in infill_edits(backend, request, result, language_id):
+        for edit in infill_edits(backend, request, result, document.language_id or ""):
             if edit is None or any(edit.text == text for _, text in found):
                 continue
             end = position_after(context, edit.replaced(context.suffix)) if edit.replace_to_eol else None
@@ -189,35 +183,39 @@ class Completer:
             self.shown.remember(uri, source, context.offset, found[0][1])
         return found
 
-    async def _debounce(self, uri: str, debounce_ms: int) -> bool:
-        """Wait ``debounce_ms``; False if a newer request for ``uri`` arrived meanwhile. The wait's marker leaves
-        ``latest`` with it: left there (the backend down, nothing sent), it said a completion was in flight for good,
-        and next edits on a pause were never computed for the document."""
-        marker: asyncio.Future[protocol.Result] = asyncio.get_running_loop().create_future()
-        self.latest[uri] = marker
-        try:
-            await asyncio.sleep(debounce_ms / 1000)
-        finally:
-            current = self.latest.get(uri)
-            if current is marker:
-                del self.latest[uri]
-        return current is marker
+    def _request(
+        self, settings: Settings, uri: str, document: TextDocument, context: InfillContext, candidates: int
+    ) -> protocol.Infill:
+        """The infill for ``context`` in ``document`` (``uri``), with its extra context, under no id yet."""
+        return protocol.Infill(
+            id="",  # the backend's next id, given when it is sent
+            uri=uri,
+            prefix=context.prefix,
+            suffix=context.suffix,
+            extra=self.extra_chunks(settings, uri, context.position.line),
+            language_id=document.language_id or "",
+            doc_version=context.version or 0,
+            canvas_length=settings.canvas_length,
+            max_steps=settings.steps,
+            deadline_ms=settings.deadline_ms,
+            scope=protocol.cursor_scope(context.prefix),
+            candidates=candidates,
+        )
 
     async def _ask(
-        self, request: protocol.Infill, explicit: bool
+        self, request: protocol.Infill, explicit: bool, marker: asyncio.Future[object]
     ) -> tuple[Backend, protocol.Infill, protocol.Result] | None:
-        """``request`` under the backend's next id, latest-wins per document: a newer request for its ``uri``
-        cancels this one in the backend too. The backend, the request as sent and its result; None when there is
-        nothing to show. An ``explicit`` request (invoked by the user) waits for its answer past the deadline
-        (``Backend.infill``)."""
+        """``request`` under the backend's next id, in the place of ``marker`` (the request's hold on its document,
+        ``owners``): a newer request for its ``uri`` cancels this one in the backend too. The backend, the request as
+        sent and its result; None when there is nothing to show. An ``explicit`` request (invoked by the user) waits
+        for its answer past the deadline (``Backend.infill``)."""
         backend = self.backend()
-        if backend is None:
+        if backend is None or marker.cancelled():
             return None
-        uri = request.uri
         request = attrs.evolve(request, id=backend.new_id())
         started = time.perf_counter()
         call = asyncio.ensure_future(backend.infill(request, explicit=explicit))
-        self.latest[uri] = call
+        self.owners.claim(request.uri, Kind.COMPLETION, call)  # in the marker's place: it stops the marker alone
         try:
             result = await call
         except asyncio.CancelledError:
@@ -235,9 +233,6 @@ class Completer:
             logger.warning("engine refused request %s: %s", request.id, exc)
             self.answered()
             return None
-        finally:
-            if self.latest.get(uri) is call:
-                del self.latest[uri]
         self.answered()
         self.last_latency_ms = (time.perf_counter() - started) * 1000
         self.last_timings = result.timings

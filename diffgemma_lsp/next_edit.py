@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 from lsprotocol import types
@@ -39,8 +39,9 @@ from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.context import PositionError
 from diffgemma_lsp.document import split_lines
 from diffgemma_lsp.edit_history import BURST_GAP_S
+from diffgemma_lsp.owners import Kind
 from diffgemma_lsp.postprocess import postprocess_replacement
-from diffgemma_lsp.rewrite import Selection, build_request, computed_on, read_selection
+from diffgemma_lsp.rewrite import Selection, build_request, computed_on, holds, read_selection
 from diffgemma_lsp.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -249,6 +250,8 @@ class Prefetch:
     was accepted."""
 
     version: int
+    source: str = attrs.field(repr=False)
+    """The document's text it is computed on: only a request for this very text takes it."""
     line: int
     """Where the accepted edit ended: a request near it (within the window's reach) takes this one."""
     task: asyncio.Task[Suggestion | None]
@@ -258,11 +261,8 @@ class NextEdits:
     """Suggests next edits with the completer's backend, documents and context; keeps the last one per document,
     and computes the one after it as soon as it is accepted."""
 
-    def __init__(self, completer: Completer, busy: Callable[[str], bool] = lambda uri: False) -> None:
+    def __init__(self, completer: Completer) -> None:
         self.completer = completer
-        self.busy = busy
-        """Whether a rewrite is being computed for a document (a next edit asked by the server would supersede it in
-        the engine)."""
         self.ready: dict[str, Suggestion] = {}
         """Per document uri, the last suggestion (offered by the code action while the text is the same)."""
         self.prefetched: dict[str, Prefetch] = {}
@@ -274,7 +274,7 @@ class NextEdits:
         edit): after them the text is compared no more."""
 
     def forget(self, uri: str) -> None:
-        """A closed document: its suggestion goes."""
+        """A document closed or opened anew: its suggestion, and what is computed ahead for it, go."""
         self.ready.pop(uri, None)
         self._awaiting.pop(uri, None)
         if (pending := self._bursts.pop(uri, None)) is not None:
@@ -323,8 +323,8 @@ class NextEdits:
         self._bursts.pop(uri, None)
         completer = self.completer
         document = completer.open_document(uri)
-        if document is None or document.version != version or uri in completer.latest or self.busy(uri):
-            return  # changed since, or a completion or a rewrite is being computed for it (it would be superseded)
+        if document is None or document.version != version:
+            return  # changed since
         if completer.shown.showing(uri, document.source):
             return  # a completion is on screen there: one suggestion at a time
         self._prefetch(settings, uri, document, line)
@@ -335,7 +335,7 @@ class NextEdits:
         arguments = NextEditArguments(uri=uri, version=version, position=types.Position(line=line, character=0))
         task = asyncio.ensure_future(self._compute(settings, arguments))
         task.add_done_callback(_settled)
-        self.prefetched[uri] = Prefetch(version=version, line=line, task=task)
+        self.prefetched[uri] = Prefetch(version=version, source=document.source, line=line, task=task)
 
     async def suggest(self, settings: Settings, args: NextEditArguments) -> Suggestion | None:
         """The next edit at ``args.position``, or None: off, another version, a document not edited since it was
@@ -345,7 +345,9 @@ class NextEdits:
         still being computed."""
         prefetch = self.prefetched.get(args.uri)
         if prefetch is not None:
-            if prefetch.version == args.version and abs(prefetch.line - args.position.line) <= settings.next_edit_lines:
+            document = self.completer.open_document(args.uri)
+            near = abs(prefetch.line - args.position.line) <= settings.next_edit_lines
+            if near and prefetch.version == args.version and holds(document, prefetch.version, prefetch.source):
                 try:
                     found = await asyncio.shield(prefetch.task)
                 except Interrupted:  # superseded in the engine (a completion went first): computed anew below
@@ -381,10 +383,19 @@ class NextEdits:
             return None  # an empty document: nothing to edit
         window, request = asked
         try:
-            result = await backend.infill(backend.as_rewrite(request))
+            call = asyncio.ensure_future(backend.infill(backend.as_rewrite(request)))
+            if not completer.owners.claim(args.uri, Kind.NEXT_EDIT, call):
+                call.cancel()  # never sent: a completion or a rewrite the user asked for goes first
+                raise Interrupted("a completion or a rewrite of the document is being computed")
+            result = await call
         except (RewriteUnsupported, EngineUnavailable, EngineRequestError) as exc:
             logger.info("no next edit for %s: %s", args.uri, exc)
             return None
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the request was cancelled
+            raise Interrupted("superseded by a completion or a rewrite") from None
         completer.answered()
         if result.stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED):
             raise Interrupted(result.stop.value)

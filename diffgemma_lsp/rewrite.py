@@ -23,6 +23,7 @@ from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.base import Backend, EngineRequestError, EngineUnavailable, RewriteUnsupported
 from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.context import PositionError, build_context, clamp_position
+from diffgemma_lsp.owners import Kind
 from diffgemma_lsp.postprocess import postprocess_replacement
 from diffgemma_lsp.settings import Settings
 
@@ -37,6 +38,7 @@ STALE = "the document changed while its selection was being rewritten: nothing w
 SUPERSEDED = "superseded by a newer rewrite of this document"
 CANCELLED = "cancelled"
 CLOSED = "the document was closed"
+REOPENED = "the document was opened anew"
 EMPTY = "the model's answer left nothing to put in the selection's place"
 UNCHANGED = "the model wrote the selection as it was"
 NO_BACKEND = "no backend to ask (see the settings)"
@@ -74,12 +76,17 @@ class Selection:
 
 
 def computed_on(selection: Selection, document: TextDocument | None) -> bool:
-    """Whether ``document`` holds the very text ``selection`` was read from, at its version. The version alone does
-    not say so: a document opened again (closed and reopened, or a second ``didOpen``) starts its versions anew, and
-    an edit for "version 1" would land on other text."""
-    if document is None or document.version != selection.version:
+    """Whether ``document`` holds the very text ``selection`` was read from, at its version (``holds``)."""
+    return holds(document, selection.version, selection.source)
+
+
+def holds(document: TextDocument | None, version: int, source: str) -> bool:
+    """Whether ``document`` is at ``version`` and its text is ``source``. The version alone does not say so: a
+    document opened again (closed and reopened, or a second ``didOpen``) starts its versions anew, and an edit for
+    "version 1" would land on other text."""
+    if document is None or (document.version or 0) != version:
         return False
-    return document.source == selection.source  # the same string object while unchanged: no comparison then
+    return document.source == source  # the same string object while unchanged: no comparison then
 
 
 @attrs.frozen(kw_only=True)
@@ -317,12 +324,8 @@ class Rewriter:
     def __init__(self, completer: Completer) -> None:
         self.completer = completer
         self.active: dict[str, Rewrite] = {}
-        """Per document uri, the rewrite in flight."""
-
-    def busy(self, uri: str) -> bool:
-        """Whether ``uri`` has a rewrite in flight (a completion for it would supersede it in the engine)."""
-        rewrite = self.active.get(uri)
-        return rewrite is not None and not rewrite.call.done()
+        """Per document uri, the rewrite in flight, to stop it saying why (which request goes first is
+        ``completer.owners``' to say)."""
 
     def stop(self, uri: str, reason: str) -> None:
         """Stop the rewrite of ``uri`` in flight, if any."""
@@ -350,9 +353,9 @@ class Rewriter:
             sent = backend.as_rewrite(request)
         except RewriteUnsupported as exc:
             return Outcome(reason=str(exc), show=types.MessageType.Warning)
-        completer.stop(args.uri)  # its answer would be stale, and the engine keeps one request per document
-        self.stop(args.uri, SUPERSEDED)
         rewrite = self.active[args.uri] = Rewrite(selection, backend, sent, versioned, completer.answered)
+        # the user asked: whatever was in flight for the document stops (a completion's answer would be stale)
+        completer.owners.claim(args.uri, Kind.REWRITE, rewrite.call, lambda: rewrite.stop(SUPERSEDED))
         rewrite.call.add_done_callback(lambda _: self._done(args.uri, rewrite))
         return rewrite
 

@@ -36,6 +36,7 @@ from diffgemma_lsp.rewrite import (
     CANCELLED,
     CLOSED,
     KIND,
+    REOPENED,
     REWRITE_COMMAND,
     STALE,
     TITLE,
@@ -84,7 +85,7 @@ class DiffgemmaServer(LanguageServer):
         """The completion core: latest request per document, shown completions, extra context."""
         self.rewriter = Rewriter(self.completer)
         """The rewrites in flight, one per document."""
-        self.next_edits = NextEdits(self.completer, self.rewriter.busy)
+        self.next_edits = NextEdits(self.completer)
         """Next-edit suggestions: computed after a burst of edits or an accepted suggestion, one per document."""
         self._progress_token: str | None = None
         self._outage_reported = False
@@ -383,8 +384,6 @@ async def completion(ls: DiffgemmaServer, params: types.CompletionParams) -> typ
     Editors also ask for the menu as the user types, some of them as "invoked" (Helix), so the menu always
     costs one canvas; candidates to cycle through come from an invoked inline completion.
     """
-    if ls.rewriter.busy(params.text_document.uri):
-        return types.CompletionList(is_incomplete=True, items=[])  # it would supersede the rewrite in the engine
     invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
     if invoked and ls.settings.enable and (gave_up := await ls.until_backend_ready()) is not None:
         ls.gave_up_waiting("completion", gave_up)
@@ -400,8 +399,6 @@ async def inline_completion(
     ls: DiffgemmaServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList | None:
     """Ghost text at the cursor; when invoked explicitly, up to ``candidates`` of them to cycle through."""
-    if ls.rewriter.busy(params.text_document.uri):
-        return types.InlineCompletionList(items=[])  # it would supersede the rewrite in the engine
     automatic = params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
     candidates = 1 if automatic else ls.settings.candidates
     if not automatic and ls.settings.enable and (gave_up := await ls.until_backend_ready()) is not None:
@@ -415,10 +412,10 @@ async def inline_completion(
 def did_open(ls: DiffgemmaServer, params: types.DidOpenTextDocumentParams) -> None:
     """An opened file becomes extra context for the others; its edits from now on go into the edit history."""
     uri = params.text_document.uri
+    _forget_text(ls, uri, REOPENED)  # an opening starts afresh (a second didOpen of the same uri included)
     ls.completer.extra.add(uri, params.text_document.text)
     if ls.settings.repo_context_tokens:
         ls.completer.repo.document_opened(uri, params.text_document.text, params.text_document.language_id)
-    ls.completer.history.forget(uri)  # an opening starts afresh (a second didOpen of the same uri included)
     document = ls.open_document(uri)
     if isinstance(document, LineDocument):
         document.on_replace = functools.partial(ls.completer.history.replaced, uri)
@@ -447,9 +444,16 @@ def did_save(ls: DiffgemmaServer, params: types.DidSaveTextDocumentParams) -> No
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: DiffgemmaServer, params: types.DidCloseTextDocumentParams) -> None:
     """Forget the document's shown completion and its chunk of extra context, and stop its work."""
+    _forget_text(ls, params.text_document.uri, CLOSED)
     ls.completer.forget(params.text_document.uri)
-    ls.next_edits.forget(params.text_document.uri)
-    ls.rewriter.stop(params.text_document.uri, CLOSED)
+
+
+def _forget_text(ls: DiffgemmaServer, uri: str, reason: str) -> None:
+    """A document closed or opened anew: nothing computed for its text before outlives it (a rewrite, a completion
+    shown, a next edit ready or computed ahead), and its work in the engine stops (the rewrite's says ``reason``)."""
+    ls.rewriter.stop(uri, reason)
+    ls.next_edits.forget(uri)
+    ls.completer.forget_text(uri)
 
 
 @server.feature(
@@ -522,7 +526,7 @@ def status(ls: DiffgemmaServer, *args: object) -> dict[str, object]:
         "model": backend.model_id if backend else "",
         "layout": backend.layout.value if backend else "",
         "pending": backend.pending_count() if backend else 0,
-        "inflight": len(completer.latest),
+        "inflight": len(completer.owners),
         "tasks": len(asyncio.all_tasks()),
         "reuseHits": completer.shown.hits,
         "reuseLookups": completer.shown.lookups,

@@ -21,7 +21,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 from diffgemma_lsp.edit_history import BURST_GAP_S
 from diffgemma_lsp.next_edit import APPLY_KIND, APPLY_TITLE
 from tests.support.fake_engine import Rewrites, serving
-from tests.support.lsp import Editor, capabilities, server_command, span
+from tests.support.lsp import Editor, capabilities, complete, rewrite, server_command, span
 from tests.support.next_edits import AREA, FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
@@ -228,3 +228,60 @@ async def test_a_suggestion_the_user_did_not_take_starts_nothing_unless_asked_on
             await asyncio.sleep(0.1)
         assert plain(await next_edit(client, 1, 0, version=editor.version(URI))) is not None
         assert len(engine.rewrites()) == 1  # the request took the answer computed on the pause
+
+
+async def test_a_second_did_open_forgets_the_next_edit_computed_ahead_for_the_old_text(isolated_env: Path) -> None:
+    """Issue 42, finding 1: a suggestion accepted, the next one computed ahead; the editor opens the uri again (no
+    ``didClose``) with other text at the same version. The request for that version got the edits computed on the
+    old text, and the plugin applied them over a line of the new file."""
+    engine = Rewrites(answer=FOLLOWED)
+    engine.release.set()
+    async with session(isolated_env, engine) as (client, editor):
+        await next_edit(client, 0, 13)
+        engine.answer = FOLLOWED.replace("area(2, 3)", "area(3, 4)")  # the edit computed ahead: line 4
+        (action,) = [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]
+        assert action.edit is not None and editor.apply(action.edit).applied
+        await _rewrites_reach(engine, 2)
+        version = editor.version(URI)
+        other = "import os\n\n\ndef home():\n    return os.environ['HOME']\n"
+        editor.open(URI, other, version=version)
+        assert await next_edit(client, 4, 0, version=version) is None  # not edited since it was opened
+        assert [action.title for action in await actions_at(client, 4)] == []
+
+
+async def test_a_next_edit_never_supersedes_the_users_rewrite_of_the_document(isolated_env: Path) -> None:
+    """Issue 42, finding 4: the plugins ask for next edits on their own; one for a document whose rewrite is in
+    flight superseded the rewrite in the engine (which keeps one request per document), and the user's rewrite
+    ended with no edit and no message. The rewrite goes first: the next edit is "no edit" and is not sent."""
+    engine = Rewrites(answer="def area(size, height):\n    return size * height")
+    async with session(isolated_env, engine) as (client, editor):
+        whole = span(0, 0, 1, 25)
+        pending = asyncio.ensure_future(rewrite(client, URI, whole, editor.version(URI)))
+        await _rewrites_reach(engine, 1)
+        assert await next_edit(client, 1, 4) is None
+        assert len(engine.rewrites()) == 1 and engine.stopped == []  # not sent: the rewrite was not superseded
+        engine.release.set()
+        assert (await pending) == {"applied": True, "reason": ""}
+        assert "return size * height" in editor.text(URI)
+
+
+async def test_a_next_edit_never_supersedes_a_completion_the_user_invoked(isolated_env: Path) -> None:
+    """Issue 46: an invoked completion right after a change was superseded by the plugin's own next-edit request for
+    the same document (Neovim sends one 300 ms after ``TextChanged``), and no menu came."""
+    engine = Rewrites(answer=FOLLOWED)
+    engine.completion_answer = "size * height"
+    async with session(isolated_env, engine) as (client, editor):
+        editor.change(URI, types.TextDocumentContentChangePartial(range=span(1, 11, 1, 25), text=""))
+        asked = asyncio.ensure_future(complete(client, URI, 1, 11))
+        deadline = asyncio.get_running_loop().time() + 30
+        while not engine.received:
+            assert asyncio.get_running_loop().time() < deadline, "the completion never reached the engine"
+            await asyncio.sleep(0.02)
+        assert await next_edit(client, 1, 11, version=editor.version(URI)) is None
+        assert engine.rewrites() == [] and engine.stopped == []  # not sent: the completion was not superseded
+        engine.release.set()
+        items = (await asyncio.wait_for(asked, 60)).items
+        assert [item.text_edit.new_text for item in items if item.text_edit] == ["size * height"]
+        completion = engine.received[0]
+        assert await next_edit(client, 1, 0, version=editor.version(URI)) is not None  # and afterwards it is asked
+        assert engine.received[0] is completion and len(engine.rewrites()) == 1

@@ -77,6 +77,11 @@ class Rewrites:
         self.superseded: set[int] = set()
         """Which rewrites (0 the first) are answered as superseded, with no text, as the engine answers a request
         that a newer one for the same document replaced."""
+        self.completion_answer: str | None = None
+        """None: completions are answered at once with ""; else they are held with the rewrites (until ``release``)
+        and answered with this text."""
+        self.stopped: list[tuple[str, protocol.StopReason]] = []
+        """(id, why) of each request answered as cancelled or superseded before its answer."""
 
     def rewrites(self) -> list[protocol.Infill]:
         """The rewrites received (infills with ``start``), in order."""
@@ -84,17 +89,30 @@ class Rewrites:
 
     def handler(self) -> Handler:
         """A connection handler: shakes hands, answers completions at once with "", and each rewrite, once
-        ``release`` is set, with ``answer``; a ``Cancel`` answers its request as cancelled, as the engine does."""
+        ``release`` is set, with ``answer``; a ``Cancel`` answers its request as cancelled, and a request for a
+        document supersedes the one held for it, as the engine does (it keeps one request per document and
+        connection)."""
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await protocol.read_message(reader)
             writer.write(protocol.encode(attrs.evolve(HELLO_OK, features=self.features)))
             self.connections += 1
             held: dict[str, asyncio.Task[None]] = {}
+            held_for: dict[str, str] = {}
+            """Per document uri, the id of the request held for it."""
+
+            def stop(request_id: str, why: protocol.StopReason) -> None:
+                if (task := held.pop(request_id, None)) is not None and not task.done():
+                    task.cancel()
+                    self.stopped.append((request_id, why))
+                    writer.write(protocol.encode(protocol.Result(id=request_id, text="", stop=why)))
 
             async def answer_later(request: protocol.Infill) -> None:
                 await self.release.wait()
-                if self.rewrites().index(request) in self.superseded:
+                if not request.start:
+                    assert self.completion_answer is not None
+                    result = protocol.Result(id=request.id, text=self.completion_answer, stop=protocol.StopReason.EOS)
+                elif self.rewrites().index(request) in self.superseded:
                     result = protocol.Result(id=request.id, text="", stop=protocol.StopReason.SUPERSEDED)
                 else:
                     result = protocol.Result(
@@ -110,14 +128,14 @@ class Rewrites:
                     message = await protocol.read_message(reader)
                     if isinstance(message, protocol.Cancel):
                         self.cancelled.append(message.id)
-                        if (task := held.pop(message.id, None)) is not None and not task.done():
-                            task.cancel()
-                            stop = protocol.StopReason.CANCELLED
-                            writer.write(protocol.encode(protocol.Result(id=message.id, text="", stop=stop)))
+                        stop(message.id, protocol.StopReason.CANCELLED)
                     elif isinstance(message, protocol.Infill):
                         self.received.append(message)
-                        if message.start:
+                        if (previous := held_for.get(message.uri)) is not None:
+                            stop(previous, protocol.StopReason.SUPERSEDED)
+                        if message.start or self.completion_answer is not None:
                             held[message.id] = asyncio.ensure_future(answer_later(message))
+                            held_for[message.uri] = message.id
                             self.arrived.set()
                         else:
                             result = protocol.Result(id=message.id, text="", stop=protocol.StopReason.EOS)
