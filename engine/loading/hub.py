@@ -9,6 +9,7 @@ id is used."""
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -49,14 +50,55 @@ def _pull_hint(repo_id: str) -> str:
     return f"download it first with `diffgemma-engine pull {repo_id}`"
 
 
+def _retry_hint() -> str:
+    """Why ``pull`` could not download, and what to do (not: run ``pull``)."""
+    if offline():
+        return "downloads are off (HF_HUB_OFFLINE is set): unset it to pull"
+    return (
+        f"the hub ({_endpoint()}) cannot be reached: check the network (or HF_ENDPOINT) and run this again; "
+        "what was downloaded is kept"
+    )
+
+
+def _endpoint() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT)
+
+
+@functools.cache
+def hub_reachable() -> bool:
+    """Whether the hub answers at all (any HTTP status), asked once per process with huggingface_hub's own session
+    and metadata timeout (``HF_HUB_ETAG_TIMEOUT``): unreachable, a download is not tried, so that huggingface_hub
+    does not spend half a minute in retries (its five, with backoff, on a file not cached) to say the same. Its
+    library logger stops passing records to the root logger here, so that a warning it prints (a retry on a flaky
+    network) is printed once, not again by the engine's own handler."""
+    import httpx2
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session, logging
+
+    logging.disable_propagation()
+    try:
+        get_session().head(constants.ENDPOINT, timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    except (httpx2.TransportError, OSError):
+        return False
+    return True
+
+
+def _local_only(download: bool) -> bool:
+    """Whether to look in the cache alone: downloads off, not asked for, or the hub out of reach."""
+    return offline() or not download or not hub_reachable()
+
+
 def _cache_dir() -> str:
     from huggingface_hub import constants
 
     return str(constants.HF_HUB_CACHE)
 
 
-def hub_error(repo_id: str, exc: Exception) -> ModelLoadError:
-    """A huggingface_hub failure for ``repo_id`` as the engine reports it."""
+def hub_error(repo_id: str, exc: Exception, *, pulling: bool = False) -> ModelLoadError:
+    """A huggingface_hub failure for ``repo_id`` as the engine reports it (``pulling``: to ``pull`` itself, which
+    is not told to run ``pull``)."""
     from huggingface_hub.errors import (
         GatedRepoError,
         IncompleteSnapshotError,
@@ -65,13 +107,14 @@ def hub_error(repo_id: str, exc: Exception) -> ModelLoadError:
         RevisionNotFoundError,
     )
 
+    hint = _retry_hint() if pulling else _pull_hint(repo_id)
     if isinstance(exc, IncompleteSnapshotError):
-        return ModelLoadError(f"the cached snapshot of {repo_id} is incomplete ({exc}): {_pull_hint(repo_id)}")
+        return ModelLoadError(f"the cached snapshot of {repo_id} is incomplete ({exc}): {hint}")
     if isinstance(exc, LocalEntryNotFoundError):
-        why = "downloads are off (HF_HUB_OFFLINE=1)" if offline() else "the hub cannot be reached"
-        return ModelLoadError(
-            f"{repo_id} is not a folder here, nor in the hub cache {_cache_dir()}, and {why}: {_pull_hint(repo_id)}"
-        )
+        why = "downloads are off (HF_HUB_OFFLINE=1)" if offline() else f"the hub ({_endpoint()}) cannot be reached"
+        if pulling:
+            return ModelLoadError(f"cannot download {repo_id}: {hint}")
+        return ModelLoadError(f"{repo_id} is not a folder here, nor in the hub cache {_cache_dir()}, and {why}: {hint}")
     if isinstance(exc, GatedRepoError):
         return ModelLoadError(f"{repo_id} is gated on the hub: accept its terms there, then `hf auth login`")
     if isinstance(exc, RepositoryNotFoundError):
@@ -97,10 +140,10 @@ def snapshot(repo_id: str, revision: str | None = None, *, download: bool | None
             repo_id,
             revision=revision,
             allow_patterns=list(LOAD_PATTERNS),
-            local_files_only=offline() if download is None else not download,
+            local_files_only=_local_only(not offline() if download is None else download),
         )
     except _hub_failures() as exc:
-        raise hub_error(repo_id, exc) from exc
+        raise hub_error(repo_id, exc, pulling=bool(download)) from exc
     return Path(folder)
 
 
@@ -110,7 +153,7 @@ def config_folder(repo_id: str, revision: str | None = None) -> Path:
     from huggingface_hub import hf_hub_download
 
     try:
-        path = hf_hub_download(repo_id, "config.json", revision=revision, local_files_only=offline())
+        path = hf_hub_download(repo_id, "config.json", revision=revision, local_files_only=_local_only(True))
     except _hub_failures() as exc:
         raise hub_error(repo_id, exc) from exc
     return Path(path).parent

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -232,3 +233,29 @@ def test_the_patterns_cover_every_file_the_loader_reads(release_random_dir: Path
 
     left_out = {p.name for p in release_random_dir.iterdir() if not any(fnmatch(p.name, x) for x in LOAD_PATTERNS)}
     assert left_out == {"processor_config.json"}
+
+
+@pytest.fixture
+def unreachable_env(hub_env: dict[str, str]) -> dict[str, str]:
+    """The test's environment with a hub that cannot be reached (a port nothing listens on)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return {**hub_env, "HF_ENDPOINT": f"http://127.0.0.1:{port}"}
+
+
+def test_pull_with_the_hub_out_of_reach_says_so_and_not_to_run_pull(unreachable_env: dict[str, str]) -> None:
+    answer = _pull(unreachable_env)
+    assert answer.returncode == 2
+    assert "cannot be reached: check the network (or HF_ENDPOINT)" in answer.stderr, answer.stderr
+    assert "diffgemma-engine pull" not in answer.stderr
+
+
+def test_plan_of_an_id_with_the_hub_out_of_reach_refuses_at_once_and_once(unreachable_env: dict[str, str]) -> None:
+    """huggingface_hub retries a file it has not cached five times with backoff (24 s), each warning printed by its
+    own handler and again by the engine's: one look tells it the hub is out of reach, and nothing is retried."""
+    planned = _engine("plan", "--model", RELEASE_ID, env=unreachable_env)
+    assert planned.returncode == 2
+    assert "Retrying" not in planned.stderr, planned.stderr
+    assert planned.stderr.count("cannot be reached") == 1, planned.stderr
+    assert f"diffgemma-engine pull {RELEASE_ID}" in planned.stderr
