@@ -16,6 +16,7 @@ from pathlib import Path
 import attrs
 
 from diffgemma_engine.shared import protocol, socket_paths
+from diffgemma_engine.shared.units import GIB, size_text
 from diffgemma_lsp.settings import Settings
 
 TIMEOUT_S = 10.0
@@ -157,6 +158,7 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
         stats = await ask(protocol.GetStats(id="stats"), "stats")
         assert isinstance(stats, protocol.Stats), stats
         report.update(attrs.asdict(stats, recurse=False, filter=lambda attribute, _: attribute.name != "id"))
+        report["connections"] = max(stats.connections - 1, 0)  # the engine counts this doctor's own connection
         report["compiled"] = str(stats.compiled)
         status = 0
         if not stats.ready:
@@ -185,6 +187,40 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
         writer.close()
 
 
+NONE_YET = "none yet (--probe times one)"
+
+
+def _count(number: object, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def replies_text(replies: object) -> str:
+    """The engine's replies by outcome (``{"eos": 3, "deadline": 1}``) as ``eos 3, deadline 1``."""
+    if not isinstance(replies, dict) or not replies:
+        return "none yet"
+    return ", ".join(f"{outcome} {count}" for outcome, count in sorted(replies.items(), key=lambda item: -item[1]))
+
+
+def latency_text(report: dict[str, object]) -> str:
+    """The recent completions' p50 and p95, or none yet."""
+    if not report.get("recent_count"):
+        return NONE_YET
+    return (
+        f"p50 {report['recent_ms_p50']} ms, p95 {report['recent_ms_p95']} ms over "
+        f"{_count(report['recent_count'], 'completion')}"
+    )
+
+
+def step_text(step_ms: float, min_steps: int, max_steps: int) -> str:
+    """The time per denoising step and what a completion costs, or none yet."""
+    if step_ms <= 0:
+        return f"{NONE_YET}; a completion runs {min_steps} to {max_steps} steps"
+    return (
+        f"{step_ms:.1f} ms; a completion runs {min_steps} to {max_steps} steps: "
+        f"{step_ms * min_steps:.0f} to {step_ms * max_steps:.0f} ms"
+    )
+
+
 def render(report: dict[str, object]) -> str:
     """A human-readable report."""
     lines = [f"engine socket   {report['socket']}"]
@@ -194,22 +230,19 @@ def render(report: dict[str, object]) -> str:
             f"device          {report['device'] or '-'}",
             *([f"runtime state   {report['runtime_state']}"] if report.get("runtime_state") else []),
             f"ready           {'yes' if report['ready'] else 'no'}",
-            f"uptime          {report['uptime_s']} s, {report['connections']} clients, {report['queued']} queued, "
-            f"{report.get('in_flight', 0)} in flight",
+            f"uptime          {report['uptime_s']} s, {_count(report['connections'], 'client')} besides this doctor, "
+            f"{report['queued']} queued, {report.get('in_flight', 0)} in flight",
             f"memory          {report['rss_mb']} MiB resident",
             f"denoising step  {report.get('compiled') or '-'}",
-            f"replies         {report['replies'] or 'none yet'}",
-            f"recent latency  p50 {report['recent_ms_p50']} ms, p95 {report['recent_ms_p95']} ms "
-            f"over {report['recent_count']} completions",
+            f"replies         {replies_text(report['replies'])}",
+            f"recent latency  {latency_text(report)}",
             f"last error      {report['last_error'] or 'none'}",
             f"idle exit       {idle_exit_text(report.get('idle_exit_s'))}",
         ]
         max_steps, min_steps = report.get("max_steps"), report.get("min_steps")
         if "pace" in report and isinstance(max_steps, int) and isinstance(min_steps, int):
-            step_ms = step_ms_of(report)
             lines += [
-                f"time per step   {step_ms:.1f} ms; a completion runs {min_steps} to {max_steps} steps: "
-                f"{step_ms * min_steps:.0f} to {step_ms * max_steps:.0f} ms",
+                f"time per step   {step_text(step_ms_of(report), min_steps, max_steps)}",
                 f"keeping up      {report['pace']}",
             ]
     if "features" in report:
@@ -222,7 +255,7 @@ def render(report: dict[str, object]) -> str:
         if "error" in plan:
             lines.append(f"memory plan     {plan['error']}")
         else:
-            sizes = ", ".join(f"{name} {gib:.1f} GiB" for name, gib in plan["weights_gib"].items())
+            sizes = ", ".join(f"{name} {size_text(gib * GIB)}" for name, gib in plan["weights_gib"].items())
             chosen = plan["recommendation"]
             use = f"use {chosen['setting']} ({chosen['precision']})" if chosen else "nothing fits: add cpu or disk"
             lines.append(f"memory plan     weights {sizes}; {use}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -486,3 +487,18 @@ def test_the_text_report_names_the_figures(release: ModelSpec) -> None:
     assert "256 MiB vocabulary-sized tensors" in text
     assert "use: --device cuda:0,cpu --quantization int8" in text
     assert "int4" in text and "not available in the engine" in text
+
+
+def test_the_shipped_models_plan_reads_in_units_that_fit_it() -> None:
+    """2.6M parameters and 5 MiB of weights, not ``0.00 B`` and ``0.0 GiB`` (units sized for the release)."""
+    from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR
+
+    text = planning.format_plan(make_plan(read_spec(DEFAULT_MODEL_DIR), parse_max_memory("cpu=8GiB")))
+    assert "0.00 B" not in text and " 0.0 GiB" not in text and " 0 MiB" not in text, text
+    assert re.search(r"parameters: 2\.\d\d M after the encoder/decoder tie", text), text
+    assert re.search(r"weights: bfloat16 5 MiB, float32 10 MiB", text), text
+
+
+def test_the_release_plan_keeps_its_units(release: ModelSpec) -> None:
+    text = planning.format_plan(_plan(release, "cuda:0=80GiB"))
+    assert re.search(r"parameters: 2\d\.\d\d B after", text) and "weights: bfloat16 4" in text, text

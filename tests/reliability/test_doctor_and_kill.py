@@ -32,14 +32,22 @@ async def test_doctor_reports_a_healthy_engine(short_tmp: Path, memorized_model_
     engine = EngineProcess(memorized_model_dir, short_tmp / "run" / "engine.sock", short_tmp / "engine.log")
     try:
         await (await RawClient.connect(engine.socket_path)).close()  # wait for the model
+        before = await asyncio.to_thread(_doctor, engine.socket_path)
+        lines = {line[:16].strip(): line[16:] for line in before.stdout.splitlines()}
+        assert lines["replies"] == "none yet" and lines["recent latency"] == "none yet (--probe times one)"
+        assert lines["time per step"].startswith("none yet") and " 0.0 ms" not in before.stdout
+        assert ", 0 clients besides this doctor," in lines["uptime"]  # not counting itself
         out = await asyncio.to_thread(_doctor, engine.socket_path, "--probe", "--json")
         assert out.returncode == 0, out.stdout + out.stderr
         report = json.loads(out.stdout)
         assert report["ready"] is True and Path(report["model_id"]).name == memorized_model_dir.name
-        assert report["device"] == "cpu" and report["rss_mb"] > 0
+        assert report["device"] == "cpu" and report["rss_mb"] > 0 and report["connections"] == 0
         assert report["probe"]["steps"] > 0
         human = await asyncio.to_thread(_doctor, engine.socket_path)
         assert human.returncode == 0 and "status          ok" in human.stdout
+        lines = {line[:16].strip(): line[16:] for line in human.stdout.splitlines()}
+        assert lines["replies"] == f"{report['probe']['stop']} 1"  # not a Python dict
+        assert lines["recent latency"].startswith("p50 ") and lines["recent latency"].endswith(" over 1 completion")
     finally:
         engine.stop()
 

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ...shared.units import GIB as GIB
+from ...shared.units import MIB as MIB
 from ..quantize_policy import stays_unquantized
 
 if TYPE_CHECKING:
     pass
 
 
-GIB = 1 << 30
-MIB = 1 << 20
 PRECISIONS: tuple[str, ...] = ("bfloat16", "float32", "fp8", "int8", "int4")
 QUANTIZED: tuple[str, ...] = ("fp8", "int8", "int4")
 INT4_GROUP_SIZE = 128

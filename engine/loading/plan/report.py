@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...shared.units import count_text, size_text
 from ..quantize_policy import MULTIMODAL_MODULES
 from .records import (
     DOES_NOT_FIT,
     FP8_BLOCK,
-    GIB,
     INT4_GROUP_SIZE,
     MIB,
     PRECISIONS,
@@ -116,14 +116,6 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _size(count: float) -> str:
-    if count >= GIB:
-        return f"{count / GIB:.1f} GiB"
-    if count >= MIB:
-        return f"{count / MIB:.0f} MiB"
-    return f"{count / 1024:.1f} KiB"
-
-
 def _units_range(units: Sequence[str]) -> str:
     if not units:
         return "nothing"
@@ -141,22 +133,22 @@ def format_plan(plan: Plan) -> str:
     vision_parameters = sum(weight.numel for weight in spec.weights if weight.kind == "vision" and not weight.buffer)
     lines = [
         f"{spec.architecture} in {spec.folder}: built on the meta device in {spec.build_s:.2f} s, no weights loaded",
-        f"  parameters: {spec.parameters / 1e9:.2f} B after the encoder/decoder tie "
-        f"({spec.parameters_before_tie / 1e9:.2f} B before)",
+        f"  parameters: {count_text(spec.parameters)} after the encoder/decoder tie "
+        f"({count_text(spec.parameters_before_tie)} before)",
     ]
     if spec.stored.bytes is not None:
         lines.append(
-            f"  stored: {spec.stored.dtype or 'unknown dtype'}, {_size(spec.stored.bytes)} ({spec.stored.source})"
+            f"  stored: {spec.stored.dtype or 'unknown dtype'}, {size_text(spec.stored.bytes)} ({spec.stored.source})"
         )
     if spec.stored.missing:
         lines.append(
             f"  incomplete: {'; '.join(spec.stored.missing)}: the engine will not load this folder until they are there"
         )
     lines += [
-        "  weights: " + ", ".join(f"{p} {plan.weights_bytes[p] / GIB:.1f} GiB" for p in PRECISIONS),
-        f"    loaded, text only: {plan.loaded_bytes['bfloat16'] / GIB:.1f} GiB in bf16; the vision tower and its "
-        f"embedder ({vision_parameters / 1e9:.2f} B parameters, "
-        f"{_size(plan.weights_bytes['bfloat16'] - plan.loaded_bytes['bfloat16'])} in bf16) are never read: code "
+        "  weights: " + ", ".join(f"{p} {size_text(plan.weights_bytes[p])}" for p in PRECISIONS),
+        f"    loaded, text only: {size_text(plan.loaded_bytes['bfloat16'])} in bf16; the vision tower and its "
+        f"embedder ({count_text(vision_parameters)} parameters, "
+        f"{size_text(plan.weights_bytes['bfloat16'] - plan.loaded_bytes['bfloat16'])} in bf16) are never read: code "
         "completion sends no image",
         f"    quantized: {plan.quantized_share:.1%} of the parameters (routed experts and text linear layers); "
         f"int8 1 byte + 5 bytes per row, fp8 1 byte + 4 bytes per {FP8_BLOCK}x{FP8_BLOCK} block, int4 0.5 byte + a "
@@ -166,20 +158,23 @@ def format_plan(plan: Plan) -> str:
         + ", ".join(f"{names[kind]} {share:.1%}" for kind, share in plan.shares.items())
         + f" (nn.Linear anywhere: {plan.linear_anywhere_share:.1%})",
         f"  per request (canvas {bf16.canvas_length}, bf16 activations; float32 doubles the cache):",
-        f"    prefix cache: {_size(bf16.kv_bytes_per_token)} per prompt token "
-        f"(sliding layers {_size(bf16.kv_bytes_per_token_sliding)}, full {_size(bf16.kv_bytes_per_token_full)}); "
-        f"{_size(bf16.kv_prompt_bytes)} for {bf16.prompt_tokens} tokens with sliding layers at their window; "
-        f"the engine keeps {_size(bf16.kv_engine_document_bytes)} per document (every token on every layer, plus "
+        f"    prefix cache: {size_text(bf16.kv_bytes_per_token)} per prompt token "
+        f"(sliding layers {size_text(bf16.kv_bytes_per_token_sliding)}, "
+        f"full {size_text(bf16.kv_bytes_per_token_full)}); "
+        f"{size_text(bf16.kv_prompt_bytes)} for {bf16.prompt_tokens} tokens with sliding layers at their window; "
+        f"the engine keeps {size_text(bf16.kv_engine_document_bytes)} per document (every token on every layer, plus "
         f"the window's copy), for up to {PREFIX_CACHE_SLOTS} documents",
-        f"    step: {bf16.step_tensors:g} x {_size(bf16.step_tensor_bytes)} vocabulary-sized tensors = "
-        f"{_size(bf16.step_bytes)} per canvas row (serve --max-batch N runs N rows)",
-        f"    kept free on the first device: {_size(bf16.reserve_bytes)} for {bf16.rows} row(s)",
-        "  devices: " + (", ".join(f"{d.name} {_size(d.bytes)} ({d.source})" for d in plan.devices) or "none"),
+        f"    step: {bf16.step_tensors:g} x {size_text(bf16.step_tensor_bytes)} vocabulary-sized tensors = "
+        f"{size_text(bf16.step_bytes)} per canvas row (serve --max-batch N runs N rows)",
+        f"    kept free on the first device: {size_text(bf16.reserve_bytes)} for {bf16.rows} row(s)",
+        "  devices: " + (", ".join(f"{d.name} {size_text(d.bytes)} ({d.source})" for d in plan.devices) or "none"),
     ]
     for placement in plan.placements:
-        where = ", ".join(f"{share.device} {_size(share.weights_bytes)}" for share in placement.shares if share.units)
+        where = ", ".join(
+            f"{share.device} {size_text(share.weights_bytes)}" for share in placement.shares if share.units
+        )
         if placement.unplaced_bytes:
-            where += f"{', ' if where else ''}{_size(placement.unplaced_bytes)} left over"
+            where += f"{', ' if where else ''}{size_text(placement.unplaced_bytes)} left over"
         setting = f"   {placement.setting}" if placement.setting else ""
         if placement.refused is not None:
             setting = f"   (not here: {placement.refused})"
