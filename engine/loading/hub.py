@@ -74,8 +74,8 @@ def hub_reachable() -> bool:
     library logger stops passing records to the root logger here, so that a warning it prints (a retry on a flaky
     network) is printed once, not again by the engine's own handler."""
     import httpx2
-    from huggingface_hub import constants
-    from huggingface_hub.utils import get_session, logging
+    from huggingface_hub import constants, get_session
+    from huggingface_hub.utils import logging
 
     logging.disable_propagation()
     try:
