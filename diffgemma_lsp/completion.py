@@ -34,7 +34,9 @@ from diffgemma_lsp.extra_context import ExtraContext, file_name
 from diffgemma_lsp.owners import DocumentOwners, Kind
 from diffgemma_lsp.postprocess import Edit, postprocess
 from diffgemma_lsp.repo.assembly import RECENT_EDIT, RECENT_FILE, ContextChunk
-from diffgemma_lsp.repo.live import LiveIndex
+from diffgemma_lsp.repo.index import WorkspaceIndex
+from diffgemma_lsp.repo.live import LiveIndex, path_of
+from diffgemma_lsp.repo.privacy import SECRET_TEXT, Privacy, secret_text
 from diffgemma_lsp.reuse import ShownCompletions
 from diffgemma_lsp.settings import Settings
 
@@ -80,8 +82,28 @@ class Completer:
         """The last completion per document, reused while the user types what it suggested."""
         self.history = EditHistory()
         """The recent edits of the open documents, sent as a diff after the chunks of other files."""
-        self.repo = LiveIndex()
+        self.privacy = Privacy()
+        """What the user would not share (``repo/privacy.py``): never in another file's prompt; a secret in none."""
+        self.repo = LiveIndex(WorkspaceIndex(privacy=self.privacy))
         """The workspace index: definitions and similar code from the workspace's files."""
+
+    def private(self, uri: str) -> str | None:
+        """Why the document ``uri`` must not go into another file's prompt by its path, or None
+        (``Privacy.private``; an untitled buffer has no file to be ignored, hidden or outside). What it holds is
+        checked where it is taken: a chunk of it, an edit of it."""
+        path = path_of(uri)
+        return self.privacy.private(path) if path is not None else None
+
+    def refusal(self, uri: str, *sent: str) -> str | None:
+        """Why nothing of the document ``uri`` may be sent (a completion, a rewrite or a next edit in it, with ``sent``
+        its text that the request carries), or None: a secret, by its name, the user's patterns or that text."""
+        path = path_of(uri)
+        reason = self.privacy.secret(path) if path is not None else None
+        if reason is None and any(secret_text(text) for text in sent):
+            reason = SECRET_TEXT
+        if reason is not None:
+            logger.info("nothing sent for %s: %s", uri, reason)
+        return reason
 
     def context_at(self, uri: str, position: types.Position, context_tokens: int) -> tuple[TextDocument, InfillContext]:
         """The document and its infill context, or an InvalidParams error that says what is wrong with the
@@ -126,17 +148,22 @@ class Completer:
         then what the workspace index gives (definitions, similar code), then the recent edits as one diff; each
         within its budget, in a stable order."""
         self.extra.take_edits(uri, self._text_of)
-        extra = self.extra.for_request(uri, settings.extra_context_tokens * CHARS_PER_TOKEN)
+        budget = settings.extra_context_tokens * CHARS_PER_TOKEN
+        extra = self.extra.for_request(uri, budget, lambda chunk: not chunk.secret and self.private(chunk.uri) is None)
         chunks = [ContextChunk(origin=RECENT_FILE, path=chunk.name, text=chunk.text) for chunk in extra]
         document = self.open_document(uri)
         if settings.repo_context_tokens and document is not None:
             language_id = document.language_id or ""  # LSP's id (LineDocument maps the editors' names)
             budget = settings.repo_context_tokens * CHARS_PER_TOKEN
             chunks += self.repo.chunks(uri, document.source, document.lines, language_id, line, budget)
-        hunks = self.history.recent(self._lines_of, settings.edit_history_tokens * CHARS_PER_TOKEN)
+        hunks = self.history.recent(self._shared_lines_of, settings.edit_history_tokens * CHARS_PER_TOKEN)
         if hunks:
             chunks.append(ContextChunk(origin=RECENT_EDIT, path=EDITS_CHUNK_NAME, text=render(hunks, file_name)))
-        return chunks
+        return [chunk for chunk in chunks if not secret_text(chunk.text)]  # a key pasted into a shared file
+
+    def _shared_lines_of(self, uri: str) -> Sequence[str] | None:
+        """The lines of the open document ``uri`` where it may go into prompts, else None."""
+        return self._lines_of(uri) if self.private(uri) is None else None
 
     def extra_chunks(self, settings: Settings, uri: str, line: int) -> list[protocol.Chunk]:
         """:meth:`context_chunks` as the wire carries them."""
@@ -152,6 +179,8 @@ class Completer:
         if not settings.enable:
             return []
         document, context = self.context_at(uri, position, settings.context_tokens)
+        if self.refusal(uri, context.prefix, context.suffix) is not None:
+            return []
         source = document.source
         # the request's hold on the document while nothing is sent yet (a newer completion or a rewrite cancels it)
         marker: asyncio.Future[object] = asyncio.get_running_loop().create_future()

@@ -40,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="diffgemma-lsp context", description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("location", metavar="FILE:LINE:COL", help="the position, line and column counted from 1")
     parser.add_argument("--workspace", type=Path, default=None, help="the workspace folder (default: the repository)")
-    parser.add_argument("--json", action="store_true", help='{"prefix", "suffix", "chunks": [{origin, path, text}]}')
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='{"prefix", "suffix", "chunks": [{origin, path, text}], "refused", "leftOut": [{path, reason}]}',
+    )
     return parser
 
 
@@ -67,10 +71,20 @@ def main(argv: list[str]) -> int:
     position = types.Position(line=line - 1, character=len(before.encode("utf-16-le")) // 2)
     settings = Settings()
     context = build_context(document, position, settings.context_tokens)
-    chunks = completer.context_chunks(settings, uri, position.line)
+    refused = completer.refusal(uri, context.prefix, context.suffix)
+    chunks = completer.context_chunks(settings, uri, position.line) if refused is None else []
+    index = completer.repo.index
+    left_out = [{"path": index.relative(entry.path), "reason": entry.reason} for entry in index.left_out]
     if args.json:
         chunk_list = [attrs.asdict(chunk) for chunk in chunks]
-        print(json.dumps({"prefix": context.prefix, "suffix": context.suffix, "chunks": chunk_list}))
+        sent = {"prefix": context.prefix, "suffix": context.suffix} if refused is None else {}
+        print(json.dumps({**sent, "chunks": chunk_list, "refused": refused, "leftOut": left_out}))
+        return 0
+    if left_out:
+        print("=== left out of the workspace index ===")
+        print("".join(f"{entry['path']}: {entry['reason']}\n" for entry in left_out), end="")
+    if refused is not None:
+        print(f"=== nothing is sent for {file}: {refused} ===")
         return 0
     for chunk in chunks:
         print(f"=== {chunk.origin}: {chunk.path} ===\n{chunk.text}")

@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import attrs
 
+from diffgemma_lsp.repo.privacy import secret_text
+
 CHUNK_LINES = 64
 """Lines per chunk."""
 RING_SIZE = 16
@@ -27,6 +29,8 @@ class Chunk:
     uri: str
     name: str
     text: str
+    secret: bool = False
+    """The file it was taken from holds a secret (``repo.privacy.secret_text``): it is never sent."""
 
 
 def file_name(uri: str) -> str:
@@ -63,10 +67,11 @@ class ExtraContext:
 
     def add(self, uri: str, text: str, line: int = 0) -> None:
         """Take (or refresh) the chunk of ``uri`` around ``line``."""
+        secret = secret_text(text)
         text = chunk_around(text, line)
         if not text.strip():
             return
-        chunk = Chunk(uri=uri, name=file_name(uri), text=text)
+        chunk = Chunk(uri=uri, name=file_name(uri), text=text, secret=secret)
         if self._ring.get(uri) == chunk:
             return  # unchanged: keep the order, and with it the engine's cached prefix
         self._ring.pop(uri, None)
@@ -79,14 +84,16 @@ class ExtraContext:
         self._ring.pop(uri, None)
         self._edited.pop(uri, None)
 
-    def for_request(self, current_uri: str, budget_chars: int) -> list[Chunk]:
-        """The newest chunks of other files that fit ``budget_chars``, oldest first (stable prompt order); the first
-        that does not fit whole gives the whole lines of its start that do (a 64-line chunk is larger than the
-        default budget: without this the ring gave nothing)."""
+    def for_request(
+        self, current_uri: str, budget_chars: int, shared: Callable[[Chunk], bool] = lambda chunk: True
+    ) -> list[Chunk]:
+        """The newest chunks of other files that fit ``budget_chars`` and are ``shared``, oldest first (stable prompt
+        order); the first that does not fit whole gives the whole lines of its start that do (a 64-line chunk is
+        larger than the default budget: without this the ring gave nothing)."""
         chosen: list[Chunk] = []
         used = 0
         for chunk in reversed(self._ring.values()):
-            if chunk.uri == current_uri:
+            if chunk.uri == current_uri or not shared(chunk):
                 continue
             if used + len(chunk.text) > budget_chars:
                 head = _lines_within(chunk.text, budget_chars - used)

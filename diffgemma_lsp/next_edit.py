@@ -382,6 +382,8 @@ class NextEdits:
         if asked is None:
             return None  # an empty document: nothing to edit
         window, request = asked
+        if completer.refusal(args.uri, window.prefix, window.text, window.suffix) is not None:
+            return None
         try:
             call = asyncio.ensure_future(backend.infill(backend.as_rewrite(request)))
             if not completer.owners.claim(args.uri, Kind.NEXT_EDIT, call):

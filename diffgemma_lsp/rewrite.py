@@ -39,6 +39,7 @@ SUPERSEDED = "superseded by a newer rewrite of this document"
 CANCELLED = "cancelled"
 CLOSED = "the document was closed"
 REOPENED = "the document was opened anew"
+PRIVATE = "no rewrite: nothing of this file is sent to the model"
 EMPTY = "the model's answer left nothing to put in the selection's place"
 UNCHANGED = "the model wrote the selection as it was"
 NO_BACKEND = "no backend to ask (see the settings)"
@@ -341,6 +342,10 @@ class Rewriter:
         selection = read_selection(document, args.range, settings.context_tokens)
         if not settings.rewrite_enabled:
             return Outcome(reason=DISABLED, show=types.MessageType.Info)
+        if (
+            private := self.completer.refusal(args.uri, selection.prefix, selection.text, selection.suffix)
+        ) is not None:
+            return Outcome(reason=f"{PRIVATE}: {private}", show=types.MessageType.Info)
         if args.version != selection.version:
             return Outcome(reason=STALE, show=types.MessageType.Warning)
         backend = self.completer.backend()

@@ -114,6 +114,7 @@ class DiffgemmaServer(LanguageServer):
             old, self.backend = self.backend, None  # the next completion connects to the new backend
             old.on_state = None  # its requests failing as it closes are not an outage to report
             asyncio.ensure_future(old.close())
+        self.completer.privacy.set_patterns(settings.private_files)
         if problems:
             message = "diffgemma: " + "; ".join(problems)
             logger.warning("%s", message)
@@ -124,12 +125,14 @@ class DiffgemmaServer(LanguageServer):
     def start_index(self) -> None:
         """Index the workspace folders in the background (once each) while the workspace context is on, and ask
         the client, where it can, to report its source files' changes on disk."""
-        if not self.settings.repo_context_tokens:
-            return
         folders = [folder.uri for folder in self.workspace.folders.values()]
         if not folders and self.workspace.root_uri:
             folders = [self.workspace.root_uri]
-        self.completer.repo.start([Path(path) for uri in folders if (path := path_of(uri))])
+        roots = [Path(path) for uri in folders if (path := path_of(uri))]
+        self.completer.privacy.add_roots(roots)  # a file outside them never goes into a prompt
+        if not self.settings.repo_context_tokens:
+            return
+        self.completer.repo.start(roots)
         if not self._watching and self._can_watch_files():
             self._watching = True
             asyncio.ensure_future(self._watch_files())
@@ -357,9 +360,11 @@ def did_change_configuration(ls: DiffgemmaServer, params: types.DidChangeConfigu
 @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
 def did_change_workspace_folders(ls: DiffgemmaServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
     """Index the folders added; forget those removed."""
+    added = [Path(path) for folder in params.event.added if (path := path_of(folder.uri))]
+    removed = [Path(path) for folder in params.event.removed if (path := path_of(folder.uri))]
+    privacy = ls.completer.privacy
+    privacy.set_roots([root for root in privacy.roots if root not in {path.resolve() for path in removed}] + added)
     if ls.settings.repo_context_tokens:
-        added = [Path(path) for folder in params.event.added if (path := path_of(folder.uri))]
-        removed = [Path(path) for folder in params.event.removed if (path := path_of(folder.uri))]
         ls.completer.repo.folders_changed(added, removed)
 
 

@@ -139,6 +139,9 @@ class Settings:
     the same edit for it to be suggested; 1 suggests whatever one draw writes (eager)."""
     rewrite_steps: int = attrs.field(default=0, validator=_at_most(protocol.MAX_STEPS))
     """Most denoising steps per rewrite (of which about ``rewrite_strength`` run); 0: the model's own."""
+    private_files: tuple[str, ...] = attrs.field(default=(), validator=lambda _, __, value: _check_patterns(value))
+    """More files that never go into a prompt, as gitignore patterns (``*.sql``, ``secrets/``), besides those git
+    ignores, hidden ones, files outside the workspace folders and secrets (``.env*``, keys, credential stores)."""
 
     def backend_key(self) -> tuple[str, ...]:
         """What identifies the backend: when it changes, the server connects anew (to another engine, when the
@@ -163,6 +166,15 @@ def _check_executable(value: str) -> None:
     """An absolute path (or ``~``): a relative one would be found from wherever the editor started the server."""
     if value and not os.path.isabs(os.path.expanduser(value)):
         raise ValueError(f"expected the absolute path of the vllm executable, got {value!r}")
+
+
+MAX_PATTERNS = 1_000
+MAX_PATTERN_CHARS = 1_000
+
+
+def _check_patterns(value: tuple[str, ...]) -> None:
+    if len(value) > MAX_PATTERNS or any(len(pattern) > MAX_PATTERN_CHARS for pattern in value):
+        raise ValueError(f"expected at most {MAX_PATTERNS} patterns of at most {MAX_PATTERN_CHARS} characters each")
 
 
 def _check_url(value: str) -> None:
@@ -230,6 +242,10 @@ def parse_settings(raw: object) -> tuple[Settings, list[str]]:
                 values[name] = None if value is None else _check_type(value, str)
             elif kind == int | None:
                 values[name] = None if value is None else _check_type(value, int)
+            elif kind == tuple[str, ...]:
+                if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+                    raise TypeError(f"expected a list of strings, got {value!r}"[:300])
+                values[name] = tuple(value)
             else:
                 values[name] = _check_type(value, kind)
             attrs.evolve(base, **{name: values[name]})  # runs the field's validator

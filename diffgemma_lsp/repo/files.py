@@ -1,16 +1,20 @@
-"""Which files of a workspace folder the index reads: source files a grammar reads, honouring each folder's
-``.gitignore``, never a vendored, generated, binary, oversized or linked one."""
+"""Which files of a workspace folder the index reads: source files a grammar reads that the user would share
+(``privacy.py``: none git ignores, no hidden one, no secret), never a vendored, generated, binary, oversized, linked or
+irregular one (a named pipe)."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import attrs
 import pathspec
 
 from diffgemma_lsp.repo.grammars import language_of_path
+from diffgemma_lsp.repo.privacy import HIDDEN, IGNORED, Privacy, git_listing, gitignore_of
 
 MAX_FILE_BYTES = 512 * 1024
 """Larger files are data or generated code, not what a user calls."""
@@ -53,52 +57,98 @@ GENERATED_MARK = re.compile(rb"(?i)\b(do not edit|code generated|auto-?generated
 """Said in a file's first lines by the tools that write it (``// Code generated ... DO NOT EDIT.``)."""
 
 
-def workspace_files(root: Path, limit: int, max_visited: int = MAX_VISITED) -> Iterator[Path]:
-    """Up to ``limit`` files under ``root`` a grammar reads, folder by folder in name order, looking at no more
-    than ``max_visited`` entries (a home folder opened as a workspace is not walked to its end)."""
+@attrs.frozen
+class LeftOut:
+    """A file (or a folder, with all it holds) the index did not read, and why."""
+
+    path: str
+    reason: str
+
+
+MAX_LEFT_OUT = 1_000
+"""Left-out files recorded per build at most (for ``diffgemma-lsp context``)."""
+VENDORED = "a vendored, built or tool folder"
+NOT_REGULAR = "not a regular file (a link, a pipe, a device)"
+
+
+def workspace_files(
+    root: Path, limit: int, privacy: Privacy, left_out: list[LeftOut] | None = None, max_visited: int = MAX_VISITED
+) -> Iterator[Path]:
+    """Up to ``limit`` files under ``root`` a grammar reads and the user would share (``privacy``), in name order,
+    looking at no more than ``max_visited`` entries (a home folder opened as a workspace is not walked to its end).
+    Where ``root`` is in a git repository, git lists the files (none it ignores); elsewhere the folders are walked,
+    each one's ``.gitignore`` honoured. What is left out for privacy, or as no regular file, is added to
+    ``left_out`` (at most ``MAX_LEFT_OUT``)."""
+
+    def note(path: Path, reason: str) -> None:
+        if left_out is not None and len(left_out) < MAX_LEFT_OUT:
+            left_out.append(LeftOut(str(path), reason))
+
+    listing = git_listing(root)
+    if listing is not None:
+        shared, ignored = listing
+        for path in ignored:
+            note(path, IGNORED)
+        candidates: Iterable[Path] = shared[:max_visited]
+    else:
+        candidates = _walk(root, max_visited, note)
     found = 0
+    for path in candidates:
+        if any(part in SKIPPED_FOLDERS for part in path.relative_to(root).parts[:-1]):
+            continue
+        if (reason := privacy.private_by_path(path, ask_git=False)) is not None:
+            note(path, reason)
+            continue
+        if language_of_path(path.name) is None or GENERATED_NAME.search(path.name):
+            continue
+        if not regular_file(path):
+            note(path, NOT_REGULAR)
+            continue
+        yield path
+        found += 1
+        if found >= limit:
+            return
+
+
+def _walk(root: Path, max_visited: int, note: Callable[[Path, str], None]) -> Iterator[Path]:
+    """The files under ``root`` (not in vendored, ignored or hidden folders, none ignored), folder by folder in name
+    order, depth first: iteratively, so that no depth of folders exhausts the stack."""
+    stack: list[tuple[Path, tuple[tuple[Path, pathspec.GitIgnoreSpec], ...]]] = [(root, ())]
     visited = 0
-    ignores: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
-    for folder, folders, files in os.walk(root, followlinks=False):
-        visited += len(folders) + len(files)
+    while stack:
+        folder, ignores = stack.pop()
+        own = gitignore_of(folder)
+        if own is not None:
+            ignores = (*ignores, (folder, own))
+        try:
+            with os.scandir(folder) as scanned:
+                entries = sorted(scanned, key=lambda entry: entry.name)
+        except OSError:
+            continue
+        visited += len(entries)
         if visited > max_visited:
             return
-        here = Path(folder)
-        ignores = [(base, spec) for base, spec in ignores if here.is_relative_to(base)]
-        own = _gitignore(here)
-        if own is not None:
-            ignores.append((here, own))
-        folders[:] = sorted(
-            name
-            for name in folders
-            if name not in SKIPPED_FOLDERS
-            and not name.startswith(".")
-            and not (here / name).is_symlink()
-            and not _ignored(here / name, ignores, folder=True)
-        )
-        for name in sorted(files):
-            path = here / name
-            if language_of_path(name) is None or GENERATED_NAME.search(name) or path.is_symlink():
+        subfolders = []
+        for entry in entries:
+            path = folder / entry.name
+            try:
+                is_folder = entry.is_dir(follow_symlinks=False)
+            except OSError:
                 continue
-            if _ignored(path, ignores, folder=False):
+            if is_folder and entry.name in SKIPPED_FOLDERS:
                 continue
-            yield path
-            found += 1
-            if found >= limit:
-                return
+            if _ignored(path, ignores, folder=is_folder):
+                note(path, IGNORED)
+            elif is_folder and entry.name.startswith("."):
+                note(path, HIDDEN)
+            elif is_folder:
+                subfolders.append(path)
+            else:
+                yield path
+        stack.extend((subfolder, ignores) for subfolder in reversed(subfolders))
 
 
-def _gitignore(folder: Path) -> pathspec.GitIgnoreSpec | None:
-    path = folder / ".gitignore"
-    try:
-        if path.is_symlink() or path.stat().st_size > MAX_FILE_BYTES:
-            return None
-        return pathspec.GitIgnoreSpec.from_lines(path.read_text(errors="replace").splitlines())
-    except OSError:
-        return None
-
-
-def _ignored(path: Path, ignores: list[tuple[Path, pathspec.GitIgnoreSpec]], folder: bool) -> bool:
+def _ignored(path: Path, ignores: Iterable[tuple[Path, pathspec.GitIgnoreSpec]], folder: bool) -> bool:
     for base, spec in ignores:
         relative = path.relative_to(base).as_posix() + ("/" if folder else "")
         if spec.match_file(relative):
@@ -106,13 +156,32 @@ def _ignored(path: Path, ignores: list[tuple[Path, pathspec.GitIgnoreSpec]], fol
     return False
 
 
-def read_source(path: Path) -> str | None:
-    """The file's text; None for one that is too large, binary, not UTF-8, generated, or unreadable."""
+def regular_file(path: Path) -> bool:
+    """Whether ``path`` itself (not what a link points to) is a regular file: a pipe would block its reader."""
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            return None
-        data = path.read_bytes()
+        return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
+        return False
+
+
+def read_source(path: Path) -> str | None:
+    """The file's text; None for one that is too large, binary, not UTF-8, generated, unreadable, or no regular file
+    (a link, or a named pipe whose read would wait for a writer for good: opened without waiting, then checked)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_FILE_BYTES:
+            return None
+        with os.fdopen(descriptor, "rb", closefd=False) as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    if len(data) > MAX_FILE_BYTES:
         return None
     if b"\0" in data[:8192] or GENERATED_MARK.search(b"\n".join(data[:2048].split(b"\n")[:3])):
         return None

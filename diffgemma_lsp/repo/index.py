@@ -20,6 +20,7 @@ import attrs
 from diffgemma_lsp.repo import files
 from diffgemma_lsp.repo.definitions import Definition, definitions_of
 from diffgemma_lsp.repo.grammars import language_of_path
+from diffgemma_lsp.repo.privacy import SECRET_TEXT, Privacy, secret_text
 from diffgemma_lsp.repo.snippets import WINDOW_LINES, Snippet, SnippetIndex, windows_of
 
 logger = logging.getLogger(__name__)
@@ -47,8 +48,12 @@ class BuildReport:
 class WorkspaceIndex:
     """Definitions and windows of the workspace's files, by absolute path."""
 
-    def __init__(self, max_files: int = MAX_FILES) -> None:
+    def __init__(self, max_files: int = MAX_FILES, privacy: Privacy | None = None) -> None:
         self.max_files = max_files
+        self.privacy = privacy or Privacy()
+        """What the user would not share: never read (its workspace folders are the index's)."""
+        self.left_out: list[files.LeftOut] = []
+        """What the builds left out, and why (at most ``files.MAX_LEFT_OUT`` a build)."""
         self.roots: list[Path] = []
         self._lock = threading.Lock()
         self._files: dict[str, FileEntry] = {}
@@ -72,14 +77,19 @@ class WorkspaceIndex:
         for root in roots:
             if root not in self.roots:
                 self.roots.append(root)
+        self.privacy.add_roots(roots)
+        left_out: list[files.LeftOut] = []
+        self.left_out = left_out
         for root in roots:
-            for path in files.workspace_files(root, self.max_files):
+            for path in files.workspace_files(root, self.max_files, self.privacy, left_out):
                 if stop() or len(self._files) >= self.max_files:
                     return self.report(started)
                 if str(path) in self._files:
                     continue
                 text = files.read_source(path)
-                if text is not None:
+                if text is not None and secret_text(text):
+                    left_out.append(files.LeftOut(str(path), SECRET_TEXT))
+                elif text is not None:
                     self.index_text(str(path), text)
         return self.report(started)
 

@@ -56,6 +56,7 @@ class LiveIndex:
         roots = [root for root in roots if root.is_dir() and root not in self.index.roots]
         if not roots:
             return
+        self.index.privacy.add_roots(roots)
         self.built = self._spawn(self._build(roots))
 
     async def _build(self, roots: list[Path]) -> None:
@@ -103,14 +104,23 @@ class LiveIndex:
             self._pending.pop(path, None)
             text = text_of()
             if text is not None:
-                self._spawn(asyncio.to_thread(self.index.index_text, path, text, _known(language_id)))
+                self._spawn(asyncio.to_thread(self._index_if_shared, path, text, _known(language_id)))
 
         self._pending[path] = loop.call_later(REINDEX_DELAY_S if delay_s is None else delay_s, reindex)
 
     def document_opened(self, uri: str, text: str, language_id: str = "") -> None:
         path = path_of(uri)
         if path is not None and (language_id in GRAMMARS or language_of_path(path)):
-            self._spawn(asyncio.to_thread(self.index.index_text, path, text, _known(language_id)))
+            self._spawn(asyncio.to_thread(self._index_if_shared, path, text, _known(language_id)))
+
+    def _index_if_shared(self, path: str, text: str, language_id: str | None = None) -> None:
+        """Index ``path`` from ``text`` unless the user would not share it (``privacy.py``); then it is dropped."""
+        reason = self.index.privacy.private(path, text)
+        if reason is None:
+            self.index.index_text(path, text, language_id)
+        else:
+            logger.info("workspace index: %s left out: %s", path, reason)
+            self.index.remove(path)
 
     def document_closed(self, uri: str) -> None:
         """A closed document: the file on disk is what counts again (a file outside the workspace is dropped)."""
@@ -120,13 +130,8 @@ class LiveIndex:
         if (handle := self._pending.pop(path, None)) is not None:
             handle.cancel()
         self.context.forget(path)
-        if path in self.index and not self._in_workspace(path):
-            self.index.remove(path)
-        elif path in self.index:
+        if path in self.index:
             self.file_changed(uri, deleted=not Path(path).is_file())
-
-    def _in_workspace(self, path: str) -> bool:
-        return any(Path(path).is_relative_to(root) for root in self.index.roots)
 
     def file_changed(self, uri: str, deleted: bool) -> None:
         """A file changed on disk (saved, created, changed by another program, or deleted)."""
@@ -137,13 +142,13 @@ class LiveIndex:
             self.index.remove(path)
             self.context.forget(path)
             return
-        if not self._in_workspace(path):
-            return  # outside the workspace: only its open document's text is indexed
 
         def read_and_index() -> None:
-            text = files.read_source(Path(path))
-            if text is not None:
-                self.index.index_text(path, text)
+            text = files.read_source(Path(path))  # None for a link or a pipe
+            if text is None:
+                self.index.remove(path)
+            else:
+                self._index_if_shared(path, text)
 
         self._spawn(asyncio.to_thread(read_and_index))
 

@@ -19,6 +19,7 @@ from diffgemma_lsp.repo.definitions import definitions_of
 from diffgemma_lsp.repo.files import MAX_FILE_BYTES, workspace_files
 from diffgemma_lsp.repo.imports import imports_of
 from diffgemma_lsp.repo.index import WorkspaceIndex
+from diffgemma_lsp.repo.privacy import Privacy
 from diffgemma_lsp.repo.snippets import SnippetIndex, tokens_of, windows_of
 
 GEOMETRY = '''\
@@ -140,15 +141,18 @@ def test_the_index_reads_source_files_and_skips_ignored_vendored_binary_generate
     )
     (tmp_path / "lib" / "blob.c").write_bytes(b"int f(void);\0\x01\x02")
     (tmp_path / "lib" / "linked.py").symlink_to(tmp_path / "app" / "main.py")
-    listed = sorted(path.relative_to(tmp_path).as_posix() for path in workspace_files(tmp_path, 100))
+    privacy = Privacy([tmp_path])
+    listed = sorted(path.relative_to(tmp_path).as_posix() for path in workspace_files(tmp_path, 100, privacy))
     assert listed == ["app/main.py", "lib/blob.c", "lib/marked.go", "lib/util.go"]
     index = WorkspaceIndex()
     report = index.build([tmp_path])
     assert report.files == 2  # the binary and the generated file are read and refused
     assert [d.name for d in index.definitions_named("Util")] == ["Util"]
     assert index.definitions_named("Marked") == [] and index.definitions_named("hidden") == []
-    assert list(workspace_files(tmp_path, 1)) == [tmp_path / "app" / "main.py"]  # the file limit
-    assert list(workspace_files(tmp_path, 100, max_visited=3)) == []  # the walk's limit: the root alone has more
+    assert list(workspace_files(tmp_path, 1, privacy)) == [tmp_path / "app" / "main.py"]  # the file limit
+    assert (
+        list(workspace_files(tmp_path, 100, privacy, max_visited=3)) == []
+    )  # the walk's limit: the root alone has more
 
 
 def test_an_index_forgets_a_file_and_its_names(tmp_path: Path) -> None:
@@ -319,8 +323,8 @@ async def test_the_live_index_follows_an_open_documents_text_and_forgets_it_on_c
     assert [d.name for d in index.index.definitions_in(str(tmp_path / "ws" / "a.py"))] == ["typed"]
     index.document_opened(outside, "def outside(): pass\n", "python")
     await asyncio.sleep(0.3)
-    assert index.index.definitions_named("outside")
-    index.document_closed(outside)  # not in the workspace: dropped
+    assert index.index.definitions_named("outside") == []  # outside the workspace: never in a prompt (issue 42)
+    index.document_closed(outside)
     index.document_closed(inside)  # in it: the disk's text again
     await asyncio.sleep(0.3)
     assert index.index.definitions_named("outside") == []

@@ -19,6 +19,7 @@ JSON_TYPES = {
     "str": "string",
     "str | None": ["string", "null"],
     "int | None": ["integer", "null"],
+    "tuple[str, ...]": "array",
 }
 
 

@@ -4,7 +4,8 @@
 -- quantization, runtime, vllmCommand, stepMode,
 -- engineIdleExitMinutes, canvasLength, steps, contextTokens, extraContextTokens, editHistoryTokens,
 -- repoContextTokens, debounceMs, deadlineMs, candidates, backend, openaiUrl, openaiModel, openaiApiKeyEnv, openaiPromptFormat, rewriteEnabled,
--- rewriteStrength, rewriteSteps, nextEditEnabled, nextEditLines, nextEditOnPause, nextEditStrength, nextEditDraws.
+-- rewriteStrength, rewriteSteps, nextEditEnabled, nextEditLines, nextEditOnPause, nextEditStrength, nextEditDraws,
+-- privateFiles.
 return {
   cmd = { "diffgemma-lsp", "--stdio" },
   filetypes = {
