@@ -221,8 +221,11 @@ class _TreeScan:
     def _counts(self, node: Node) -> bool:
         """Whether a block keyword opens a block: not a modifier (Ruby ``return if x``), nor a loop's own ``do``, and
         its construct is closed by the keyword's closer (not Ruby's endless ``def f = x``)."""
-        kind, parent = node.type, node.parent
-        if kind not in self.keywords or parent is None:
+        kind = node.type
+        if kind not in self.keywords:
+            return True  # asked before the parent: tree-sitter finds a node's parent from the root, O(depth)
+        parent = node.parent
+        if parent is None:
             return True
         closer = self.language.keywords[kind]
         if closer == kind:
