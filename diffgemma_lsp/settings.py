@@ -54,6 +54,10 @@ STEP_MODES = ("auto", "eager", "compiled", "captured")
 """The engine's --step choices (``diffgemma_engine.canvas.step_mode``)."""
 QUANTIZATIONS = ("", *protocol.QUANTIZATION_CHOICES)
 """The engine's --quantization choices ("": not given, the checkpoint's own)."""
+MAX_IDLE_EXIT_MINUTES = 527_040
+"""A year: an engine kept longer is one kept for good (0)."""
+MAX_DEBOUNCE_MS = 10_000
+"""An automatic completion waits at most 10 s for the user to pause (beyond, it is never answered)."""
 MAX_CONTEXT_TOKENS = 262_144
 """The released model's context; at four characters a token, 1 MiB of text, well within one 8 MiB frame."""
 
@@ -81,7 +85,9 @@ class Settings:
     step_mode: str = attrs.field(default="auto", validator=attrs.validators.in_(STEP_MODES))
     """How an engine this server starts runs its denoising step with its own loop: auto (captured on a CUDA device,
     eager elsewhere), eager, compiled, captured."""
-    engine_idle_exit_minutes: int | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
+    engine_idle_exit_minutes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_at_most(MAX_IDLE_EXIT_MINUTES))
+    )
     """An engine this server starts exits after this many minutes without clients; 0: never; None (null): by what
     reloading costs, 15 minutes for a model that loads in 10 s or less, 8 hours for a slower one."""
     canvas_length: int = attrs.field(default=0, validator=_at_most(protocol.MAX_CANVAS_LENGTH))
@@ -99,9 +105,9 @@ class Settings:
     """Prompt budget in tokens for context from the workspace index: the definitions of the names the code around
     the cursor uses (found in the workspace's other files with tree-sitter), then code like the lines before the
     cursor; 0: none, and no index is built."""
-    debounce_ms: int = attrs.field(default=75, validator=_positive)
+    debounce_ms: int = attrs.field(default=75, validator=_at_most(MAX_DEBOUNCE_MS))
     """Wait this long after an automatic request before asking the model; a newer request replaces it."""
-    deadline_ms: int = attrs.field(default=2000, validator=_positive)
+    deadline_ms: int = attrs.field(default=2000, validator=_at_most(protocol.MAX_DEADLINE_MS))
     """The engine stops denoising after this long and returns its best canvas; 0: no deadline."""
     candidates: int = attrs.field(default=3, validator=[attrs.validators.ge(1), attrs.validators.le(4)])
     """Completions computed in one batch for an explicitly invoked inline completion, to cycle through (1 to 4);

@@ -194,3 +194,18 @@ def test_the_runtime_and_step_settings_reach_the_engines_command_line_and_name_i
     refused, problems = parse_settings({"runtime": "tensorrt", "vllmCommand": "venv/bin/vllm", "stepMode": "fast"})
     assert (refused.runtime, refused.vllm_command, refused.step_mode) == ("auto", "", "auto")
     assert len(problems) == 3 and any("absolute path" in problem for problem in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("deadlineMs", 3_600_001),  # past the wire's bound: every completion failed with a traceback in the reply
+        ("debounceMs", 10**30),  # automatic completions were never answered
+        ("engineIdleExitMinutes", 10**30),
+    ],
+)
+def test_a_value_past_the_wires_bound_is_refused_with_the_settings_name(key: str, value: int) -> None:
+    """Issue 42, finding 8: settings the wire refuses were accepted."""
+    settings, problems = parse_settings({key: value})
+    assert settings == Settings()
+    assert len(problems) == 1 and f"setting {key!r}" in problems[0] and "at most" in problems[0], problems
