@@ -18,6 +18,8 @@ from pygls.io_ import StdinAsyncReader, StdoutWriter, run_async
 from pygls.server import JsonRPCServer
 
 logger = logging.getLogger(__name__)
+MAX_LINE_BYTES = 2**20
+"""A header line longer than this is not a header: skipped."""
 
 
 class PipeReader:
@@ -27,7 +29,23 @@ class PipeReader:
         self.stream = stream
 
     async def readline(self) -> bytes:
-        return await self.stream.readline()
+        """The next header line; one longer than ``MAX_LINE_BYTES`` is logged and skipped whole (the stream's
+        limit raised out of pygls' message loop, which then answered nothing more and exited at the end of stdin)."""
+        while True:
+            try:
+                return await self.stream.readline()
+            except ValueError:
+                logger.error("a header line of more than %d bytes from the client: skipped", MAX_LINE_BYTES)
+                await self._skip_line()
+
+    async def _skip_line(self) -> None:
+        """Drop what is left of an over-long line (up to its line break)."""
+        while True:
+            try:
+                await self.stream.readline()
+                return
+            except ValueError:
+                continue
 
     async def readexactly(self, n: int) -> bytes:
         try:
@@ -39,7 +57,7 @@ class PipeReader:
 async def pipe_reader(stdin: BinaryIO) -> PipeReader | None:
     """``stdin`` read by the running event loop; None where it cannot be (not a pipe, socket or terminal)."""
     loop = asyncio.get_running_loop()
-    stream = asyncio.StreamReader(limit=2**20, loop=loop)
+    stream = asyncio.StreamReader(limit=MAX_LINE_BYTES, loop=loop)
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream, loop=loop), stdin)
     except (NotImplementedError, ValueError, OSError) as error:

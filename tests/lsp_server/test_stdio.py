@@ -55,3 +55,18 @@ async def test_stdin_that_is_no_pipe_is_left_to_pygls_threaded_reader(tmp_path: 
         assert await reader.readline() == b"\r\n"
         assert await reader.readexactly(2) == b"{}"
         assert await reader.readexactly(5) == b""  # the end mid-message
+
+
+async def test_a_header_line_over_the_limit_is_skipped_and_the_next_request_answered(tmp_path: Path) -> None:
+    """Issue 42, finding 9: after a header line over 1 MiB the next request was never answered, and the server exited
+    with status 1 at the end of stdin with nothing in the log."""
+    lsp = await RawLsp.start(server_command(tmp_path / "unused.sock", None))
+    try:
+        await lsp.initialize({"diffgemma": {"enable": False}})
+        lsp.stdin.write(b"X-Junk: " + b"x" * (stdio.MAX_LINE_BYTES * 2 + 17) + b"\r\n\r\n")
+        lsp.request(8, "shutdown")
+        assert (await lsp.reply(8))["result"] is None
+        lsp.notify("exit")
+        assert await asyncio.wait_for(lsp.process.wait(), 30) == 0
+    finally:
+        await lsp.stop()
