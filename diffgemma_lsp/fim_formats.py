@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import attrs
 
+from diffgemma_engine.shared import vocab
+
 
 @attrs.frozen
 class FimFormat:
@@ -38,6 +40,11 @@ class FimFormat:
         return (second, first) if self.suffix_first else (first, second)
 
 
+DIFFUSION_GEMMA = "diffusion_gemma"
+"""The engine's own ``fim`` layout (``diffgemma_engine.shared.prompt``: ``<bos>``, the suffix, then the prefix; its
+tokenizer adds no ``<bos>`` of its own), for a DiffusionGemma FIM checkpoint served by vLLM; the remote backend sends
+it the diffusion controls too."""
+
 SUFFIX_FIELD = "suffix"
 """Not a prompt format: the prefix is the prompt and the suffix travels in the request's ``suffix`` field."""
 
@@ -50,9 +57,11 @@ FORMATS: dict[str, FimFormat] = {
         FimFormat("deepseek_coder", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
         FimFormat("codestral", "[SUFFIX]", "[PREFIX]", "", suffix_first=True),
         FimFormat("glm", "<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>"),
+        FimFormat(DIFFUSION_GEMMA, vocab.BOS + vocab.FIM_SUFFIX, vocab.FIM_PREFIX, vocab.FIM_MIDDLE, suffix_first=True),
     )
 }
-"""Named as in Zed's ``edit_predictions.open_ai_compatible_api.prompt_format`` (``code_gemma`` = ``qwen``)."""
+"""Named as in Zed's ``edit_predictions.open_ai_compatible_api.prompt_format`` (``code_gemma`` = ``qwen``), and
+``diffusion_gemma``."""
 
 ALIASES = {"code_gemma": "qwen", "starcoder": "star_coder", "codellama": "code_llama"}
 

@@ -32,7 +32,7 @@ from diffgemma_lsp.backends.base import (
     StateListener,
     StateReporter,
 )
-from diffgemma_lsp.fim_formats import CHAT, SUFFIX_FIELD, format_named
+from diffgemma_lsp.fim_formats import CHAT, DIFFUSION_GEMMA, SUFFIX_FIELD, format_named
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +132,8 @@ class OpenAIBackend(StateReporter):
         else:
             body["prompt"] = fmt.build(request.prefix, request.suffix)
             body["stop"] = [fmt.before, fmt.between] if fmt.before else [fmt.between]
+        if self.prompt_format == DIFFUSION_GEMMA and (controls := diffusion_controls(request)):
+            body["vllm_xargs"] = controls
         return body
 
     async def infill(self, request: protocol.Infill, *, explicit: bool = False) -> protocol.Result:
@@ -206,6 +208,18 @@ class OpenAIBackend(StateReporter):
                 new_tokens=_count(usage.get("completion_tokens")),
             ),
         )
+
+
+def diffusion_controls(request: protocol.Infill) -> dict[str, int]:
+    """vLLM's per-request DiffusionGemma options (``vllm_xargs``, ``engine/vllm/completions.py``) for what the
+    settings ask: the canvas width (``canvasLength``) and a cap on the denoising steps (``steps``); none: the served
+    canvas and schedule. A server that is not vLLM ignores the field."""
+    controls = {}
+    if request.canvas_length:
+        controls["diffusion_canvas_length"] = request.canvas_length
+    if request.max_steps:
+        controls["diffusion_max_steps"] = request.max_steps
+    return controls
 
 
 def _answers(body: dict[str, Any]) -> tuple[list[str], object]:

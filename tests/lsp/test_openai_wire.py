@@ -8,6 +8,7 @@ from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.remote import DEFAULT_MAX_TOKENS, OpenAIBackend
 from diffgemma_lsp.endpoint.server import canvas_for
 from diffgemma_lsp.endpoint.wire import ApiError, CompletionRequest, cut_at_stop, parse_completion_request
+from diffgemma_lsp.fim_formats import split_prompt
 from diffgemma_lsp.postprocess import postprocess
 
 
@@ -81,6 +82,38 @@ def _infill(**fields: object) -> protocol.Infill:
     return protocol.Infill(id="1", uri="file:///a.py", prefix="def f():\n", suffix="\nf()\n", **fields)
 
 
+def test_a_diffusion_gemma_server_gets_the_engines_fim_layout_and_the_diffusion_controls() -> None:
+    """vLLM serving a DiffusionGemma FIM checkpoint: the prompt the engine's ``fim`` layout writes (its ids, once
+    vLLM has tokenized it: ``test_the_diffusion_gemma_prompt_is_the_engines_fim_layout``), and the canvas width and
+    step cap as vLLM's ``vllm_xargs``; none when the settings leave both to the server."""
+    backend = OpenAIBackend("http://x/v1/completions", prompt_format="diffusion_gemma")
+    body = backend.request_body(_infill(canvas_length=16, max_steps=6))
+    assert body["prompt"] == "<bos><fim_suffix>\nf()\n<fim_prefix>def f():\n<fim_middle>"
+    assert body["vllm_xargs"] == {"diffusion_canvas_length": 16, "diffusion_max_steps": 6}
+    assert body["max_tokens"] == 16
+    assert "vllm_xargs" not in backend.request_body(_infill())
+    assert split_prompt(body["prompt"], None) == ("def f():\n", "\nf()\n")  # the endpoint reads it back
+
+
+def test_the_diffusion_gemma_prompt_is_the_engines_fim_layout() -> None:
+    """Tokenized as vLLM tokenizes a text prompt (the tokenizer's own call, special tokens parsed), the prompt is the
+    ids the engine lays out for the same code."""
+    from transformers import AutoTokenizer
+
+    from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
+    from diffgemma_engine.shared.prompt import PromptParts, build_fim_prompt, special_ids_from, text_encoder
+
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
+    special = special_ids_from(tokenizer.convert_tokens_to_ids)
+    assert special is not None
+    prefix, suffix = "def add(a, b):\n", "\n\nprint(add(1, 2))\n"
+    engine = build_fim_prompt(PromptParts(prefix=prefix, suffix=suffix), text_encoder(tokenizer), special, 512).ids
+    body = OpenAIBackend("http://x/v1/completions", prompt_format="diffusion_gemma").request_body(
+        protocol.Infill(id="1", uri="file:///a.py", prefix=prefix, suffix=suffix)
+    )
+    assert tokenizer(body["prompt"])["input_ids"] == engine
+
+
 def test_remote_request_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
     body = OpenAIBackend("http://x/v1/completions", model="dg").request_body(_infill())
     assert body == {
@@ -95,6 +128,7 @@ def test_remote_request_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
     assert body["max_tokens"] == 16 and "model" not in body and "suffix" not in body
     assert body["stop"] == ["<fim_prefix>", "<fim_suffix>"]
     assert OpenAIBackend("http://x").request_body(_infill(candidates=3))["n"] == 3
+    assert "vllm_xargs" not in body and "vllm_xargs" not in OpenAIBackend("http://x").request_body(_infill(max_steps=4))
     monkeypatch.setenv("MY_KEY", "k1")
     assert OpenAIBackend("http://x", api_key_env="MY_KEY")._headers() == {"Authorization": "Bearer k1"}
     monkeypatch.delenv("MY_KEY")
