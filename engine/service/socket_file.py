@@ -29,12 +29,14 @@ class AlreadyRunningError(RuntimeError):
     """Another engine is listening on the socket."""
 
 
-def prepare_socket_dir(path: Path) -> None:
+def prepare_socket_dir(path: Path, make_parents: bool = True) -> None:
     """Create the socket's directory 0700, or check the one there: a real directory (never a symlink followed)
     of this user's; the default runtime directory is made private if it is not, any other is refused if others
-    can write to it (``socket_paths.UnsafeSocketError``)."""
+    can write to it (``socket_paths.UnsafeSocketError``). Without ``make_parents``, a directory whose parent is
+    gone is not made (``FileNotFoundError``)."""
     directory = path.parent
-    directory.parent.mkdir(parents=True, exist_ok=True)
+    if make_parents:
+        directory.parent.mkdir(parents=True, exist_ok=True)
     try:
         directory.mkdir(mode=0o700)
     except FileExistsError:
@@ -104,9 +106,9 @@ class SocketFile:
             os.close(self._lock_file)
         self._lock_file = descriptor
 
-    def _claim(self, path: Path) -> None:
+    def _claim(self, path: Path, make_parents: bool = True) -> None:
         """Take the socket's lock and clear a stale socket file; ``AlreadyRunningError`` if an engine holds it."""
-        prepare_socket_dir(path)
+        prepare_socket_dir(path, make_parents)
         self._take_lock(path)
         if path.exists() or path.is_symlink():
             if is_listening(path):
@@ -134,8 +136,10 @@ class SocketFile:
 
     async def watch(self, has_clients: Callable[[], bool], stop: Callable[[], None]) -> None:
         """Listen again when the socket file disappears (a /tmp cleaner): new clients would find no engine, and
-        could start none while this one holds the lock. When another process has taken the path meanwhile, take
-        no new clients and ``stop`` once the connected ones have left."""
+        could start none while this one holds the lock. When another process has taken the path meanwhile, or the
+        folder the socket's directory was in is gone too (the session's runtime directory at logout, a test's
+        temporary folder: no client looks there any more), take no new clients and ``stop`` once the connected
+        ones have left; such a folder is not made again."""
         while True:
             await asyncio.sleep(SOCKET_CHECK_S)
             path = self.path
@@ -154,7 +158,7 @@ class SocketFile:
             try:
                 if info is not None:
                     raise AlreadyRunningError(f"{path} was replaced by another process's file")
-                self._claim(path)
+                self._claim(path, make_parents=False)
                 server = await self._bind(path)
             except (AlreadyRunningError, OSError) as exc:
                 logger.warning("socket %s is gone and cannot be taken again (%s): taking no new clients", path, exc)

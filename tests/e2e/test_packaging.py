@@ -6,6 +6,7 @@ follow that mapping, so the packages are listed by hand; the first test keeps th
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import tomllib
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from diffgemma_engine.shared import socket_paths
+from tests.e2e.test_lsp_engine import _kill_engine
 from tests.support.lsp import complete_when_ready, open_document, start_client
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,10 +32,15 @@ def installed_name(folder: Path) -> str:
     return ".".join(parts)
 
 
+DATA_PACKAGES = {"diffgemma_engine.default_model"}
+"""Folders of data, no code, installed as packages whose package data is every file (the shipped model)."""
+
+
 def test_every_package_folder_is_in_the_packages_list() -> None:
     folders = [path.parent for top in ("diffgemma_lsp", "engine") for path in (ROOT / top).rglob("__init__.py")]
     on_disk = {installed_name(folder) for folder in folders if "__pycache__" not in folder.parts}
-    assert on_disk == set(PYPROJECT["packages"]), "add the new package to [tool.setuptools] packages"
+    assert on_disk | DATA_PACKAGES == set(PYPROJECT["packages"]), "add the new package to [tool.setuptools] packages"
+    assert {name: PYPROJECT["package-data"][name] for name in DATA_PACKAGES} == {name: ["*"] for name in DATA_PACKAGES}
 
 
 def test_importing_the_folder_by_its_name_is_refused() -> None:
@@ -45,11 +53,14 @@ def test_importing_the_folder_by_its_name_is_refused() -> None:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project built as a wheel and installed (without its dependencies) into a folder of its own."""
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
-        check=True,
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
         timeout=300,
     )
+    assert build.returncode == 0, build.stdout + build.stderr
+    (out / "build.log").write_text(build.stdout + build.stderr)
     (wheel,) = out.glob("*.whl")
     target = out / "site"
     subprocess.run(
@@ -66,7 +77,11 @@ def test_the_wheel_holds_the_two_packages_and_the_shipped_model(installed: Path)
     names = zipfile.ZipFile(wheel).namelist()
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == {"diffgemma_lsp", "diffgemma_engine"}
-    assert "diffgemma_engine/default_model/model.safetensors" in names
+    shipped = {f"diffgemma_engine/default_model/{path.name}" for path in (ROOT / "engine/default_model").iterdir()}
+    assert shipped <= set(names) and "diffgemma_engine/default_model/model.safetensors" in shipped
+    # setuptools' boxed warnings (a data folder that "would be ignored") read as "the shipped model is missing"
+    build_log = (installed.parent / "build.log").read_text()
+    assert "would be ignored" not in build_log and "absent from the `packages`" not in build_log, build_log
     entry_points = next(name for name in names if name.endswith("entry_points.txt"))
     assert "diffgemma-engine = diffgemma_engine.__main__:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -115,6 +130,8 @@ async def test_the_installed_language_server_starts_the_installed_engine(
         assert result.items
     finally:
         await client.shutdown_session()
+        # The engine it started outlives it (it serves every window): stopped here, as a user's would idle out.
+        _kill_engine(socket_paths.default_socket_path(), signal.SIGTERM)
 
 
 PYRIGHT = "pyright@1.1.414"

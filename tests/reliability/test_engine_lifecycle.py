@@ -105,3 +105,25 @@ async def test_a_stop_signal_with_clients_connected_exits_cleanly(engine: Engine
     assert engine.process.returncode == 0
     assert not engine.socket_path.exists()
     assert "Traceback" not in log, log[-3000:]
+
+
+async def test_an_engine_whose_socket_folder_was_removed_leaves_and_does_not_make_it_again(
+    memorized_model_dir: Path, short_tmp: Path
+) -> None:
+    """The folder above the socket's directory removed (a test's temporary folder, the runtime directory at logout):
+    no client looks there any more, so the engine leaves once its clients have; it made the whole tree again and
+    stayed (an engine that ``make test`` left behind, in a temporary folder it had re-created)."""
+    engine = EngineProcess(
+        memorized_model_dir, short_tmp / "gone" / "run" / "engine.sock", short_tmp / "engine.log", ["--idle-exit", "0"]
+    )
+    try:
+        client = await RawClient.connect(engine.socket_path)
+        shutil.rmtree(short_tmp / "gone")
+        await asyncio.sleep(SOCKET_CHECK_S + 1)
+        assert await _served(client, "connected")  # a client connected before is still served
+        await client.close()
+        assert engine.process.wait(timeout=SOCKET_CHECK_S * 10) == 0
+        assert not (short_tmp / "gone").exists()
+        assert "cannot be taken again" in engine.log()
+    finally:
+        engine.stop()
