@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 from lsprotocol import types
@@ -45,6 +45,26 @@ from diffgemma_lsp.rewrite import Selection, build_request, computed_on, holds, 
 from diffgemma_lsp.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+UNSURE_NOTICE_AFTER = 3
+"""How many next edits the draws disagreed on, with none suggested in between, before the user is told why none
+appears (once per server): the shipped model's draws never agree (``benchmarks/README.md``)."""
+
+
+def unsure_notice(model_id: str, draws: int) -> str:
+    """What the user is told when the model's draws keep disagreeing: why no next edit appears, what would help."""
+    shipped = model_id in ("", "default")
+    why = (
+        "the shipped model is a small test model: it exercises the path, its answers are not useful"
+        if shipped
+        else "the model is not sure of any edit here"
+    )
+    return (
+        f"diffgemma: no next edit: the model's {draws} draws of the edit disagreed {UNSURE_NOTICE_AFTER} times in a "
+        f"row ({why}). A real model makes next edits (the model setting; see the README's Quick start); "
+        "nextEditDraws 1 shows an unsure model's edits too."
+    )
+
 
 NEXT_EDIT_METHOD = "diffgemma/nextEdit"
 APPLY_TITLE = "Apply suggested edit"
@@ -272,6 +292,10 @@ class NextEdits:
         self._awaiting: dict[str, int] = {}
         """Per document uri with a fresh suggestion, the changes left that may apply it (an editor may send one per
         edit): after them the text is compared no more."""
+        self._unsure = 0
+        """Next edits the draws disagreed on since the last one suggested."""
+        self.notify: Callable[[str], None] | None = None
+        """Tells the user something once (the server's ``window/showMessage``): why no next edit appears."""
 
     def forget(self, uri: str) -> None:
         """A document closed or opened anew: its suggestion, and what is computed ahead for it, go."""
@@ -403,14 +427,23 @@ class NextEdits:
             raise Interrupted(result.stop.value)
         answers = [result.text, *result.alternatives]
         text = suggested_window(window, answers, instruct=backend.layout is protocol.Layout.CHAT)
+        if text is None and result.alternatives:  # the other draws' texts that differ from the first
+            self._draws_disagreed(backend.model_id, settings.next_edit_draws)
         if text is None or not computed_on(window, completer.open_document(args.uri)):
             return None
+        self._unsure = 0
         edits = line_edits(window, text)
         if not edits:
             return None
         suggestion = Suggestion(window=window, edits=edits, result=_applied(document.lines, window.range, text))
         self._offer(args.uri, suggestion)
         return suggestion
+
+    def _draws_disagreed(self, model_id: str, draws: int) -> None:
+        self._unsure += 1
+        if self._unsure == UNSURE_NOTICE_AFTER and self.notify is not None:
+            notify, self.notify = self.notify, None  # once per server
+            notify(unsure_notice(model_id, draws))
 
     def _offer(self, uri: str, suggestion: Suggestion) -> None:
         self.ready[uri] = suggestion

@@ -26,6 +26,7 @@ from diffgemma_lsp.backends.base import Backend, BackendState, EngineNotReady, E
 from diffgemma_lsp.backends.connect import connect
 from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.document import LineDocument
+from diffgemma_lsp.index_progress import IndexProgress
 from diffgemma_lsp.jsonrpc import DiffgemmaProtocol
 from diffgemma_lsp.next_edit import APPLY_KIND, NEXT_EDIT_METHOD, NextEdits
 from diffgemma_lsp.next_edit import parse_arguments as parse_next_edit
@@ -86,6 +87,8 @@ class DiffgemmaServer(LanguageServer):
         self.rewriter = Rewriter(self.completer)
         """The rewrites in flight, one per document."""
         self.next_edits = NextEdits(self.completer)
+        self.next_edits.notify = self.show_info
+        self.completer.repo.on_progress = IndexProgress(self, self._supports_progress)
         """Next-edit suggestions: computed after a burst of edits or an accepted suggestion, one per document."""
         self._progress_token: str | None = None
         self._outage_reported = False
@@ -97,6 +100,11 @@ class DiffgemmaServer(LanguageServer):
     def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
         """Serve on stdin and stdout, stdin read by the event loop (``diffgemma_lsp.stdio``), not a thread."""
         stdio.serve(self, stdin or sys.stdin.buffer, stdout or sys.stdout.buffer)
+
+    def show_info(self, message: str) -> None:
+        """Log ``message`` and show it to the user (``window/showMessage``, Info)."""
+        logger.info("%s", message)
+        self.window_show_message(types.ShowMessageParams(type=types.MessageType.Info, message=message))
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """Log server errors; never a popup for one bad message (pygls shows one by default)."""

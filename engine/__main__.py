@@ -91,7 +91,12 @@ async def serve(args: argparse.Namespace, runtime: RuntimeChoice) -> int:
     try:
         await server.start(args.socket)
     except AlreadyRunningError as exc:
-        logging.getLogger("diffgemma_engine").info("%s", exc)
+        logging.getLogger("diffgemma_engine").warning(
+            "%s: that engine serves this socket (`diffgemma-lsp doctor --engine-socket %s` says what it serves); "
+            "stop it first to start another here",
+            exc,
+            args.socket,
+        )
         return 0 if args.exist_ok else 3
     except OSError as exc:  # an unsafe or unusable socket directory (another user's, a symlink, read-only)
         logging.getLogger("diffgemma_engine").error("cannot listen on %s: %s", args.socket, exc)

@@ -70,9 +70,15 @@ class WorkspaceIndex:
 
     # -- building ---------------------------------------------------------------------------------------------
 
-    def build(self, roots: Sequence[Path], stop: Callable[[], bool] = lambda: False) -> BuildReport:
+    def build(
+        self,
+        roots: Sequence[Path],
+        stop: Callable[[], bool] = lambda: False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> BuildReport:
         """Index every file of ``roots`` (their folders' files a grammar reads), stopping early when ``stop()``
-        says so; files indexed already (an open document's text) are not read again."""
+        says so; files indexed already (an open document's text) are not read again. The folders are walked
+        first, then ``progress(done, found)`` follows the files read, after each one."""
         started = time.perf_counter()
         for root in roots:
             if root not in self.roots:
@@ -80,17 +86,20 @@ class WorkspaceIndex:
         self.privacy.add_roots(roots)
         left_out: list[files.LeftOut] = []
         self.left_out = left_out
-        for root in roots:
-            for path in files.workspace_files(root, self.max_files, self.privacy, left_out):
-                if stop() or len(self._files) >= self.max_files:
-                    return self.report(started)
-                if str(path) in self._files:
-                    continue
+        found = [
+            path for root in roots for path in files.workspace_files(root, self.max_files, self.privacy, left_out)
+        ]
+        for done, path in enumerate(found, 1):
+            if stop() or len(self._files) >= self.max_files:
+                break
+            if str(path) not in self._files:
                 text = files.read_source(path)
                 if text is not None and secret_text(text):
                     left_out.append(files.LeftOut(str(path), SECRET_TEXT))
                 elif text is not None:
                     self.index_text(str(path), text)
+            if progress is not None:
+                progress(done, len(found))
         return self.report(started)
 
     def report(self, started: float | None = None) -> BuildReport:

@@ -9,6 +9,7 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -21,6 +22,11 @@ from diffgemma_lsp.repo.grammars import GRAMMARS, language_of_path
 from diffgemma_lsp.repo.index import WorkspaceIndex
 
 logger = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S = 0.25
+"""How often the build's progress is reported at most (the last file always is)."""
+IndexListener = Callable[[int, int, bool], None]
+"""Told, on the event loop's thread, a build's files indexed, files found, and whether it has finished."""
 
 REINDEX_DELAY_S = 5.0
 """How long after its last change an open document is parsed again (at once when saved). Its own definitions
@@ -50,6 +56,10 @@ class LiveIndex:
         self._building = 0
         self.built: asyncio.Future[object] | None = None
         """The background build, once started (tests and ``context`` wait for it)."""
+        self.progress = (0, 0)
+        """The last build's files indexed and files found."""
+        self.on_progress: IndexListener | None = None
+        """Told how a build goes (the server's ``window/workDoneProgress``)."""
 
     def start(self, roots: Iterable[Path]) -> None:
         """Index ``roots`` on a worker thread (once per folder)."""
@@ -61,10 +71,20 @@ class LiveIndex:
 
     async def _build(self, roots: list[Path]) -> None:
         self._building += 1
+        loop = asyncio.get_running_loop()
+        last = [0.0]
+
+        def progress(done: int, found: int) -> None:  # on the build's thread
+            now = time.monotonic()
+            if done == found or now - last[0] >= PROGRESS_EVERY_S:
+                last[0] = now
+                loop.call_soon_threadsafe(self._progressed, done, found, False)
+
         try:
-            report = await _on_daemon_thread(lambda: self.index.build(roots, lambda: self._stopped))
+            report = await _on_daemon_thread(lambda: self.index.build(roots, lambda: self._stopped, progress))
         finally:
             self._building -= 1
+            self._progressed(*self.progress, True)
         logger.info(
             "workspace index: %d files, %d definitions, %d windows in %.1f s",
             report.files,
@@ -73,14 +93,22 @@ class LiveIndex:
             report.seconds,
         )
 
+    def _progressed(self, done: int, found: int, finished: bool) -> None:
+        self.progress = (done, found)
+        if self.on_progress is not None:
+            self.on_progress(done, found, finished)
+
     def status(self) -> dict[str, object]:
-        """What is indexed, and whether a build is under way (for ``diffgemma.status``)."""
+        """What is indexed, whether a build is under way and how far it got: files read of files found (for
+        ``diffgemma.status``)."""
         report = self.index.report()
         return {
             "files": report.files,
             "definitions": report.definitions,
             "windows": report.windows,
             "building": self._building > 0,
+            "indexed": self.progress[0],
+            "found": self.progress[1],
         }
 
     def folders_changed(self, added: Iterable[Path], removed: Iterable[Path]) -> None:

@@ -21,6 +21,8 @@ from diffgemma_engine.shared import protocol
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
+ROOT = str(Path(__file__).resolve().parents[2])
+
 
 @contextlib.contextmanager
 def _engine(model_dir: Path, folder: Path) -> Iterator[EngineProcess]:
@@ -334,6 +336,31 @@ def test_second_engine_on_the_same_socket_exits(memorized_engine: EngineProcess,
     assert subprocess.run(command, capture_output=True, timeout=60).returncode == 3
     assert subprocess.run([*command, "--exist-ok"], capture_output=True, timeout=60).returncode == 0
     assert memorized_engine.process.poll() is None
+
+
+async def test_make_serve_while_an_engine_serves_ends_cleanly_saying_so(
+    isolated_env: Path, memorized_model_dir: Path
+) -> None:
+    """``make serve`` (the Quick start) with an engine on the default socket: the engine says so and make ends with
+    status 0, not with make's "Error 3" under the message."""
+    from diffgemma_engine.shared.socket_paths import default_socket_path
+
+    engine = EngineProcess(memorized_model_dir, default_socket_path(), isolated_env / "engine.log")
+    try:
+        await (await RawClient.connect(engine.socket_path)).close()
+        bin_dir = os.path.dirname(sys.executable)
+        served = await asyncio.to_thread(
+            subprocess.run,
+            ["make", "-s", "-C", ROOT, "serve", f"VENV={os.path.dirname(bin_dir)}", "-o", f"{bin_dir}/diffgemma-lsp"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert served.returncode == 0, served.stdout + served.stderr
+        assert "Error" not in served.stderr and "that engine serves this socket" in served.stderr, served.stderr
+        assert engine.process.poll() is None
+    finally:
+        engine.stop()
 
 
 def test_infill_cli_prints_the_middle(memorized_model_dir: Path, short_tmp: Path) -> None:

@@ -19,7 +19,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from diffgemma_lsp.edit_history import BURST_GAP_S
-from diffgemma_lsp.next_edit import APPLY_KIND, APPLY_TITLE
+from diffgemma_lsp.next_edit import APPLY_KIND, APPLY_TITLE, UNSURE_NOTICE_AFTER, unsure_notice
 from tests.support.fake_engine import Rewrites, serving
 from tests.support.lsp import Editor, capabilities, complete, rewrite, server_command, span
 from tests.support.next_edits import AREA, FOLLOWED, RENAMED
@@ -156,6 +156,20 @@ async def test_draws_that_write_different_edits_are_no_edit_unless_one_draw_is_e
         suggestion = plain(await next_edit(client, 0, 13))
         assert isinstance(suggestion, dict) and suggestion["edits"][0]["newText"] == "    return size * height\n"
         assert engine.rewrites()[0].candidates == 1
+
+
+async def test_draws_that_keep_disagreeing_are_explained_once(isolated_env: Path) -> None:
+    """The shipped model's draws never agree, so no next edit ever appears: after ``UNSURE_NOTICE_AFTER`` requests
+    the user is told why, once."""
+    engine = Rewrites(answer=FOLLOWED)
+    engine.alternatives = [FOLLOWED.replace("return size * height", "return size * size")]
+    engine.release.set()
+    async with session(isolated_env, engine) as (client, _):
+        for _ in range(UNSURE_NOTICE_AFTER * 2):
+            assert await next_edit(client, 0, 13) is None
+        shown = [message.message for message in client.messages if "no next edit" in message.message]
+        assert shown == [unsure_notice("fake", 2)] and "A real model makes next edits" in shown[0]
+    assert "the shipped model is a small test model" in unsure_notice("default", 2)  # its handshake's model id
 
 
 async def _rewrites_reach(engine: Rewrites, count: int) -> None:

@@ -123,3 +123,28 @@ async def test_no_index_and_no_chunk_with_the_workspace_context_off(isolated_env
         await asyncio.sleep(1.0)  # the time the index would have had
         await complete(client, uri, 6, 23)
         assert received[-1].extra == []
+
+
+async def test_the_index_build_shows_files_indexed_of_files_found_and_the_status_says_it(
+    isolated_env: Path, tmp_path: Path
+) -> None:
+    """Issue 46: the first completions of a big workspace have less repository context until the index is built;
+    the build is shown as progress (files indexed of files found) and ``diffgemma.status`` says how far it got."""
+    workspace = tmp_path / "project"
+    write(workspace, {f"extra/module_{n}.py": f"def helper_{n}(x):\n    return x + {n}\n" for n in range(40)})
+    async with _session(isolated_env, workspace) as (client, received, uri):
+        await _until(client, received, uri, 6, 23, lambda r: _chunk(r, "shapes/geometry.py") is not None)
+        found = 43  # the 40 modules, shapes/__init__.py, shapes/geometry.py, app/main.py
+        deadline = asyncio.get_running_loop().time() + 30
+        while not any(getattr(r, "kind", "") == "end" for rs in client.progress_reports.values() for r in rs):
+            assert asyncio.get_running_loop().time() < deadline, client.progress_reports
+            await asyncio.sleep(0.1)
+        (reports,) = [
+            rs for rs in client.progress_reports.values() if getattr(rs[0], "title", "") == "Indexing the workspace"
+        ]
+        assert reports[0].kind == "begin" and reports[-1].kind == "end" and reports[-1].message == f"{found} files"
+        counts = [int(r.message.split(" of ")[0]) for r in reports[:-1] if r.message]
+        assert counts == sorted(counts) and all(r.message.endswith(f" of {found} files") for r in reports[:-1])
+        status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
+        index = status["workspaceIndex"]
+        assert (index["indexed"], index["found"], index["files"], index["building"]) == (found, found, found, False)
