@@ -86,9 +86,7 @@ class WorkspaceIndex:
         self.privacy.add_roots(roots)
         left_out: list[files.LeftOut] = []
         self.left_out = left_out
-        found = [
-            path for root in roots for path in files.workspace_files(root, self.max_files, self.privacy, left_out)
-        ]
+        found = [path for root in roots for path in files.workspace_files(root, self.max_files, self.privacy, left_out)]
         for done, path in enumerate(found, 1):
             if stop() or len(self._files) >= self.max_files:
                 break

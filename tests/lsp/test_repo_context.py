@@ -314,7 +314,7 @@ async def test_the_live_index_follows_an_open_documents_text_and_forgets_it_on_c
     index.start([tmp_path / "ws", tmp_path / "missing"])
     assert index.built is not None
     await index.built
-    assert index.status() == {"files": 1, "definitions": 1, "windows": 1, "building": False}
+    assert index.status() == {"files": 1, "definitions": 1, "windows": 1, "building": False, "indexed": 1, "found": 1}
     inside, outside = (tmp_path / "ws" / "a.py").as_uri(), (tmp_path / "elsewhere" / "b.py").as_uri()
     texts = {inside: "def typed(): pass\n"}
     for _ in range(3):  # a burst of keystrokes: parsed once, after it
