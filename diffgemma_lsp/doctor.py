@@ -22,7 +22,11 @@ from diffgemma_lsp.settings import Settings
 TIMEOUT_S = 10.0
 LOAD_WAIT_S = 60.0
 """How long the doctor waits for a loading model to be ready or to fail."""
-
+NOT_REPRODUCIBLE = (
+    "not reproducible: vLLM takes no seed for a diffusion model, so the same request (candidates too) may answer "
+    "differently each time"
+)
+"""What doctor says of an engine whose runtime takes no seed (``Stats.seeds_reproduce`` False: vLLM)."""
 
 PLAN_TIMEOUT_S = 120.0
 OLD_FEATURES = (
@@ -229,6 +233,7 @@ def render(report: dict[str, object]) -> str:
             f"model           {report['model_id'] or '(loading)'}",
             f"device          {report['device'] or '-'}",
             *([f"runtime state   {report['runtime_state']}"] if report.get("runtime_state") else []),
+            *([] if report.get("seeds_reproduce", True) else [f"seeds           {NOT_REPRODUCIBLE}"]),
             f"ready           {'yes' if report['ready'] else 'no'}",
             f"uptime          {report['uptime_s']} s, {_count(report['connections'], 'client')} besides this doctor, "
             f"{report['queued']} queued, {report.get('in_flight', 0)} in flight",

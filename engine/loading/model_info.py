@@ -34,5 +34,8 @@ class ModelInfo:
     """The schedule's steps at the model's own canvas."""
     min_steps: int = 0
     """The fewest of them a deadline leaves a completion."""
+    seeds_reproduce: bool = True
+    """Whether a request's seed reproduces its answer (not through vLLM, which takes no seed for a diffusion
+    model)."""
     compile_state: Callable[[], str]
     """The denoising step's state now: eager, compiling, compiled or failed (it changes while the engine runs)."""

@@ -25,7 +25,6 @@ def canvas_ask(
             canvas_length=laid.canvas_length,
             steps=laid.steps,
             candidates=request.candidates,
-            seed=request.seed,
         )
         return ask, laid
     vocab_size = text_config_of(loaded.model.config).vocab_size
@@ -35,7 +34,6 @@ def canvas_ask(
         canvas_length=laid.canvas_length,
         steps=start_step(request.strength, laid.steps),
         candidates=request.candidates,
-        seed=request.seed,
         start_ids=first[0].tolist(),
         held=[position for position, held in enumerate(laid.row.held) if held],
     )

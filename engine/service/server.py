@@ -324,4 +324,5 @@ class EngineServer:
             load_ms=round(loaded.load_ms, 1) if loaded else 0.0,
             idle_exit_s=self.idle_exit_s if self.idle_exit_s is not None else -1.0,
             runtime_state=self.runtime_state(),
+            seeds_reproduce=loaded.seeds_reproduce if loaded else True,
         )

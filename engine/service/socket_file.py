@@ -9,7 +9,6 @@ import contextlib
 import fcntl
 import logging
 import os
-import socket
 import stat
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -64,17 +63,6 @@ def prepare_socket_dir(path: Path, make_parents: bool = True) -> None:
         os.close(fd)
 
 
-def is_listening(path: Path) -> bool:
-    """Whether something accepts connections on the Unix socket ``path``."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
-
-
 class SocketFile:
     """One engine's socket: claimed (directory checked, lock held, a stale file cleared), bound 0600, watched."""
 
@@ -111,7 +99,7 @@ class SocketFile:
         prepare_socket_dir(path, make_parents)
         self._take_lock(path)
         if path.exists() or path.is_symlink():
-            if is_listening(path):
+            if socket_paths.is_listening(path):
                 raise AlreadyRunningError(f"another engine is listening on {path}")
             path.unlink()
 

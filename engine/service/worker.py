@@ -23,6 +23,7 @@ from ..request.infill import Answer, check_request, prompt_ids, run_infill
 from ..request.on_vllm import run_on_vllm
 from ..shared import protocol
 from ..vllm.client import VllmError
+from ..vllm.completions import SEEDS_REPRODUCE
 from ..vllm.process import VllmRuntime, VllmSupervisor
 from .jobs import DEFAULT_MAX_BATCH, Job, JobQueue
 
@@ -130,7 +131,7 @@ class ModelWorker(threading.Thread):
             if self.vllm.executable is not None:
                 runtime += f" (started by the engine: {self.vllm.executable})"
             logger.info("canvases run by %s", runtime)
-            self.on_loaded(attrs.evolve(self.loaded.info(), device=runtime))
+            self.on_loaded(attrs.evolve(self.loaded.info(), device=runtime, seeds_reproduce=SEEDS_REPRODUCE))
             self._serve_jobs(self.loaded)
             return
         self.step_mode = self.step_mode.on(self.loaded.device.type)

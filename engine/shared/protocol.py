@@ -291,6 +291,9 @@ class Stats:
     runtime_state: str = ""
     """With vLLM running the canvases: ``healthy``, or what it is doing instead (starting: its last output line;
     restarting: why it exited); "" for the engine's own loop."""
+    seeds_reproduce: bool = True
+    """Whether a request's seed reproduces its answer and candidates (False with vLLM running the canvases: it takes
+    no seed for a diffusion model)."""
 
 
 @attrs.frozen(kw_only=True)

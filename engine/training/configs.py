@@ -42,6 +42,11 @@ TINY_VISION: dict[str, Any] = dict(
 )
 """The smallest Gemma 4 vision tower: every DiffusionGemma builds one, and code never runs it."""
 
+RELEASE_IMAGE_TOKENS = 280
+"""The release's ``vision_config.default_output_length`` (soft tokens per image): transformers' Gemma 4 vision
+config does not declare it, and vLLM's Gemma 4 multimodal code reads it unconditionally at start
+(``'Gemma4VisionConfig' object has no attribute 'default_output_length'`` without it)."""
+
 
 def build_config(
     size: str, vocab_size: int, canvas_length: int = 32, sliding_window: int = 512
@@ -86,7 +91,7 @@ def text_only_config(
     DiffusionGemma always builds a vision tower; ``vision_config=None`` would mean a 168M-parameter one.
     """
     vision = Gemma4VisionConfig(**TINY_VISION)
-    return DiffusionGemmaConfig(
+    config = DiffusionGemmaConfig(
         text_config=text,
         vision_config=vision,
         canvas_length=canvas_length,
@@ -94,6 +99,23 @@ def text_only_config(
         boi_token_id=boi_token_id,
         eoi_token_id=eoi_token_id,
     )
+    complete_for_serving(config)
+    return config
+
+
+def complete_for_serving(config: DiffusionGemmaConfig) -> None:
+    """Write into ``config`` what the release's config holds and transformers' classes leave out of a saved one, so
+    that vLLM serves the checkpoint as transformers runs it: the vision tower's ``default_output_length`` (vLLM
+    cannot start without it), the text config's ``final_logit_softcapping`` (a class default transformers applies
+    but never writes; vLLM reads a missing one as no softcapping) and the end-of-sequence ids at the top. A value
+    already there is kept."""
+    vision, text = config.vision_config, config.text_config
+    assert isinstance(vision, Gemma4VisionConfig) and isinstance(text, DiffusionGemmaTextConfig), config
+    vision.default_output_length = getattr(vision, "default_output_length", RELEASE_IMAGE_TOKENS)
+    text.final_logit_softcapping = text.final_logit_softcapping  # the class's default, made the config's own
+    if getattr(config, "eos_token_id", None) is None:
+        eos = text.eos_token_id
+        config.eos_token_id = list(eos) if isinstance(eos, list) else [eos]
 
 
 def set_generation_defaults(model: DiffusionGemmaForBlockDiffusion, steps: int = 16) -> None:
@@ -120,5 +142,6 @@ def save_checkpoint(model: DiffusionGemmaForBlockDiffusion, tokenizer_dir: Path,
     from transformers import AutoTokenizer
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    complete_for_serving(model.config)  # a checkpoint read from an older folder too
     model.save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(out_dir)

@@ -9,7 +9,12 @@ per-request options travel in ``vllm_xargs``, which ``CompletionRequest.to_sampl
 * ``diffusion_seed_canvas``: the ids a rewrite's canvas starts from instead of noise, exactly the canvas wide, with
   the share its strength calls for already renoised by the engine; ``diffusion_pinned``: the positions held;
 * ``diffusion_max_steps``: the steps to run (a deadline's step budget; a rewrite's part of its schedule);
-* ``n`` for candidates, ``seed`` (from 0 to 2**63 - 1 there), ``max_tokens`` one canvas.
+* ``n`` for candidates, ``max_tokens`` one canvas.
+
+Never ``seed``: vLLM refuses it for a diffusion model (HTTP 400 from ``SamplingParams._validate_diffusion``, run
+with the served model's config at admission, with temperature, min_p, min_tokens, logit_bias, bad_words and
+allowed_token_ids), so candidates through vLLM are not reproducible by seed (``SEEDS_REPRODUCE`` says so to
+``doctor``). A rewrite's renoised start is drawn by the engine, with the seed, before it is sent.
 
 The tests check every body built here with vLLM's own request model and validator (tests/support/vllm_check.py).
 """
@@ -20,7 +25,8 @@ from typing import Any
 
 import attrs
 
-INT64_MAX = (1 << 63) - 1
+SEEDS_REPRODUCE = False
+"""Whether a request's seed reproduces its answer through vLLM: no, vLLM takes no seed for a diffusion model."""
 
 
 @attrs.frozen(kw_only=True)
@@ -33,19 +39,10 @@ class CanvasAsk:
     steps: int
     """Denoising steps to run: the schedule after a deadline's budget, or the part of it a rewrite's strength runs."""
     candidates: int = 1
-    seed: int | None = None
-    """The engine's seed (``protocol.SEED_RANGE``: a 64-bit integer, signed or not)."""
     start_ids: list[int] | None = None
     """A rewrite's first canvas (``canvas_length`` ids), its renoised share drawn by the engine; None: from noise."""
     held: list[int] = attrs.field(factory=list)
     """Positions of ``start_ids`` held at their token through every step."""
-
-
-def vllm_seed(seed: int) -> int:
-    """The engine's 64-bit seed (signed or not) as a seed vLLM keeps: from 0 to ``INT64_MAX``. vLLM's request takes
-    a signed 64-bit integer and its ``SamplingParams`` reads -1 as "no seed" (a random one), so the seed is taken
-    modulo 2**63: the same seed always gives the same stream."""
-    return seed % (INT64_MAX + 1)
 
 
 def completion_body(ask: CanvasAsk, *, model: str, served_canvas: int) -> dict[str, Any]:
@@ -68,8 +65,6 @@ def completion_body(ask: CanvasAsk, *, model: str, served_canvas: int) -> dict[s
     }
     if model:  # else the one model the server serves
         body["model"] = model
-    if ask.seed is not None:
-        body["seed"] = vllm_seed(ask.seed)
     return body
 
 

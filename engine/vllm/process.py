@@ -10,12 +10,14 @@ Standard library only: the thread that runs it never touches the model."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import json
 import logging
 import math
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -25,6 +27,7 @@ from pathlib import Path
 import attrs
 
 from ..shared import protocol
+from ..shared.socket_paths import check_socket_dir, is_listening
 from .client import VllmError, VllmServer, wait_until_healthy
 
 logger = logging.getLogger(__name__)
@@ -57,6 +60,23 @@ def serve_command(
     if tensor_parallel > 1:
         command += ["--tensor-parallel-size", str(tensor_parallel)]
     return command
+
+
+def clear_stale_socket(path: Path) -> None:
+    """Remove the socket file a vLLM left at ``path``: vLLM binds its ``--uds`` path before it loads and never
+    removes it, not even on a clean SIGTERM, and the next ``vllm serve --uds`` on it fails at once ("Address already
+    in use"). Only a socket that nothing listens on, in a directory of this user's that no one else can write to
+    (the engine's private runtime directory); ``VllmError`` saying why when it is anything else."""
+    check_socket_dir(path.parent)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise VllmError(f"{path} is there and is not a socket: not removed, and vLLM cannot listen on it")
+    if is_listening(path):
+        raise VllmError(f"a process already listens on {path} (a vLLM an earlier engine started?): stop it first")
+    path.unlink()
 
 
 @attrs.frozen(kw_only=True)
@@ -188,6 +208,8 @@ class VllmSupervisor:
             if self._stopping.is_set():
                 return False
             try:
+                if self.server.socket_path is not None:
+                    clear_stale_socket(self.server.socket_path)  # the last vLLM's, even after a clean stop
                 self._process = subprocess.Popen(
                     list(self.launch.command),
                     stdin=subprocess.DEVNULL,
@@ -197,7 +219,7 @@ class VllmSupervisor:
                     start_new_session=True,  # its own process group: stopped as a whole
                     preexec_fn=_die_with_parent(),  # only a C call, looked up before the fork
                 )
-            except OSError as exc:
+            except (OSError, VllmError) as exc:
                 self._failure = f"cannot run {self.launch.command[0]}: {exc}"
                 self._state = self._failure
                 self._ready.set()
@@ -246,6 +268,8 @@ class VllmSupervisor:
         if process is None:
             return f"vLLM at {self.server.where()} stopped answering /health"
         status = process.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # its engine processes: the GPU, the socket
+            os.killpg(process.pid, signal.SIGKILL)
         if self._reader is not None:  # its last lines (vLLM's own children may hold the pipe open: not forever)
             self._reader.join(READER_DRAIN_S)
         tail = " | ".join(list(self._tail)[-5:]) or "(no output)"

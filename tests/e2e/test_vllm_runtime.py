@@ -45,14 +45,13 @@ def vllm_socket(vllm_python: Path) -> Iterator[tuple[VllmServer, Path]]:
     """The stand-in on a Unix socket in a private directory, answering ``ANSWER`` to every request."""
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
     config = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text())
-    vocab = config.get("text_config", config)["vocab_size"]
     canvas = config["canvas_length"]
     ids = [*tokenizer.encode(ANSWER, add_special_tokens=False), tokenizer.eos_token_id]
     folder = Path(tempfile.mkdtemp(prefix="vllm-", dir="/tmp"))
     os.chmod(folder, 0o700)
     log = folder / "requests.jsonl"
     command = [str(vllm_python), str(STANDIN), "--socket", str(folder / "vllm.sock"), "--log", str(log)]
-    command += ["--canvas", str(canvas), "--vocab", str(vocab), "--no-seed-echo"]
+    command += ["--model", str(DEFAULT_MODEL_DIR), "--canvas", str(canvas), "--no-seed-echo"]
     command += ["--answer-ids", ",".join(map(str, ids))]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     server = VllmServer(socket_path=folder / "vllm.sock")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
 from diffgemma_engine.loading.model import LoadedModel, load_model
 from diffgemma_engine.request.canvas_ask import canvas_ask
 from diffgemma_engine.shared import protocol
@@ -36,9 +37,8 @@ def standin(vllm_python: Path, shipped: LoadedModel) -> Iterator[tuple[VllmServe
     folder = Path(tempfile.mkdtemp(prefix="vllm-", dir="/tmp"))
     os.chmod(folder, 0o700)
     log = folder / "requests.jsonl"
-    vocab = shipped.model.config.get_text_config().vocab_size
     command = [str(vllm_python), str(STANDIN), "--socket", str(folder / "vllm.sock"), "--log", str(log)]
-    command += ["--canvas", str(shipped.canvas_length), "--vocab", str(vocab), "--answer-ids", "5,6,1"]
+    command += ["--model", str(DEFAULT_MODEL_DIR), "--canvas", str(shipped.canvas_length), "--answer-ids", "5,6,1"]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     server = VllmServer(socket_path=folder / "vllm.sock")
     alive = lambda: process.poll() is None  # noqa: E731

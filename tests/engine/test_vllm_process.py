@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -21,7 +22,9 @@ import pytest
 from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
 from diffgemma_engine.loading.model import load_facts
 from diffgemma_engine.shared import protocol
-from diffgemma_engine.vllm.client import VllmServer
+from diffgemma_engine.shared.socket_paths import UnsafeSocketError
+from diffgemma_engine.vllm.client import VllmError, VllmServer
+from diffgemma_engine.vllm.process import clear_stale_socket
 from tests.support.engine import EngineProcess, RawClient
 
 STANDIN = Path(__file__).resolve().parents[1] / "support" / "vllm_standin.py"
@@ -121,6 +124,7 @@ async def test_the_engine_starts_its_vllm_waits_for_it_and_it_goes_with_the_engi
         assert doctor.returncode == 0, report
         assert f"device          vllm 0.33.0 at {vllm_socket} (started by the engine" in report
         assert "runtime state   healthy" in report
+        assert "seeds           not reproducible: vLLM takes no seed" in report  # issue 41: it refuses one
         (pid,) = _started(log)
         engine.process.send_signal(signal.SIGKILL)  # no chance to stop it: the kernel's death signal does
         engine.process.wait()
@@ -177,3 +181,70 @@ async def test_a_vllm_that_cannot_start_fails_the_load_with_its_own_words(
         assert len(_started(log)) == 1  # a start that fails is not retried: it would fail again
     finally:
         engine.stop()
+
+
+async def test_a_second_start_and_a_restart_after_sigkill_clear_the_socket_vllm_left(
+    fake_vllm: tuple[Path, Path], short_tmp: Path
+) -> None:
+    """Issue 41: vLLM binds ``--uds`` before it loads and never removes the file (the stand-in binds with vLLM's own
+    ``create_server_unix_socket``), so the next ``vllm serve`` on it fails with "Address already in use". The engine
+    clears it: a second engine on the same runtime folder is ready again, and a vLLM killed with SIGKILL is
+    restarted and serves."""
+    executable, log = fake_vllm
+    vllm_socket = short_tmp / "engine.vllm.sock"
+    engine = _engine(short_tmp, executable)
+    try:
+        client = await RawClient.connect(engine.socket_path)
+        assert isinstance(await _complete(client, "first"), protocol.Result)
+        await client.close()
+    finally:
+        engine.stop()
+    assert engine.process.returncode == 0
+    assert vllm_socket.is_socket()  # what vLLM leaves behind, even after a clean SIGTERM
+    engine = _engine(short_tmp, executable)  # the second start, on the same runtime folder
+    try:
+        client = await RawClient.connect(engine.socket_path)
+        result = await _complete(client, "second")
+        assert isinstance(result, protocol.Result) and result.stop is protocol.StopReason.EOS, result
+        killed = _started(log)[-1]
+        os.kill(killed, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while len(_started(log)) < 3 or (await _stats(client)).runtime_state != protocol.RUNTIME_HEALTHY:
+            assert time.monotonic() < deadline, (await _stats(client), engine.log()[-2000:])
+            await asyncio.sleep(0.2)
+        result = await _complete(client, "after-sigkill")
+        assert isinstance(result, protocol.Result) and result.stop is protocol.StopReason.EOS, result
+        assert "Address already in use" not in engine.log()
+        await client.close()
+    finally:
+        engine.stop()
+
+
+def test_only_a_stale_socket_in_a_private_folder_is_removed(short_tmp: Path) -> None:
+    """What ``clear_stale_socket`` leaves alone: a file that is not a socket, a socket something listens on, and
+    anything in a folder others can write to; a socket nothing listens on is removed."""
+    stale = short_tmp / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as left:
+        left.bind(str(stale))  # bound and closed: a socket file nothing listens on, as vLLM leaves it
+    clear_stale_socket(stale)
+    assert not stale.exists()
+    clear_stale_socket(stale)  # nothing there: nothing to do
+    regular = short_tmp / "file.sock"
+    regular.write_text("not a socket")
+    with pytest.raises(VllmError, match="is not a socket"):
+        clear_stale_socket(regular)
+    assert regular.read_text() == "not a socket"
+    with socket.socket(socket.AF_UNIX) as live:
+        live.bind(str(stale))
+        live.listen()
+        with pytest.raises(VllmError, match="already listens"):
+            clear_stale_socket(stale)
+    assert stale.is_socket()
+    shared = short_tmp / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with socket.socket(socket.AF_UNIX) as left:
+        left.bind(str(shared / "vllm.sock"))
+    with pytest.raises(UnsafeSocketError, match="can be written by others"):
+        clear_stale_socket(shared / "vllm.sock")
+    assert (shared / "vllm.sock").is_socket()

@@ -1,7 +1,8 @@
 """Issue 27: every request the engine would send vLLM, built by the engine's own code from real requests on real
-checkpoints, parsed and validated by vLLM 0.33's own code (``CompletionRequest``, ``to_sampling_params``,
-``validate_diffusion_sampling_params``, in a venv of its own: tests/support/vllm_env.py), and a reply built with
-vLLM's own response classes read back. A body vLLM would refuse fails here."""
+checkpoints, admitted by vLLM 0.33's own code as ``vllm serve`` of that checkpoint admits it (``CompletionRequest``,
+``to_sampling_params`` with its generation defaults, ``SamplingParams.verify`` with the served model's
+``ModelConfig``, ``validate_diffusion_sampling_params``; in a venv of its own: tests/support/vllm_env.py), and a
+reply built with vLLM's own response classes read back. A body vLLM would refuse fails here."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from diffgemma_engine.canvas.start import start_step
+from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
 from diffgemma_engine.loading.model import LoadedModel, load_facts, load_model
 from diffgemma_engine.request.canvas_ask import canvas_ask
 from diffgemma_engine.shared import protocol
@@ -29,6 +31,10 @@ def vllm(vllm_python: Path) -> Iterator[VllmChecker]:
     checker.close()
 
 
+FOLDERS: dict[str, Path] = {"default": DEFAULT_MODEL_DIR}
+"""Each loaded model's checkpoint folder, by its ``model_id``: what vLLM would serve."""
+
+
 @pytest.fixture(scope="module")
 def shipped() -> LoadedModel:
     """The shipped model: the FIM layout, with a line canvas (16) beside its own (32)."""
@@ -38,7 +44,9 @@ def shipped() -> LoadedModel:
 @pytest.fixture(scope="module")
 def release(release_random_dir: Path) -> LoadedModel:
     """The release's on-disk format: the chat layout, its canvas and 48-step schedule."""
-    return load_model(release_random_dir)
+    loaded = load_model(release_random_dir)
+    FOLDERS[loaded.model_id] = release_random_dir
+    return loaded
 
 
 def _infill(**fields: object) -> protocol.Infill:
@@ -48,9 +56,8 @@ def _infill(**fields: object) -> protocol.Infill:
 
 
 def _case(loaded: LoadedModel, ask: CanvasAsk) -> dict[str, object]:
-    vocab = loaded.model.config.get_text_config().vocab_size
     body = completion_body(ask, model="google/diffusiongemma-26B-A4B-it", served_canvas=loaded.canvas_length)
-    return {"body": body, "canvas_length": loaded.canvas_length, "vocab_size": vocab}
+    return {"body": body, "model_dir": str(FOLDERS[loaded.model_id]), "canvas_length": loaded.canvas_length}
 
 
 def _checked(loaded: LoadedModel, ask: CanvasAsk, vllm: VllmChecker) -> dict:
@@ -99,38 +106,42 @@ def test_a_rewrite_is_a_seed_canvas_with_its_kept_text_pinned(release: LoadedMod
     assert canvas_ask(release, request)[0] == ask  # the seed makes the renoised canvas the same every time
 
 
-def test_candidates_deadlines_and_every_seed(release: LoadedModel, vllm: VllmChecker) -> None:
+def test_candidates_deadlines_and_seeded_requests(
+    shipped: LoadedModel, release: LoadedModel, vllm: VllmChecker
+) -> None:
+    """Issue 41: a seeded request (``doctor --probe`` sends seed 0) is admitted by vLLM for the served diffusion
+    model: vLLM refuses ``seed`` for one (``SamplingParams._validate_diffusion``), so the engine sends none."""
     release.serving.clock.observe(release.canvas_length, 5.0, 480.0, 48)  # 10 ms a step, as vLLM's timings will say
     asks = [
-        canvas_ask(release, _infill(candidates=3))[0],
+        canvas_ask(release, _infill(candidates=3, seed=5))[0],
         canvas_ask(release, _infill(), time_left_ms=0.0)[0],  # no time left: the floor of the schedule
-        canvas_ask(release, _infill(seed=(1 << 64) - 1))[0],  # the engine's unsigned seeds past vLLM's int64
-        canvas_ask(release, _infill(seed=-(1 << 63)))[0],
+        canvas_ask(release, _infill(seed=(1 << 64) - 1))[0],
+        canvas_ask(release, _infill(seed=0))[0],
     ]
-    verdicts = vllm.requests([_case(release, ask) for ask in asks])
+    cases = [_case(release, ask) for ask in asks] + [_case(shipped, canvas_ask(shipped, _infill(seed=0))[0])]
+    verdicts = vllm.requests(cases)
     assert all(verdict["ok"] for verdict in verdicts), verdicts
-    candidates, deadline, unsigned, signed = (verdict["params"] for verdict in verdicts)
+    candidates, deadline, *seeded = (verdict["params"] for verdict in verdicts)
     assert candidates["n"] == 3
     assert deadline["extra_args"]["diffusion_max_steps"] == release.step_floor(release.sampler.max_steps)
-    assert unsigned["seed"] == (1 << 63) - 1 and signed["seed"] == 0  # never -1, vLLM's "no seed"
+    assert all(params["seed"] is None for params in [candidates, *seeded])
 
 
 def test_vllm_refuses_what_it_should(release: LoadedModel, vllm: VllmChecker) -> None:
-    """The check can fail: a seed canvas one id short, an id past the vocabulary, a seed vLLM's int64 cannot hold
-    (the engine's own seeds may be unsigned: ``vllm_seed`` maps them)."""
+    """The check can fail: a seed canvas one id short, an id past the vocabulary, a seed (any seed: vLLM takes
+    none for a diffusion model)."""
     ask = canvas_ask(release, _infill(start=[protocol.StartSegment(text="x = 1\n")]))[0]
     assert ask.start_ids is not None
     short = _case(release, ask)
     short["body"]["vllm_xargs"]["diffusion_seed_canvas"] = ask.start_ids[:-1]  # type: ignore[index]
     past = _case(release, ask)
     past["body"]["vllm_xargs"]["diffusion_seed_canvas"] = [RELEASE_VOCAB, *ask.start_ids[1:]]  # type: ignore[index]
-    past["vocab_size"] = RELEASE_VOCAB
-    wide = _case(release, canvas_ask(release, _infill())[0])
-    wide["body"]["seed"] = (1 << 64) - 1  # type: ignore[index]
-    verdicts = vllm.requests([short, past, wide])
+    seeded = _case(release, canvas_ask(release, _infill())[0])
+    seeded["body"]["seed"] = 0  # type: ignore[index]
+    verdicts = vllm.requests([short, past, seeded])
     assert [verdict["ok"] for verdict in verdicts] == [False, False, False], verdicts
     assert "must hold exactly" in verdicts[0]["error"] and "ids must be in" in verdicts[1]["error"]
-    assert "seed" in verdicts[2]["error"]
+    assert "seed" in verdicts[2]["error"] and "not yet supported with diffusion models" in verdicts[2]["error"]
 
 
 def test_a_reply_built_by_vllm_is_read_in_order_with_its_cached_share(vllm: VllmChecker) -> None:

@@ -1,13 +1,15 @@
 """Run in the vLLM venv (tests/support/vllm_env.py): vLLM's own request and response code, one question a line on
 stdin (``{"kind": "requests" | "reply", "data": ...}``), one answer a line on stdout (vLLM imports once: seconds).
 
-``requests``: a list of ``{"body", "canvas_length", "vocab_size"}``; each body is parsed as ``vllm serve`` parses a
-``/v1/completions`` request (``CompletionRequest``), turned into ``SamplingParams`` (``to_sampling_params``) and
-checked by ``validate_diffusion_sampling_params`` at the served canvas and vocabulary. Prints a list of
+``requests``: a list of ``{"body", "model_dir", "canvas_length"}``; each body is admitted as ``vllm serve`` of the
+checkpoint in ``model_dir`` at that canvas admits a ``/v1/completions`` request (``admit``). Prints a list of
 ``{"ok": true, "params": {...}}`` or ``{"ok": false, "error": "..."}``.
 
 ``serve_args``: a ``vllm serve`` command line (without ``vllm serve``) parsed and checked by vLLM's own parser
 (``parse_vllm_serve``); prints what it would serve, or ``{"error": "..."}``.
+
+``served_config``: a checkpoint folder; what vLLM's Gemma 4 code reads of its config as ``vllm serve`` loads it
+(``ModelConfig``): ``{"default_output_length", "final_logit_softcapping", "is_diffusion"}`` (None for one it lacks).
 
 ``reply``: ``{"model", "choices": [{"token_ids", "text", "finish_reason"}], "prompt_tokens", "cached_tokens"}`` as a
 ``CompletionResponse`` built with vLLM's classes, printed as vLLM's server would send it.
@@ -15,9 +17,11 @@ checked by ``validate_diffusion_sampling_params`` at the served canvas and vocab
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
+from typing import Any
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # vLLM's serve parser asks the platform for its defaults
 
@@ -53,27 +57,58 @@ def check_serve_args(argv: list[str]) -> dict:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def check_requests(cases: list[dict]) -> list[dict]:
+@functools.cache
+def served_model_config(model_dir: str) -> Any:
+    """vLLM's ``ModelConfig`` of the checkpoint in ``model_dir``, as ``vllm serve`` builds it (its config, its
+    generation config's defaults, whether it is a diffusion model): about two seconds, once per checkpoint."""
+    from vllm.config import ModelConfig
+
+    return ModelConfig(model=model_dir, tokenizer=model_dir)
+
+
+def admit(body: dict, model_dir: str, canvas_length: int) -> tuple[Any, Any]:
+    """``body`` admitted as ``vllm serve`` of ``model_dir`` at ``canvas_length`` admits a ``/v1/completions``
+    request: parsed (``CompletionRequest``), turned into ``SamplingParams`` with the checkpoint's generation
+    defaults (``OpenAIServingCompletion``'s ``get_diff_sampling_param``), checked with the served model's config
+    (``SamplingParams.verify``, where ``_validate_diffusion`` refuses a seed, a temperature, ...) and by
+    ``validate_diffusion_sampling_params`` at the served canvas and vocabulary, as vLLM's ``InputProcessor`` does.
+    Returns (the request, its params); raises what vLLM raises."""
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
     from vllm.utils.diffusion import validate_diffusion_sampling_params
 
+    model_config = served_model_config(model_dir)
+    request = CompletionRequest.model_validate(body)
+    params = request.to_sampling_params(request.max_tokens, model_config.get_diff_sampling_param())
+    params.verify(model_config, None, None, None)
+    if model_config.is_diffusion:
+        vocab_size = model_config.get_vocab_size()
+        validate_diffusion_sampling_params(params, canvas_length=canvas_length, vocab_size=vocab_size)
+    return request, params
+
+
+def served_config(model_dir: str) -> dict:
+    model_config = served_model_config(model_dir)
+    hf_config = model_config.hf_config
+    return {
+        "default_output_length": getattr(hf_config.vision_config, "default_output_length", None),
+        "final_logit_softcapping": getattr(model_config.hf_text_config, "final_logit_softcapping", None),
+        "is_diffusion": model_config.is_diffusion,
+    }
+
+
+def check_requests(cases: list[dict]) -> list[dict]:
     out = []
     for case in cases:
         try:
-            request = CompletionRequest.model_validate(case["body"])
-            params = request.to_sampling_params(request.max_tokens, None)
-            validate_diffusion_sampling_params(
-                params, canvas_length=case["canvas_length"], vocab_size=case["vocab_size"]
-            )
+            request, params = admit(case["body"], case["model_dir"], case["canvas_length"])
         except Exception as exc:  # noqa: BLE001 - every refusal is reported, whatever its class
             out.append({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
             continue
-        prompt = request.prompt
         out.append(
             {
                 "ok": True,
                 "params": {
-                    "prompt": prompt,
+                    "prompt": request.prompt,
                     "n": params.n,
                     "seed": params.seed,
                     "max_tokens": params.max_tokens,
@@ -112,7 +147,12 @@ if __name__ == "__main__":
 
     for line in sys.stdin:
         question = json.loads(line)
-        kinds = {"requests": check_requests, "serve_args": check_serve_args, "reply": build_reply}
+        kinds = {
+            "requests": check_requests,
+            "serve_args": check_serve_args,
+            "served_config": served_config,
+            "reply": build_reply,
+        }
         answer = kinds[question["kind"]](question["data"])
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()

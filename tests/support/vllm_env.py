@@ -42,13 +42,18 @@ PURE_PACKAGES = (
     "requests",
     "partial-json-parser",
     "llguidance",
+    "einops",
+    "uvicorn",
+    "watchfiles",
 )
-"""What ``vllm.entrypoints.openai.completion.protocol``, ``vllm.utils.diffusion`` and ``vllm serve``'s argument
-parser (``vllm.entrypoints.common.cli_args``) import beyond torch and transformers (found by importing them)."""
+"""What ``vllm.entrypoints.openai.completion.protocol``, ``vllm.utils.diffusion``, ``vllm serve``'s argument
+parser (``vllm.entrypoints.common.cli_args``), its launcher (``vllm.entrypoints.launchers.launcher``: the ``--uds``
+bind) and the served model's ``ModelConfig`` (its architecture inspected) import beyond torch and transformers
+(found by importing them)."""
 WITHOUT_DEPENDENCIES = ("xgrammar==0.2.8", "apache-tvm-ffi==0.1.11")
 """Imported by the argument parser, pinned by vLLM; without its dependencies (triton, 1 GB, is not needed to
 import it)."""
-RECIPE = f"{VLLM_VERSION}+serve-args"
+RECIPE = f"{VLLM_VERSION}+serve-args+model-config"
 """What a finished venv holds (``.complete``): a venv of another recipe is built again."""
 
 
@@ -116,6 +121,12 @@ class VllmChecker:
         (model, uds, canvas_length, max_denoising_steps, max_num_seqs, tensor_parallel_size, enable_prefix_caching),
         or ``{"error": ...}``."""
         answer: dict[str, Any] = self._ask("serve_args", argv)
+        return answer
+
+    def served_config(self, model_dir: Path) -> dict[str, Any]:
+        """What vLLM's Gemma 4 code reads of the config of the checkpoint in ``model_dir``, as ``vllm serve`` loads
+        it: ``default_output_length``, ``final_logit_softcapping`` (None where it has none), ``is_diffusion``."""
+        answer: dict[str, Any] = self._ask("served_config", str(model_dir))
         return answer
 
     def reply(self, spec: dict[str, Any]) -> dict[str, Any]:

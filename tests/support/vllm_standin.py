@@ -1,19 +1,20 @@
 """A stand-in for ``vllm serve`` of DiffusionGemma, for vLLM's GPU execution only, which cannot run here: run in the
-vLLM venv (tests/support/vllm_env.py), it listens on a Unix socket as ``vllm serve --uds`` does, parses and
-validates every ``/v1/completions`` request with vLLM 0.33's own code (``CompletionRequest``,
-``to_sampling_params``, ``validate_diffusion_sampling_params`` at ``--canvas`` and ``--vocab``), refuses what vLLM
-refuses in vLLM's error shape, and answers with vLLM's own ``CompletionResponse``: each choice's ids are the
+vLLM venv (tests/support/vllm_env.py), it listens on a Unix socket as ``vllm serve --uds`` does, admits every
+``/v1/completions`` request with vLLM 0.33's own code as ``vllm serve`` of ``--model`` at ``--canvas`` would
+(``vllm_check.admit``: ``CompletionRequest``, ``to_sampling_params`` with the checkpoint's generation defaults,
+``SamplingParams.verify`` with the served model's ``ModelConfig``, ``validate_diffusion_sampling_params``), refuses
+what vLLM refuses in vLLM's error shape, and answers with vLLM's own ``CompletionResponse``: each choice's ids are the
 request's seed canvas (a rewrite, unless ``--no-seed-echo``) or ``--answer-ids``, after ``--delay-s``
 (``POST /standin/delay`` changes it).
 Every request is logged to ``--log`` (JSON lines) when it arrives valid, then with its verdict and whether its
 client went away before the answer (vLLM then aborts it).
 
-    python vllm_standin.py --socket PATH --canvas 256 --vocab 262144 --log FILE [--answer-ids 5,6,1] [--delay-s S]
+    python vllm_standin.py --socket PATH --model DIR --canvas 256 --log FILE [--answer-ids 5,6,1] [--delay-s S]
 
 Or run as ``vllm`` itself (``vllm_standin.py serve MODEL_DIR --uds PATH ...``, what the engine runs with
 ``--vllm-command``): the command line is parsed and checked by vLLM 0.33's own ``vllm serve`` parser
 (``make_arg_parser``, ``validate_parsed_serve_args``, ``AsyncEngineArgs.from_cli_args``), the canvas is its
-``--diffusion-config``'s and the vocabulary the checkpoint's; the log is ``$DIFFGEMMA_STANDIN_LOG`` (each start
+``--diffusion-config``'s; the log is ``$DIFFGEMMA_STANDIN_LOG`` (each start
 logged with its pid and what it parsed), ``$DIFFGEMMA_STANDIN_ANSWER_IDS`` the answer,
 ``$DIFFGEMMA_STANDIN_START_DELAY_S`` a wait before it listens (loading), ``$DIFFGEMMA_STANDIN_REFUSE`` a message it
 prints before it exits 1 at once (a start that fails), and ``POST /standin/exit`` makes it exit 3 (a crash).
@@ -25,11 +26,15 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
 
 from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).parent))
+from vllm_check import admit, parse_vllm_serve, served_model_config  # beside this file
 
 
 def _log(path: Path, entry: dict) -> None:
@@ -40,21 +45,18 @@ def _log(path: Path, entry: dict) -> None:
 def build_app(args: argparse.Namespace) -> web.Application:
     import vllm
     from vllm.entrypoints.openai.completion.protocol import (
-        CompletionRequest,
         CompletionResponse,
         CompletionResponseChoice,
     )
     from vllm.entrypoints.serve.engine.protocol import PromptTokenUsageInfo, UsageInfo
-    from vllm.utils.diffusion import validate_diffusion_sampling_params
 
+    served_model_config(str(args.model))  # built before it listens, as vLLM loads before it answers /health
     answer_ids = [int(token) for token in args.answer_ids.split(",")] if args.answer_ids else [1]
 
     async def completions(request: web.Request) -> web.Response:
         body = await request.json()
         try:
-            parsed = CompletionRequest.model_validate(body)
-            params = parsed.to_sampling_params(parsed.max_tokens, None)
-            validate_diffusion_sampling_params(params, canvas_length=args.canvas, vocab_size=args.vocab)
+            parsed, params = admit(body, str(args.model), args.canvas)
         except Exception as exc:  # noqa: BLE001 - refused as vLLM refuses: 400 with the message
             _log(args.log, {"body": body, "ok": False, "error": str(exc)})
             error = {"message": str(exc), "type": "BadRequestError", "param": None, "code": 400}
@@ -104,11 +106,18 @@ def build_app(args: argparse.Namespace) -> web.Application:
     return app
 
 
+def bind(path: Path) -> socket.socket:
+    """The socket bound as ``vllm serve --uds`` binds it, with vLLM's own ``create_server_unix_socket``: before the
+    model loads, failing on a file already there ("Address already in use"), and never removed."""
+    from vllm.entrypoints.launchers.launcher import create_server_unix_socket
+
+    return create_server_unix_socket(str(path))
+
+
 async def serve(args: argparse.Namespace) -> None:
     runner = web.AppRunner(build_app(args), handler_cancellation=True)
     await runner.setup()
-    await web.UnixSite(runner, str(args.socket)).start()
-    os.chmod(args.socket, 0o600)
+    await web.SockSite(runner, args.bound or bind(args.socket)).start()
     print(f"standin: listening on {args.socket}", flush=True)
     await asyncio.Event().wait()
 
@@ -116,14 +125,11 @@ async def serve(args: argparse.Namespace) -> None:
 def as_vllm_serve(argv: list[str]) -> argparse.Namespace:
     """``vllm serve MODEL [options]`` parsed and checked by vLLM's own parser (``vllm_check.parse_vllm_serve``); the
     stand-in's settings from it."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from vllm_check import parse_vllm_serve
-
     served = parse_vllm_serve(argv)
-    config = json.loads((Path(served["model"]) / "config.json").read_text())
     log = Path(os.environ["DIFFGEMMA_STANDIN_LOG"])
     served["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     _log(log, {"started": os.getpid(), "served": served})
+    bound = bind(Path(served["uds"]))
     print(f"standin: loading {served['model']}", flush=True)
     if refusal := os.environ.get("DIFFGEMMA_STANDIN_REFUSE"):
         print(f"standin: {refusal}", file=sys.stderr, flush=True)
@@ -131,8 +137,9 @@ def as_vllm_serve(argv: list[str]) -> argparse.Namespace:
     time.sleep(float(os.environ.get("DIFFGEMMA_STANDIN_START_DELAY_S", "0")))
     return argparse.Namespace(
         socket=Path(served["uds"]),
+        bound=bound,
         canvas=served["canvas_length"],
-        vocab=(config.get("text_config") or config)["vocab_size"],
+        model=Path(served["model"]),
         log=log,
         answer_ids=os.environ.get("DIFFGEMMA_STANDIN_ANSWER_IDS", ""),
         delay_s=0.0,
@@ -147,9 +154,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--socket", type=Path, required=True)
     parser.add_argument("--canvas", type=int, required=True)
-    parser.add_argument("--vocab", type=int, required=True)
+    parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--log", type=Path, required=True)
     parser.add_argument("--answer-ids", default="")
     parser.add_argument("--delay-s", type=float, default=0.0)
     parser.add_argument("--seed-echo", action=argparse.BooleanOptionalAction, default=True)
-    asyncio.run(serve(parser.parse_args()))
+    asyncio.run(serve(argparse.Namespace(**vars(parser.parse_args()), bound=None)))
