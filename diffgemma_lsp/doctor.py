@@ -225,6 +225,11 @@ def step_text(step_ms: float, min_steps: int, max_steps: int) -> str:
     )
 
 
+def _strings(value: object) -> list[str]:
+    """A report's list of strings (none when it has none)."""
+    return [str(item) for item in value] if isinstance(value, list) else []
+
+
 def render(report: dict[str, object]) -> str:
     """A human-readable report."""
     lines = [f"engine socket   {report['socket']}"]
@@ -234,6 +239,7 @@ def render(report: dict[str, object]) -> str:
             f"device          {report['device'] or '-'}",
             *([f"runtime state   {report['runtime_state']}"] if report.get("runtime_state") else []),
             *([] if report.get("seeds_reproduce", True) else [f"seeds           {NOT_REPRODUCIBLE}"]),
+            *[f"runtime note    {note}" for note in _strings(report.get("runtime_notes"))],
             f"ready           {'yes' if report['ready'] else 'no'}",
             f"uptime          {report['uptime_s']} s, {_count(report['connections'], 'client')} besides this doctor, "
             f"{report['queued']} queued, {report.get('in_flight', 0)} in flight",
@@ -269,9 +275,9 @@ def render(report: dict[str, object]) -> str:
     if "probe" in report:
         probe = report["probe"]
         assert isinstance(probe, dict)
+        steps = probe["steps"] or "an unknown number of"  # 0: vLLM does not say
         lines.append(
-            f"test completion {probe['stop']}: {probe['total_ms']:.0f} ms, {probe['steps']} steps, "
-            f"{probe['new_tokens']} tokens"
+            f"test completion {probe['stop']}: {probe['total_ms']:.0f} ms, {steps} steps, {probe['new_tokens']} tokens"
         )
     lines.append(f"status          {'PROBLEM: ' + str(report['problem']) if 'problem' in report else 'ok'}")
     return "\n".join(lines)

@@ -116,6 +116,7 @@ async def serve(args: argparse.Namespace, runtime: RuntimeChoice) -> int:
         vllm=runtime.vllm,
     )
     server.runtime_state = worker.runtime_state
+    server.runtime_notes = worker.runtime_notes
     logging.getLogger("diffgemma_engine").info("canvases run by %s", runtime.reason)
     worker.start()
     await server.serve_until_stopped()

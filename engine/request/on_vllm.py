@@ -2,8 +2,9 @@
 (``canvas_ask``), sent to vLLM, and each choice cut at its end and decoded as a canvas row is (``infill.finish_row``).
 
 A cancel or a newer request for the document closes the connection, and vLLM aborts the request. A deadline is a
-step budget sent ahead (``diffusion_max_steps``), not a stop on the way: vLLM runs what it was asked. The step clock
-learns vLLM's time per step, so that the next deadline's budget is vLLM's."""
+step budget sent ahead (``diffusion_max_steps``), not a stop on the way: vLLM runs at most what it was asked, and
+fewer when the canvas settles. Its reply does not say how many, so the steps are recorded as unknown (0) and the
+step clock learns nothing from the budget (it would learn a time per step several times too small)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ..canvas.loop import StopCheck
 from ..loading.model import LoadedModel
 from ..shared import protocol
 from ..vllm.client import VllmServer
-from ..vllm.completions import completion_body, read_reply
+from ..vllm.completions import CACHED_UNREPORTED, STEPS_UNREPORTED, completion_body, read_reply
 from .canvas_ask import canvas_ask
 from .infill import Answer, finish_row
 
@@ -27,8 +28,10 @@ def run_on_vllm(
     model_name: str,
     should_stop: StopCheck | None = None,
     time_left_ms: float | None = None,
+    notes: set[str] | None = None,
 ) -> list[Answer]:
-    """The answer of each of the request's candidates, in order (one, empty, when it was cancelled or superseded)."""
+    """The answer of each of the request's candidates, in order (one, empty, when it was cancelled or superseded).
+    What the reply did not report is added to ``notes`` (for doctor)."""
     ask, laid = canvas_ask(loaded, request, time_left_ms)
     body = completion_body(ask, model=model_name, served_canvas=loaded.canvas_length)
 
@@ -43,7 +46,10 @@ def run_on_vllm(
         timings = protocol.Timings(tokenize_ms=round(laid.tokenize_ms, 3), denoise_ms=round(denoise_ms, 3))
         return [Answer("", protocol.StopReason(stopped), timings)]
     answer = read_reply(reply, ask.candidates)
-    loaded.serving.clock.observe(ask.canvas_length, 0.0, denoise_ms, ask.steps)
+    if notes is not None:
+        notes.add(STEPS_UNREPORTED)
+        if answer.cached_tokens is None:
+            notes.add(CACHED_UNREPORTED)
     held_until = laid.row.held_until if laid.row is not None else 0
     end = min(loaded.eos_ids) if loaded.eos_ids else None
     answers = []
@@ -59,9 +65,9 @@ def run_on_vllm(
                 held_until,
                 tokenize_ms=laid.tokenize_ms,
                 denoise_ms=denoise_ms,
-                steps=ask.steps,
+                steps=0,  # not known: vLLM does not say
                 prompt_tokens=answer.prompt_tokens,
-                cached_tokens=answer.cached_tokens,
+                cached_tokens=answer.cached_tokens or 0,
             )
         )
     return answers

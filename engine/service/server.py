@@ -61,6 +61,8 @@ class EngineServer:
         self.replies = ReplyLog()
         self.runtime_state: Callable[[], str] = lambda: ""
         """How vLLM is doing, when it runs the canvases (``ModelWorker.runtime_state``)."""
+        self.runtime_notes: Callable[[], list[str]] = list
+        """What its replies leave out of the figures (``ModelWorker.runtime_notes``)."""
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -324,5 +326,6 @@ class EngineServer:
             load_ms=round(loaded.load_ms, 1) if loaded else 0.0,
             idle_exit_s=self.idle_exit_s if self.idle_exit_s is not None else -1.0,
             runtime_state=self.runtime_state(),
+            runtime_notes=self.runtime_notes(),
             seeds_reproduce=loaded.seeds_reproduce if loaded else True,
         )

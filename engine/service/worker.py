@@ -90,6 +90,8 @@ class ModelWorker(threading.Thread):
         super().__init__(name="diffgemma-model", daemon=True)
         self.vllm = vllm
         """``serve --runtime vllm``: the server that runs the canvases (None: this process's own loop)."""
+        self._notes: set[str] = set()
+        """What vLLM's replies left out of the figures (``run_on_vllm``'s notes)."""
         self.supervisor: VllmSupervisor | None = None
         """What starts or attaches to that server and watches it, once the checkpoint's facts are read."""
         self.queue = queue
@@ -253,7 +255,7 @@ class ModelWorker(threading.Thread):
         absence is the request's ``model_error``, with vLLM's message (or, while it restarts, why)."""
         try:
             answers = run_on_vllm(
-                loaded, job.request, vllm.server, vllm.model_name, job.should_stop, job.time_left_ms()
+                loaded, job.request, vllm.server, vllm.model_name, job.should_stop, job.time_left_ms(), self._notes
             )
         except VllmError as exc:
             down = self.supervisor.down_reason() if self.supervisor is not None else None
@@ -263,6 +265,10 @@ class ModelWorker(threading.Thread):
     def runtime_state(self) -> str:
         """How vLLM is doing (``healthy``, starting, restarting: why), for stats; "" for the engine's own loop."""
         return self.supervisor.state() if self.supervisor is not None else ""
+
+    def runtime_notes(self) -> list[str]:
+        """What vLLM's replies have left out of the figures so far, for stats."""
+        return sorted(self._notes)
 
     def stop_runtime(self) -> None:
         """Stop the vLLM this engine started (and the watch of one it attached to)."""

@@ -96,7 +96,7 @@ class Timings:
     denoise_ms: float = 0.0
     """All denoising steps, sampler included."""
     steps: int = 0
-    """Denoising steps run."""
+    """Denoising steps run (0: not known; vLLM does not report them)."""
     prompt_tokens: int = 0
     new_tokens: int = 0
     """Tokens in the completion, end-of-sequence excluded."""
@@ -294,6 +294,8 @@ class Stats:
     seeds_reproduce: bool = True
     """Whether a request's seed reproduces its answer and candidates (False with vLLM running the canvases: it takes
     no seed for a diffusion model)."""
+    runtime_notes: list[str] = attrs.field(factory=list)
+    """What vLLM's replies leave out of the figures (the steps it ran, cached prompt tokens), once each."""
 
 
 @attrs.frozen(kw_only=True)

@@ -27,6 +27,16 @@ import attrs
 
 SEEDS_REPRODUCE = False
 """Whether a request's seed reproduces its answer through vLLM: no, vLLM takes no seed for a diffusion model."""
+STEPS_UNREPORTED = (
+    "vLLM does not report the denoising steps it ran (a settled canvas stops early): steps are shown as unknown and "
+    "time per step is not learnt"
+)
+"""What doctor is told of the steps: vLLM's completion reply (0.32, 0.33: ``CompletionResponse``) says nothing of
+them, so neither the step budget sent nor a guess is recorded as the steps run."""
+CACHED_UNREPORTED = (
+    "vLLM does not report the prompt tokens it read from its cache: start it with --enable-prompt-tokens-details"
+)
+"""What doctor is told when a reply's ``usage.prompt_tokens_details`` is null (vLLM without that option)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -83,7 +93,8 @@ class CompletionReply:
 
     choices: list[CanvasAnswer]
     prompt_tokens: int
-    cached_tokens: int
+    cached_tokens: int | None
+    """None: vLLM did not say (it does only with ``--enable-prompt-tokens-details``)."""
 
 
 class ReplyError(ValueError):
@@ -110,9 +121,9 @@ def read_reply(body: object, candidates: int) -> CompletionReply:
             raise ReplyError("a choice without its token_ids")
         answers.append(CanvasAnswer(token_ids=ids, finished_by_length=choice.get("finish_reason") == "length"))
     usage = _object(reply.get("usage"))
-    details = _object(usage.get("prompt_tokens_details"))
+    details = usage.get("prompt_tokens_details")
     return CompletionReply(
         choices=answers,
         prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        cached_tokens=int(details.get("cached_tokens") or 0),
+        cached_tokens=int(_object(details).get("cached_tokens") or 0) if details is not None else None,
     )

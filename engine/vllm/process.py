@@ -57,6 +57,7 @@ def serve_command(
     command = [str(vllm), "serve", str(folder), "--uds", str(socket_path)]
     command += ["--diffusion-config", json.dumps(diffusion), "--max-num-seqs", str(RECIPE_MAX_NUM_SEQS)]
     command += ["--enable-prefix-caching"]  # the engine's stable prompt head is read from the cache
+    command += ["--enable-prompt-tokens-details"]  # else its replies do not say how much of it was
     if tensor_parallel > 1:
         command += ["--tensor-parallel-size", str(tensor_parallel)]
     return command

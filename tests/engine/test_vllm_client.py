@@ -20,9 +20,10 @@ import pytest
 from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
 from diffgemma_engine.loading.model import LoadedModel, load_model
 from diffgemma_engine.request.canvas_ask import canvas_ask
+from diffgemma_engine.request.on_vllm import run_on_vllm
 from diffgemma_engine.shared import protocol
 from diffgemma_engine.vllm.client import VllmError, VllmServer, wait_until_healthy
-from diffgemma_engine.vllm.completions import completion_body, read_reply
+from diffgemma_engine.vllm.completions import CACHED_UNREPORTED, STEPS_UNREPORTED, completion_body, read_reply
 
 STANDIN = Path(__file__).resolve().parents[1] / "support" / "vllm_standin.py"
 
@@ -70,6 +71,22 @@ def test_health_version_and_a_completion(standin: tuple[VllmServer, Path], shipp
     assert [choice.token_ids for choice in answer.choices] == [[5, 6, 1], [5, 6, 1]]
     assert answer.prompt_tokens == len(ask.prompt_ids)
     assert _requests(log)[-1]["ok"] is True
+
+
+def test_the_steps_vllm_ran_are_unknown_and_teach_the_step_clock_nothing(
+    standin: tuple[VllmServer, Path], shipped: LoadedModel
+) -> None:
+    """Issue 41: vLLM stops a settled canvas early and its reply does not say when, so the step budget sent is not
+    recorded as the steps run (the clock would learn a time per step several times too small); a server without
+    ``--enable-prompt-tokens-details`` (this one) reports no cached share, which is said, not shown as 0."""
+    server, _ = standin
+    clock = shipped.serving.clock
+    clock.step_ms.clear()
+    notes: set[str] = set()
+    (answer,) = run_on_vllm(shipped, _infill(), server, "default", notes=notes)
+    assert answer.stop is protocol.StopReason.EOS and answer.timings.prompt_tokens > 0
+    assert answer.timings.steps == 0 and clock.step_ms == {}
+    assert notes == {STEPS_UNREPORTED, CACHED_UNREPORTED}
 
 
 def test_a_rewrite_reaches_vllm_as_its_seed_canvas(standin: tuple[VllmServer, Path], shipped: LoadedModel) -> None:

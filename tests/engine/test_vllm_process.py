@@ -24,6 +24,7 @@ from diffgemma_engine.loading.model import load_facts
 from diffgemma_engine.shared import protocol
 from diffgemma_engine.shared.socket_paths import UnsafeSocketError
 from diffgemma_engine.vllm.client import VllmError, VllmServer
+from diffgemma_engine.vllm.completions import CACHED_UNREPORTED, STEPS_UNREPORTED
 from diffgemma_engine.vllm.process import clear_stale_socket
 from tests.support.engine import EngineProcess, RawClient
 
@@ -113,6 +114,7 @@ async def test_the_engine_starts_its_vllm_waits_for_it_and_it_goes_with_the_engi
             "max_num_seqs": 4,
             "tensor_parallel_size": 1,
             "enable_prefix_caching": True,
+            "enable_prompt_tokens_details": True,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
         result = await _complete(client, "1")
@@ -125,6 +127,8 @@ async def test_the_engine_starts_its_vllm_waits_for_it_and_it_goes_with_the_engi
         assert f"device          vllm 0.33.0 at {vllm_socket} (started by the engine" in report
         assert "runtime state   healthy" in report
         assert "seeds           not reproducible: vLLM takes no seed" in report  # issue 41: it refuses one
+        assert f"runtime note    {STEPS_UNREPORTED}" in report  # the steps vLLM ran are not known
+        assert CACHED_UNREPORTED not in report  # the engine starts it with --enable-prompt-tokens-details
         (pid,) = _started(log)
         engine.process.send_signal(signal.SIGKILL)  # no chance to stop it: the kernel's death signal does
         engine.process.wait()

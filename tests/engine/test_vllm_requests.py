@@ -158,6 +158,8 @@ def test_a_reply_built_by_vllm_is_read_in_order_with_its_cached_share(vllm: Vllm
     assert [choice.token_ids for choice in reply.choices] == [[5, 6, 1], [7, 8]]
     assert [choice.finished_by_length for choice in reply.choices] == [False, True]
     assert (reply.prompt_tokens, reply.cached_tokens) == (40, 32)
+    unreported = read_reply(vllm.reply({**spec, "cached_tokens": None}), candidates=2)  # vLLM without the option
+    assert (unreported.prompt_tokens, unreported.cached_tokens) == (40, None)  # not known: not 0
 
 
 def test_the_facts_alone_lay_out_the_same_requests(release: LoadedModel, release_random_dir: Path) -> None:
@@ -201,5 +203,6 @@ def test_the_command_that_starts_vllm_is_read_by_vllms_own_parser(
             "max_num_seqs": RECIPE_MAX_NUM_SEQS,
             "tensor_parallel_size": tensor_parallel,
             "enable_prefix_caching": True,
+            "enable_prompt_tokens_details": True,  # issue 41: else vLLM's replies say nothing of the cached share
         }
     assert "error" in vllm.serve_args([str(folder), "--diffusion-canvas", "256"])  # the checker can refuse

@@ -47,6 +47,7 @@ def parse_vllm_serve(argv: list[str]) -> dict:
         "max_num_seqs": parsed.max_num_seqs,
         "tensor_parallel_size": parsed.tensor_parallel_size,
         "enable_prefix_caching": parsed.enable_prefix_caching,
+        "enable_prompt_tokens_details": parsed.enable_prompt_tokens_details,
     }
 
 
@@ -136,7 +137,9 @@ def build_reply(spec: dict) -> dict:
         prompt_tokens=spec["prompt_tokens"],
         completion_tokens=completion,
         total_tokens=spec["prompt_tokens"] + completion,
-        prompt_tokens_details=PromptTokenUsageInfo(cached_tokens=spec["cached_tokens"]),
+        prompt_tokens_details=(
+            PromptTokenUsageInfo(cached_tokens=spec["cached_tokens"]) if spec["cached_tokens"] is not None else None
+        ),
     )
     response = CompletionResponse(model=spec["model"], choices=list(reversed(choices)), usage=usage)
     return json.loads(response.model_dump_json(exclude_unset=False))

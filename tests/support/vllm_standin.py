@@ -78,7 +78,8 @@ def build_app(args: argparse.Namespace) -> web.Application:
             prompt_tokens=prompt,
             completion_tokens=len(ids) * params.n,
             total_tokens=prompt + len(ids) * params.n,
-            prompt_tokens_details=PromptTokenUsageInfo(cached_tokens=0),
+            # as vLLM: only with --enable-prompt-tokens-details (the stand-in has no cache: none read from it)
+            prompt_tokens_details=PromptTokenUsageInfo(cached_tokens=0) if args.prompt_tokens_details else None,
         )
         response = CompletionResponse(model=parsed.model or "", choices=choices, usage=usage)
         _log(args.log, {"body": body, "ok": True, "aborted": False, "extra_args": params.extra_args})
@@ -140,6 +141,7 @@ def as_vllm_serve(argv: list[str]) -> argparse.Namespace:
         bound=bound,
         canvas=served["canvas_length"],
         model=Path(served["model"]),
+        prompt_tokens_details=served["enable_prompt_tokens_details"],
         log=log,
         answer_ids=os.environ.get("DIFFGEMMA_STANDIN_ANSWER_IDS", ""),
         delay_s=0.0,
@@ -159,4 +161,5 @@ if __name__ == "__main__":
     parser.add_argument("--answer-ids", default="")
     parser.add_argument("--delay-s", type=float, default=0.0)
     parser.add_argument("--seed-echo", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--enable-prompt-tokens-details", dest="prompt_tokens_details", action="store_true")
     asyncio.run(serve(argparse.Namespace(**vars(parser.parse_args()), bound=None)))
