@@ -15,6 +15,9 @@ SIGNATURE_LINES = 6
 """Lines of a header at most: a longer one is its first line."""
 SIGNATURE_CHARS = 400
 DOC_CHARS = 200
+PARSE_BUDGET_S = 1.0
+"""A file's parse for the index takes at most this long (a 450 KB Python file: 0.1 s); past it, the file's definitions
+are not indexed (``grammars.OverBudget``, logged)."""
 MAX_DEFINITION_DEPTH = 256
 """Definitions nested deeper in the syntax tree are not looked for: the tags query's cost grows with the depth it
 starts matches at (Lua's, quadratic in the nesting of braces: 12,000 nested braces took 3.6 s, a 150 KB file minutes;
@@ -52,7 +55,7 @@ def definitions_of(text: str, language_id: str, path: str) -> list[Definition]:
     if query is None or parser is None:
         return []
     source = text.encode("utf-8", "surrogatepass")
-    tree = parser.parse(source)
+    tree = grammars.parse(parser, source, PARSE_BUDGET_S)
     found: dict[int, tuple[Node, Node, str]] = {}
     cursor = QueryCursor(query)
     cursor.set_max_start_depth(MAX_DEFINITION_DEPTH)

@@ -19,7 +19,7 @@ import attrs
 
 from diffgemma_lsp.repo import files
 from diffgemma_lsp.repo.definitions import Definition, definitions_of
-from diffgemma_lsp.repo.grammars import language_of_path
+from diffgemma_lsp.repo.grammars import OverBudget, language_of_path
 from diffgemma_lsp.repo.privacy import SECRET_TEXT, Privacy, secret_text
 from diffgemma_lsp.repo.snippets import WINDOW_LINES, Snippet, SnippetIndex, windows_of
 
@@ -106,10 +106,13 @@ class WorkspaceIndex:
         with self._lock:
             return BuildReport(len(self._files), self._definitions, len(self._snippets), seconds)
 
-    def index_text(self, path: str, text: str, language_id: str | None = None) -> None:
+    def index_text(
+        self, path: str, text: str, language_id: str | None = None, current: Callable[[], bool] = lambda: True
+    ) -> None:
         """(Re)index ``path`` from ``text`` (an open document's, which may differ from the disk's). Text past
         ``files.MAX_FILE_BYTES`` is skipped as the walk skips such files (an open 5 MB document took 15 s of the
-        server's time to parse and window), and an earlier version of it is dropped."""
+        server's time to parse and window), and an earlier version of it is dropped. Nothing is changed unless
+        ``current()`` (asked under the lock, when the text is parsed) says this text is still the file's."""
         language_id = language_id or language_of_path(path)
         if language_id is None:
             return
@@ -118,12 +121,17 @@ class WorkspaceIndex:
             return
         try:
             definitions = tuple(definitions_of(text, language_id, path))
+        except OverBudget as exc:
+            logger.info("not indexed: %s: %s", path, exc)
+            return
         except Exception:  # a grammar failing on one file must not stop the index
             logger.warning("could not index %s", path, exc_info=True)
             return
         lines = tuple(text.splitlines())
         windows = windows_of(lines)
         with self._lock:
+            if not current():
+                return  # a later change of the file (its document closed, the file deleted) was made meanwhile
             if path not in self._files and len(self._files) >= self.max_files:
                 return
             if path not in self._files:
@@ -138,10 +146,11 @@ class WorkspaceIndex:
             for definition in definitions:
                 self._by_name[definition.name].setdefault(path, []).append(definition)
 
-    def remove(self, path: str) -> None:
-        """Forget ``path`` (deleted)."""
+    def remove(self, path: str, current: Callable[[], bool] = lambda: True) -> None:
+        """Forget ``path`` (deleted), while ``current()`` (see :meth:`index_text`)."""
         with self._lock:
-            self._remove(path)
+            if current():
+                self._remove(path)
 
     def remove_under(self, root: Path) -> None:
         """Forget every file under ``root`` (a workspace folder removed)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import threading
 import time
@@ -51,6 +52,10 @@ class LiveIndex:
         self.index = index or WorkspaceIndex()
         self.context = RepoContext(self.index)
         self._pending: dict[str, asyncio.TimerHandle] = {}
+        self._writes: dict[str, int] = {}
+        """Per path, the number of the latest change of its entry sent to a worker thread: an earlier one that ends
+        later (a document opened and closed in a burst: its text indexed after the close) changes nothing."""
+        self._numbers = itertools.count()
         self._tasks: set[asyncio.Future[object]] = set()
         self._stopped = False
         self._building = 0
@@ -132,23 +137,40 @@ class LiveIndex:
             self._pending.pop(path, None)
             text = text_of()
             if text is not None:
-                self._spawn(asyncio.to_thread(self._index_if_shared, path, text, _known(language_id)))
+                self._write(path, functools.partial(self._index_if_shared, path, text, _known(language_id)))
 
         self._pending[path] = loop.call_later(REINDEX_DELAY_S if delay_s is None else delay_s, reindex)
 
     def document_opened(self, uri: str, text: str, language_id: str = "") -> None:
         path = path_of(uri)
         if path is not None and (language_id in GRAMMARS or language_of_path(path)):
-            self._spawn(asyncio.to_thread(self._index_if_shared, path, text, _known(language_id)))
+            self._write(path, functools.partial(self._index_if_shared, path, text, _known(language_id)))
 
-    def _index_if_shared(self, path: str, text: str, language_id: str | None = None) -> None:
-        """Index ``path`` from ``text`` unless the user would not share it (``privacy.py``); then it is dropped."""
-        reason = self.index.privacy.private(path, text)
-        if reason is None:
-            self.index.index_text(path, text, language_id)
+    def _index_if_shared(
+        self, path: str, text: str | None, language_id: str | None, current: Callable[[], bool]
+    ) -> None:
+        """Index ``path`` from ``text`` unless the user would not share it (``privacy.py``), or there is no text;
+        then it is dropped. Nothing changes once ``current()`` is False."""
+        reason = self.index.privacy.private(path, text) if text is not None else "no text"
+        if reason is None and text is not None:
+            self.index.index_text(path, text, language_id, current)
         else:
-            logger.info("workspace index: %s left out: %s", path, reason)
-            self.index.remove(path)
+            logger.debug("workspace index: %s left out: %s", path, reason)
+            self.index.remove(path, current)
+
+    def _write(self, path: str, work: Callable[[Callable[[], bool]], None]) -> None:
+        """Run ``work`` on a worker thread as the latest change of ``path``'s entry (``_writes``)."""
+        number = next(self._numbers)
+        self._writes[path] = number
+
+        def current() -> bool:
+            return self._writes.get(path) == number
+
+        def done(_: object) -> None:
+            if current():
+                del self._writes[path]
+
+        self._spawn(asyncio.to_thread(work, current)).add_done_callback(done)
 
     def document_closed(self, uri: str) -> None:
         """A closed document: the file on disk is what counts again (a file outside the workspace is dropped)."""
@@ -158,8 +180,7 @@ class LiveIndex:
         if (handle := self._pending.pop(path, None)) is not None:
             handle.cancel()
         self.context.forget(path)
-        if path in self.index:
-            self.file_changed(uri, deleted=not Path(path).is_file())
+        self.file_changed(uri, deleted=not Path(path).is_file())  # its text may be on its way into the index
 
     def file_changed(self, uri: str, deleted: bool) -> None:
         """A file changed on disk (saved, created, changed by another program, or deleted)."""
@@ -167,18 +188,15 @@ class LiveIndex:
         if path is None or language_of_path(path) is None:
             return
         if deleted:
+            self._writes[path] = next(self._numbers)  # what is on its way for it changes nothing
             self.index.remove(path)
             self.context.forget(path)
             return
 
-        def read_and_index() -> None:
-            text = files.read_source(Path(path))  # None for a link or a pipe
-            if text is None:
-                self.index.remove(path)
-            else:
-                self._index_if_shared(path, text)
+        def read_and_index(current: Callable[[], bool]) -> None:
+            self._index_if_shared(path, files.read_source(Path(path)), None, current)  # None: a link or a pipe
 
-        self._spawn(asyncio.to_thread(read_and_index))
+        self._write(path, read_and_index)
 
     def chunks(
         self, uri: str, text: str, lines: Sequence[str], language_id: str, line: int, budget_chars: int

@@ -71,8 +71,8 @@ OUTSIDE = "outside the workspace folders"
 SECRET_NAME = "a secret by its name"
 SECRET_TEXT = "holds a private key or a credential"
 SETTING = "named by the privateFiles setting"
-MAX_KNOWN = 100_000
-"""Paths whose verdict is kept (a verdict asks git: a process)."""
+MAX_KNOWN = 4_096
+"""Paths whose verdict is kept (a verdict asks git: a process), and folders known to be in no repository."""
 GIT_TIMEOUT_S = 10.0
 MAX_IGNORE_FILE_BYTES = 512 * 1024
 """A larger ``.gitignore`` is not read."""
@@ -159,22 +159,31 @@ class Privacy:
         return None
 
 
+_outside_git: set[Path] = set()
+"""Folders git said are in no repository: not asked again for each of their files."""
+
+
 def ignored_by_git(path: Path, root: Path | None) -> bool:
     """Whether git ignores ``path``: git itself is asked where the file is in a repository (``git check-ignore``:
     every ``.gitignore`` up to the repository's root, ``.git/info/exclude``, the global excludes file); elsewhere the
     ``.gitignore`` files from ``root`` down to the file's folder are read, as the walk reads them."""
     folder = path.parent
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(folder), "check-ignore", "-q", "--", str(path)],
-            capture_output=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        done = None
-    if done is not None and done.returncode in (0, 1):
-        return done.returncode == 0
+    done = None
+    if folder not in _outside_git:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(folder), "check-ignore", "-q", "--", str(path)],
+                capture_output=True,
+                timeout=GIT_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            done = None
+        if done is not None and done.returncode in (0, 1):
+            return done.returncode == 0
+        if len(_outside_git) >= MAX_KNOWN:
+            _outside_git.clear()
+        _outside_git.add(folder)  # no repository there (or no git): the .gitignore files are read
     top = root if root is not None else folder
     for base in [folder for folder in reversed(path.parents) if folder.is_relative_to(top)]:
         spec = gitignore_of(base)

@@ -6,9 +6,12 @@ time is checked not to happen."""
 
 from __future__ import annotations
 
+import pytest
+
 from diffgemma_lsp.postprocess import syntax
 from diffgemma_lsp.postprocess.languages import language_for
 from diffgemma_lsp.repo import definitions, grammars
+from diffgemma_lsp.repo.index import WorkspaceIndex
 
 
 def nested_functions(depth: int) -> str:
@@ -39,3 +42,17 @@ def test_a_brackets_parent_is_never_asked_for_in_post_processing() -> None:
     assert parser is not None
     scan = syntax._TreeScan("f(", ")\n", language_for("python"), "python", parser)
     assert scan._counts(Bracket()) is True  # type: ignore[arg-type]
+
+
+def test_a_parse_past_its_budget_is_stopped_and_the_file_left_out_of_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """512 KB of nested brackets took 1.5-2.8 s to parse on the index's thread, all of it holding the interpreter's
+    lock (no request answered meanwhile): a parse now has a budget, and yields the lock as it goes."""
+    monkeypatch.setattr(definitions, "PARSE_BUDGET_S", 0.0)
+    text = "".join(f"def f{number}(x):\n    return [x, {number}]\n" for number in range(5_000))
+    with pytest.raises(grammars.OverBudget, match="took more than 0 s"):
+        definitions.definitions_of(text, "python", "many.py")
+    index = WorkspaceIndex()
+    index.index_text("/work/many.py", text)
+    assert "/work/many.py" not in index
+    monkeypatch.setattr(definitions, "PARSE_BUDGET_S", 60.0)
+    assert len(definitions.definitions_of(text, "python", "many.py")) == 5_000  # the parser works on after a stop

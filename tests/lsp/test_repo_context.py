@@ -368,3 +368,19 @@ def test_a_file_indexed_anew_many_times_is_still_found_before_compaction() -> No
     assert len(index._postings["gamma"]) == 1  # the edited file's dead ids went at once
     assert index._dead == 299  # the compaction has not run
     assert [snippet.path for snippet in index.similar(tokens_of(lines), "b.py", 5)] == ["a.py"]
+
+
+async def test_documents_opened_and_closed_in_a_burst_leave_nothing_in_the_index(tmp_path: Path) -> None:
+    """Issue 42, finding 7: an opened document's text was indexed on a worker thread after its close had looked for
+    it in the index (not there yet): it stayed, reaching prompts, and memory grew with every such pair."""
+    index = live.LiveIndex()
+    index.start([tmp_path])
+    assert index.built is not None
+    await index.built
+    for number in range(100):
+        uri = (tmp_path / f"scratch{number}.py").as_uri()
+        index.document_opened(uri, f"def scratch_{number}(): pass\n", "python")
+        index.document_closed(uri)
+    while index._tasks:
+        await asyncio.gather(*index._tasks)
+    assert index.status()["files"] == 0 and index.index.definitions_named("scratch_7") == []
