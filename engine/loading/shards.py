@@ -45,8 +45,8 @@ def expected_size(path: Path) -> int:
         if len(head) < 8:
             raise ValueError("shorter than a safetensors header")
         length = int.from_bytes(head, "little")
-        if length > MAX_HEADER_BYTES:
-            raise ValueError(f"its header claims {length} bytes, more than safetensors allows")
+        if length > MAX_HEADER_BYTES:  # the length is the file's first bytes: never quoted
+            raise ValueError(f"its header claims more than the {MAX_HEADER_BYTES} bytes safetensors allows")
         raw = handle.read(length)
     if len(raw) < length:
         raise ValueError("cut short inside its header")
@@ -54,6 +54,8 @@ def expected_size(path: Path) -> int:
         header = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"its header is not JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError("its header is nested too deep to be a safetensors header") from None
     if not isinstance(header, dict):
         raise ValueError("its header is not a JSON object")
     end = 0
@@ -67,6 +69,10 @@ def expected_size(path: Path) -> int:
     return 8 + length + end
 
 
+MAX_NAMED = 10
+"""Problems named in one message at most (the rest counted)."""
+
+
 def _size(count: int) -> str:
     return f"{count / (1 << 20):.1f} MiB" if count >= 1 << 20 else f"{count} bytes"
 
@@ -74,8 +80,12 @@ def _size(count: int) -> str:
 def problems(folder: Path) -> list[str]:
     """What is missing or cut short among the weight files the folder names, one line each (empty: all whole)."""
     found = []
+    inside = folder.resolve()
     for name in weight_files(folder):
         path = folder / name
+        if not path.parent.resolve().is_relative_to(inside):  # a linked folder (a file may be a link: the hub's are)
+            found.append(f"{name} is in a folder linked outside the checkpoint folder")
+            continue
         if not path.is_file():
             found.append(f"{name} is missing")
             continue
@@ -99,7 +109,8 @@ def check_complete(folder: Path, fix: str = "") -> None:
             + (f"; {fix}" if fix else "")
         )
     if found := problems(folder):
+        named = found[:MAX_NAMED] + ([f"and {len(found) - MAX_NAMED} more"] if len(found) > MAX_NAMED else [])
         raise ModelLoadError(
-            f"the checkpoint in {folder} is incomplete: {'; '.join(found)}"
+            f"the checkpoint in {folder} is incomplete: {'; '.join(named)}"
             + (f"; {fix}" if fix else " (copy or download the missing files)")
         )

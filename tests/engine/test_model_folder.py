@@ -156,3 +156,34 @@ def test_the_models_own_sampler_settings_and_ids_are_checked_at_load(
     (folder / "generation_config.json").write_text(json.dumps(generation))
     with pytest.raises(ModelLoadError, match=f"generation_config.json: {named}"):
         load_model(folder)
+
+
+def _index(folder: Path, names: list[str]) -> None:
+    weight_map = {f"tensor{number}": name for number, name in enumerate(names)}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+def test_the_shard_check_stays_in_the_folder_quotes_no_bytes_and_names_ten_problems(tmp_path: Path) -> None:
+    """Issue 42, finding 10: the shard check followed a linked folder out of the checkpoint, quoted the first bytes
+    of a file it read (as a header length), failed on a deeply nested header with a bare RecursionError, and named
+    10,000 missing shards in one message."""
+    from diffgemma_engine.loading import shards
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.safetensors").write_bytes(b"TOPSECRETVALUE!!" * 4)
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    (folder / "linked").symlink_to(outside)
+    (folder / "a.safetensors").write_bytes(b"\xff" * 8 + b"{}")  # a length that is the file's first bytes
+    deep = b"[" * 200_000 + b"]" * 200_000
+    (folder / "b.safetensors").write_bytes(len(deep).to_bytes(8, "little") + deep)
+    _index(folder, ["linked/secret.safetensors", "a.safetensors", "b.safetensors"])
+    first, second, third = shards.problems(folder)  # in name order
+    assert str(int.from_bytes(b"\xff" * 8, "little")) not in first and first.startswith("a.safetensors")
+    assert second.endswith("its header is nested too deep to be a safetensors header")
+    assert third == "linked/secret.safetensors is in a folder linked outside the checkpoint folder"
+    _index(folder, [f"model-{number:05d}.safetensors" for number in range(10_000)])
+    with pytest.raises(ModelLoadError) as refused:
+        shards.check_complete(folder)
+    assert str(refused.value).count("is missing") == shards.MAX_NAMED and "and 9990 more" in str(refused.value)
