@@ -448,7 +448,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.runtime not in [runtime.value for runtime in Runtime]:  # a default read from the environment
             parser.error(f"$DIFFGEMMA_RUNTIME must be one of transformers, vllm, auto, not {args.runtime!r}")
         runtime = runtime_of(args, parser)
-    setup_logging(args.log_level, args.log_file, quiet=QUIET_LOGGERS)
+    try:
+        setup_logging(args.log_level, args.log_file, quiet=QUIET_LOGGERS)
+    except OSError as exc:  # one line the language server can show, not a traceback
+        parser.exit(2, f"diffgemma-engine: cannot write the log file {args.log_file}: {exc.strerror or exc}\n")
     if args.command == "serve":
         sys.exit(asyncio.run(serve(args, runtime)))
     if args.command == "plan":

@@ -70,10 +70,11 @@ def _log_folder() -> Path:
     temporary one, so that a start failure is never invisible."""
     folder = engine_log_path().parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        logfile.private_folder(folder)
         probe = folder / ".diffgemma-write-test"
         probe.touch()
         probe.unlink()
+        os.close(os.open(folder / "engine.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # not a folder
         return folder
     except OSError as exc:
         fallback = Path(tempfile.mkdtemp(prefix="diffgemma-logs-"))

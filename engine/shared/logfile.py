@@ -18,10 +18,21 @@ def state_folder() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "diffgemma"
 
 
+def private_folder(folder: Path) -> Path:
+    """``folder`` made if missing (its parents too), readable by this user alone: the logs hold document text with
+    ``-v``. An existing one of this user's that others can read is made private too."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    info = folder.stat()
+    if info.st_uid == os.getuid() and info.st_mode & 0o077:
+        folder.chmod(0o700)
+    return folder
+
+
 def private_file_handler(path: Path | str) -> logging.FileHandler:
-    """A handler appending to ``path`` (``~`` expanded, folders made), the file created 0600 if it is new."""
+    """A handler appending to ``path`` (``~`` expanded, its folder made private), the file created 0600 if it is
+    new; ``OSError`` where it cannot be written (a folder of that name, no permission)."""
     path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(path.parent)
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
     return logging.FileHandler(path)
 

@@ -63,7 +63,8 @@ def check_socket_dir(directory: Path) -> None:
     if info.st_uid != os.getuid():
         raise UnsafeSocketError(
             f"the engine's socket directory {directory} belongs to uid {info.st_uid}, not to this user "
-            f"(uid {os.getuid()}): another user may be listening there; remove it or choose another socket"
+            f"(uid {os.getuid()}): another user may be listening there; set XDG_RUNTIME_DIR to a folder of your own, "
+            "or choose another socket"
         )
     if stat.S_IMODE(info.st_mode) & 0o022:
         raise UnsafeSocketError(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -265,3 +266,40 @@ def test_infill_refuses_bad_arguments_without_a_traceback(args: list[str], words
     out = _engine_command("infill", "--device", "cpu", *args)
     _assert_clear_refusal(out, words)
     print(f"hostile folders: infill {' '.join(args)}: {out.stderr.strip().splitlines()[-1]}")
+
+
+def test_a_log_file_that_is_a_folder_is_one_line_and_the_state_folder_is_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42, finding 11: an ``engine.log`` that is a folder showed a raw Python traceback in the editor's popup
+    (the engine's error output, quoted by the language server), and ``~/.local/state/diffgemma`` was 0755 (its logs
+    hold document text with ``-v``)."""
+    from diffgemma_engine.shared import logfile
+    from diffgemma_engine.shared.socket_paths import UnsafeSocketError, check_socket_dir
+    from diffgemma_lsp.backends import connect
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / "state" / "diffgemma").mkdir(parents=True, mode=0o755)
+    (tmp_path / "state" / "diffgemma").chmod(0o755)
+    (tmp_path / "state" / "diffgemma" / "engine.log").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "diffgemma_engine", "--log-file", str(connect.engine_log_path()), "plan"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("diffgemma-engine: cannot write the log file")
+    folder = connect._log_folder()  # where the engine the language server starts would log: not the folder
+    assert folder != connect.engine_log_path().parent and (folder / "engine.log").parent == folder
+    logfile.private_folder(tmp_path / "state" / "diffgemma")
+    assert stat.S_IMODE((tmp_path / "state" / "diffgemma").stat().st_mode) == 0o700
+    logfile.private_file_handler(tmp_path / "fresh" / "x.log").close()
+    assert stat.S_IMODE((tmp_path / "fresh").stat().st_mode) == 0o700
+    if os.getuid() == 0:  # a socket folder of another user's in /tmp: this user cannot remove it
+        shared = tmp_path / "shared"
+        shared.mkdir(mode=0o700)
+        os.chown(shared, 12345, -1)
+        with pytest.raises(UnsafeSocketError) as refused:
+            check_socket_dir(shared)
+        assert "remove it" not in str(refused.value) and "XDG_RUNTIME_DIR" in str(refused.value)
