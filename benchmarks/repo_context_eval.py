@@ -35,18 +35,22 @@ import keyword
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 import tokenize
 import tracemalloc
 from pathlib import Path
 
+from benchmarks.cursor_cases import cases_of
 from benchmarks.machine import machine_report
+from benchmarks.repo_sources import BY_NAME, SOURCES, Source, SourceUnavailable, workspace
 from benchmarks.report import RESULTS, write_report
 from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.document import LineDocument
-from diffgemma_lsp.repo.assembly import DEFINITION, RECENT_FILE
+from diffgemma_lsp.repo.assembly import CURSOR_DEFINITION, DEFINITION, RECENT_FILE
 from diffgemma_lsp.repo.definitions import Definition
+from diffgemma_lsp.repo.grammars import language_of_path
 from diffgemma_lsp.repo.index import WorkspaceIndex
 from diffgemma_lsp.settings import Settings
 
@@ -177,18 +181,102 @@ def evaluate(name: str, work: Path, lines: int, seed: int, opened: int) -> dict[
     }
 
 
+def go_module_of(root: Path) -> str:
+    """A Go checkout's module path: its ``go.mod``'s, else the import path a GOPATH-style tree (Debian's
+    ``/usr/share/gocode/src``) puts it at; '' for other languages."""
+    go_mod = root / "go.mod"
+    if go_mod.is_file():
+        for line in go_mod.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("module "):
+                return line.split()[1]
+    return root.as_posix().split("/src/", 1)[1] if "/gocode/src/" in root.as_posix() else ""
+
+
+def utf16_length(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def evaluate_cursor(source: Source, count: int, seed: int) -> dict[str, object]:
+    """The cursor cases of one fetched package (up to ``count``, seeded): how often the context holds the
+    definition of the name just typed, and what the context costs per keystroke while the line is typed."""
+    root = workspace(source)
+    index = WorkspaceIndex()
+    report = index.build([root])
+    found = cases_of(root, index, go_module_of(root))
+    cases = [case for case in found if str(case.defined_in) in index]  # a file the walk skips has no definitions
+    chosen = random.Random(seed).sample(cases, min(count, len(cases)))
+    settings = Settings()
+    held_any = held_at_cursor = 0
+    first_ms: list[float] = []
+    keystroke_ms: list[float] = []
+    misses: list[str] = []
+    for case in chosen:
+        all_lines = case.path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+        cut = all_lines[case.line][: case.column]
+        uri = case.path.as_uri()
+        language = language_of_path(case.path) or ""
+        documents: dict[str, LineDocument] = {}
+        completer = Completer(lambda: None, documents.get, lambda: None)
+        completer.repo.index = index
+        completer.repo.context.index = index
+        indent = len(cut) - len(cut.lstrip())
+        for typed in range(indent, len(cut) + 1):  # the line typed, a character at a time
+            text = "".join([*all_lines[: case.line], cut[:typed], "\n", *all_lines[case.line + 1 :]])
+            documents[uri] = LineDocument(uri, text, 1, language)
+            started = time.perf_counter()
+            chunks = completer.context_chunks(settings, uri, case.line, utf16_length(cut[:typed]))
+            (keystroke_ms if typed > indent else first_ms).append((time.perf_counter() - started) * 1000)
+        relative = index.relative(str(case.defined_in))
+        holding = [chunk for chunk in chunks if chunk.path == relative and case.header in chunk.text]
+        held_any += bool(holding)
+        held_at_cursor += any(chunk.origin == CURSOR_DEFINITION for chunk in holding)
+        if not holding and len(misses) < 10:
+            misses.append(f"{case.path.relative_to(root)}:{case.line + 1}:{case.column + 1} {cut.strip()}")
+    total = max(len(chosen), 1)
+    return {
+        "package": f"{source.name} {source.version}",
+        "registry": source.registry,
+        "files": report.files,
+        "definitions": report.definitions,
+        "cases_found": len(found),
+        "cases_not_indexed": len(found) - len(cases),
+        "cases": len(chosen),
+        "held": round(held_any / total, 3),
+        "held_at_cursor": round(held_at_cursor / total, 3),
+        "first_keystroke_ms_p50": round(statistics.median(first_ms), 3) if first_ms else None,
+        "keystroke_ms_p50": round(statistics.median(keystroke_ms), 3) if keystroke_ms else None,
+        "keystroke_ms_p95": round(statistics.quantiles(keystroke_ms, n=20)[-1], 3) if len(keystroke_ms) > 1 else None,
+        "misses": misses,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--packages", nargs="+", default=list(DEFAULT_PACKAGES))
+    parser.add_argument("--packages", nargs="*", default=list(DEFAULT_PACKAGES))
     parser.add_argument("--lines", type=int, default=200, help="lines per package")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--opened", type=int, default=8, help="files in the ring buffer (opened before)")
+    parser.add_argument(
+        "--sources",
+        nargs="*",
+        default=[source.name for source in SOURCES],
+        choices=[source.name for source in SOURCES],
+        help="fetched packages for the cursor cases (benchmarks/repo_sources.py); none: skip them",
+    )
+    parser.add_argument("--cases", type=int, default=300, help="cursor cases per fetched package")
     parser.add_argument("--json", type=Path, default=RESULTS / "repo_context_eval.json")
     parser.add_argument("--plot", type=Path, default=None, help="default: the --json path with .png")
     args = parser.parse_args()
     machine = machine_report()
     with tempfile.TemporaryDirectory(prefix="dg-repo-eval-") as work:
         packages = [evaluate(name, Path(work), args.lines, args.seed, args.opened) for name in args.packages]
+    cursor: list[dict[str, object]] = []
+    for name in args.sources:
+        try:
+            cursor.append(evaluate_cursor(BY_NAME[name], args.cases, args.seed))
+        except SourceUnavailable as exc:
+            print(f"repo_context_eval: skipped {name}: {exc}", file=sys.stderr)
+            cursor.append({"package": name, "unavailable": str(exc)})
     lines = sum(int(package["lines"]) for package in packages)  # type: ignore[call-overload]
 
     def pooled(key: str) -> float:
@@ -205,6 +293,7 @@ def main() -> None:
         "lines": lines,
         "recall": {key: pooled(key) for key in ("index", "index_definitions_only", "ring", "ring_same_budget")},
         "packages": packages,
+        "cursor_cases": cursor,
     }
 
     def plot(path: Path) -> None:

@@ -143,32 +143,44 @@ class Completer:
         document = self.open_document(uri)
         return document.lines if document is not None else None
 
-    def context_chunks(self, settings: Settings, uri: str, line: int) -> list[ContextChunk]:
-        """What the prompt holds besides the document, for a cursor on ``line``: chunks of recently used files,
-        then what the workspace index gives (definitions, similar code), then the recent edits as one diff; each
-        within its budget, in a stable order."""
+    def context_chunks(
+        self, settings: Settings, uri: str, line: int, character: int | None = None
+    ) -> list[ContextChunk]:
+        """What the prompt holds besides the document, for a cursor on ``line`` (at ``character``, in the client's
+        units, where known): chunks of recently used files, then what the workspace index gives (definitions,
+        similar code), then the recent edits as one diff, each within its budget in a stable order; last, nearest
+        the document, the definitions of the names at the cursor (they change as the user types)."""
         self.extra.take_edits(uri, self._text_of)
         budget = settings.extra_context_tokens * CHARS_PER_TOKEN
         extra = self.extra.for_request(uri, budget, lambda chunk: not chunk.secret and self.private(chunk.uri) is None)
         chunks = [ContextChunk(origin=RECENT_FILE, path=chunk.name, text=chunk.text) for chunk in extra]
         document = self.open_document(uri)
+        at_cursor: list[ContextChunk] = []
         if settings.repo_context_tokens and document is not None:
             language_id = document.language_id or ""  # LSP's id (LineDocument maps the editors' names)
             budget = settings.repo_context_tokens * CHARS_PER_TOKEN
-            chunks += self.repo.chunks(uri, document.source, document.lines, language_id, line, budget)
+            source, lines = document.source, document.lines
+            chunks += self.repo.chunks(uri, source, lines, language_id, line, budget)
+            if character is not None and line < len(lines):
+                position = types.Position(line=line, character=character)
+                column = document.position_codec.position_from_client_units(lines, position).character
+                at_cursor = self.repo.cursor_chunks(uri, source, lines, language_id, line, column, budget)
         hunks = self.history.recent(self._shared_lines_of, settings.edit_history_tokens * CHARS_PER_TOKEN)
         if hunks:
             chunks.append(ContextChunk(origin=RECENT_EDIT, path=EDITS_CHUNK_NAME, text=render(hunks, file_name)))
-        return [chunk for chunk in chunks if not secret_text(chunk.text)]  # a key pasted into a shared file
+        return [chunk for chunk in chunks + at_cursor if not secret_text(chunk.text)]  # a key pasted into a shared file
 
     def _shared_lines_of(self, uri: str) -> Sequence[str] | None:
         """The lines of the open document ``uri`` where it may go into prompts, else None."""
         return self._lines_of(uri) if self.private(uri) is None else None
 
-    def extra_chunks(self, settings: Settings, uri: str, line: int) -> list[protocol.Chunk]:
+    def extra_chunks(
+        self, settings: Settings, uri: str, line: int, character: int | None = None
+    ) -> list[protocol.Chunk]:
         """:meth:`context_chunks` as the wire carries them."""
         return [
-            protocol.Chunk(filename=chunk.path, text=chunk.text) for chunk in self.context_chunks(settings, uri, line)
+            protocol.Chunk(filename=chunk.path, text=chunk.text)
+            for chunk in self.context_chunks(settings, uri, line, character)
         ]
 
     async def complete(
@@ -221,7 +233,7 @@ class Completer:
             uri=uri,
             prefix=context.prefix,
             suffix=context.suffix,
-            extra=self.extra_chunks(settings, uri, context.position.line),
+            extra=self.extra_chunks(settings, uri, context.position.line, context.position.character),
             language_id=document.language_id or "",
             doc_version=context.version or 0,
             canvas_length=settings.canvas_length,

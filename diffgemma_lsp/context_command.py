@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
     settings = Settings()
     context = build_context(document, position, settings.context_tokens)
     refused = completer.refusal(uri, context.prefix, context.suffix)
-    chunks = completer.context_chunks(settings, uri, position.line) if refused is None else []
+    chunks = completer.context_chunks(settings, uri, position.line, position.character) if refused is None else []
     index = completer.repo.index
     left_out = [{"path": index.relative(entry.path), "reason": entry.reason} for entry in index.left_out]
     if args.json:

@@ -400,7 +400,7 @@ class NextEdits:
         backend = completer.backend()
         if backend is None:
             return None
-        extra = completer.extra_chunks(settings, args.uri, args.position.line)
+        extra = completer.extra_chunks(settings, args.uri, args.position.line, args.position.character)
         canvas = settings.canvas_length or backend.canvas_length
         asked = next_edit_request(document, args.position.line, settings, canvas, extra, backend.new_id())
         if asked is None:

@@ -11,17 +11,18 @@ from collections.abc import Sequence
 
 import attrs
 
+from diffgemma_lsp.repo.bindings import Binding, bindings_of
+from diffgemma_lsp.repo.cursor_names import chains_at
 from diffgemma_lsp.repo.definitions import Definition
 from diffgemma_lsp.repo.imports import Imported, import_statements, imports_of
 from diffgemma_lsp.repo.index import WorkspaceIndex
+from diffgemma_lsp.repo.instances import MAX_LINES, instance_types
+from diffgemma_lsp.repo.resolve import by_name_alone, constructors_of, resolve, scope_of
 from diffgemma_lsp.repo.snippets import WINDOW_LINES, Snippet, tokens_of
 
 LINES_BEFORE = 8
 """Lines above the cursor whose identifiers are "near" it (Zed's Zeta looks a few lines around the cursor)."""
 LINES_AFTER = 2
-MAX_FILES_PER_NAME = 3
-"""A name defined in more files than this (``get``, ``run``) is too common to guess which one is meant, unless the
-file imports it from one of them."""
 MEMBERS_PER_CLASS = 12
 """Methods shown under a class whose name is used near the cursor."""
 USE_LINES = 200
@@ -29,7 +30,14 @@ USE_LINES = 200
 SNIPPETS = 2
 DEFINITION_SHARE = 0.75
 """Of the budget, what the definitions may take before the snippets get theirs (they take what is left)."""
+CURSOR_SHARE = 0.25
+"""Of the budget, what the definitions of the names at the cursor have (kept whether they use it or not, so that
+what comes before them in the prompt does not move when they change)."""
+CURSOR_NAMES = 3
+"""Names resolved on the cursor's line that keep their definitions while the user stays on it (the newest last):
+a definition that came and went with every keystroke would change the prompt with each."""
 DEFINITION = "definition"
+CURSOR_DEFINITION = "definition at the cursor"
 SNIPPET = "snippet"
 RECENT_FILE = "recent file"
 RECENT_EDIT = "recent edit"
@@ -42,7 +50,7 @@ class ContextChunk:
     """A piece of context for the prompt, with where it comes from."""
 
     origin: str
-    """``definition``, ``snippet``, ``recent file`` or ``recent edit``."""
+    """``definition``, ``definition at the cursor``, ``snippet``, ``recent file`` or ``recent edit``."""
     path: str
     """The file, as the prompt names it (relative to its workspace folder)."""
     text: str
@@ -74,11 +82,22 @@ class RepoContext:
         self._imports: dict[str, tuple[tuple[str, ...], int, list[Imported]]] = {}
         self._snippets: dict[str, tuple[frozenset[str], int, list[tuple[Snippet, list[str]]]]] = {}
         self._uses: dict[str, tuple[tuple[int, int, tuple[str, ...]], list[str]]] = {}
+        self._statements: tuple[str, str, tuple[str, ...]] | None = None
+        self._bindings: dict[str, tuple[tuple[str, ...], list[Binding]]] = {}
+        self._cursor: dict[str, tuple[int, list[tuple[str, ...]]]] = {}
+        """path -> (the cursor's line, the chains resolved on it, the newest last)."""
+        self._instances: dict[str, tuple[tuple[int, int, bool, str], dict[str, tuple[str, ...]]]] = {}
+        self._shown: dict[str, set[tuple[str, int]]] = {}
+        """path -> the definitions its last ``chunks`` held (not repeated at the cursor)."""
 
     def forget(self, path: str) -> None:
         self._imports.pop(path, None)
         self._snippets.pop(path, None)
         self._uses.pop(path, None)
+        self._bindings.pop(path, None)
+        self._cursor.pop(path, None)
+        self._shown.pop(path, None)
+        self._instances.pop(path, None)
 
     def chunks(
         self, path: str, text: str, lines: Sequence[str], language_id: str, line: int, budget_chars: int
@@ -93,7 +112,9 @@ class RepoContext:
         near = [name for name in identifiers_near(lines, line) if name not in local]
         taken = [name for entry in imported for name in entry.names if name not in local and name not in near]
         ranked = _ranked_definitions(index, path, near, self._by_nearest_use(path, lines, line, taken), imported)
+        budget_chars -= int(budget_chars * CURSOR_SHARE)
         chosen, used = _within(ranked, int(budget_chars * DEFINITION_SHARE))
+        self._shown[path] = {(d.path, d.line) for definitions in chosen.values() for d in definitions}
         chunks = [
             ContextChunk(origin=DEFINITION, path=index.relative(file), text=render(definitions))
             for file, definitions in sorted(chosen.items())
@@ -107,8 +128,77 @@ class RepoContext:
                 room -= len(body)
         return chunks + sorted(snippets, key=lambda chunk: chunk.path)
 
-    def _imported(self, path: str, text: str, language_id: str) -> list[Imported]:
+    def cursor_chunks(
+        self, path: str, text: str, lines: Sequence[str], language_id: str, line: int, column: int, budget_chars: int
+    ) -> list[ContextChunk]:
+        """The definitions of the names at or just before the cursor (``column`` on ``line``, in characters) and of
+        the names resolved earlier on this line, newest last, within ``CURSOR_SHARE`` of ``budget_chars``: a class
+        with its constructor, a method under its class. Not those :meth:`chunks` holds already. For the end of the
+        prompt's context, nearest the cursor: they change as the user types."""
+        if budget_chars <= 0 or not 0 <= line < len(lines):
+            return []
+        kept_line, kept = self._cursor.get(path, (line, []))
+        chains = list(kept) if kept_line == line else []
+        for chain in reversed(chains_at(lines[line].rstrip("\r\n"), column, language_id)):
+            if chain in chains:
+                chains.remove(chain)
+            chains.append(chain)  # the name the cursor is on last: the newest
+        bindings = self._bindings_of(path, text, language_id)
+        scope = scope_of(
+            self.index, path, language_id, line, bindings, self._instances_of(path, lines, line, language_id)
+        )
+        resolved = [(chain, found) for chain in chains if (found := resolve(chain, scope))][-CURSOR_NAMES:]
+        self._cursor[path] = (line, [chain for chain, _ in resolved])
+        taken = set(self._shown.get(path, set()))
+        room = int(budget_chars * CURSOR_SHARE)
+        groups: list[list[Definition]] = []
+        for _, found in reversed(resolved):  # the newest first, while they fit
+            candidates = [shown for d in found for shown in (d, *constructors_of(d, self.index))]
+            group = list({(d.path, d.line): d for d in candidates if (d.path, d.line) not in taken}.values())
+            size = sum(len(text) for text in _rendered_by_file(group).values())
+            if group and size <= room:
+                groups.insert(0, group)
+                taken.update((d.path, d.line) for d in group)
+                room -= size
+        by_file = _rendered_by_file([d for group in groups for d in group])
+        return [
+            ContextChunk(origin=CURSOR_DEFINITION, path=self.index.relative(file), text=rendered)
+            for file, rendered in by_file.items()
+        ]
+
+    def _instances_of(self, path: str, lines: Sequence[str], line: int, language_id: str) -> dict[str, tuple[str, ...]]:
+        """:func:`instance_types` of the function the cursor is in (where the index's last look at the file put a
+        definition at or above the cursor), again only when its lines above the cursor change."""
+        above = [definition for definition in self.index.definitions_in(path) if definition.line <= line]
+        start = above[-1].line if above else 0
+        in_method = bool(above) and above[-1].kind == "method"
+        key = (start, line, in_method, "".join(lines[max(start, line - MAX_LINES) : line]))
+        cached = self._instances.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        found = instance_types(lines, start, line, language_id, in_method)
+        self._instances[path] = (key, found)
+        return found
+
+    def _bindings_of(self, path: str, text: str, language_id: str) -> list[Binding]:
+        statements = self._statements_of(text, language_id)
+        cached = self._bindings.get(path)
+        if cached is not None and cached[0] == statements:
+            return cached[1]
+        found = bindings_of(statements, language_id)
+        self._bindings[path] = (statements, found)
+        return found
+
+    def _statements_of(self, text: str, language_id: str) -> tuple[str, ...]:
+        """:func:`import_statements`, once per text (:meth:`chunks` and :meth:`cursor_chunks` read the same)."""
+        if self._statements is not None and self._statements[0] is text and self._statements[1] == language_id:
+            return self._statements[2]
         statements = import_statements(text, language_id)
+        self._statements = (text, language_id, statements)
+        return statements
+
+    def _imported(self, path: str, text: str, language_id: str) -> list[Imported]:
+        statements = self._statements_of(text, language_id)
         cached = self._imports.get(path)
         if cached is not None and cached[0] == statements and cached[1] == self.index.files_version:
             return cached[2]
@@ -148,11 +238,8 @@ def _ranked_definitions(
     for name in [*near, *taken]:
         found = [definition for definition in index.definitions_named(name) if definition.path != path]
         preferred = [definition for definition in found if definition.path in imported_files]
-        if not preferred:  # a name the file does not import: only what another file can reach (no nested helper)
-            found = [definition for definition in found if not definition.parent]
-            if len({definition.path for definition in found}) > MAX_FILES_PER_NAME:
-                continue
-        for definition in preferred or found:
+        # a name the file does not import: only what another file can reach (no nested helper), in few files
+        for definition in preferred or by_name_alone(name, index, exclude_path=path):
             ranked.setdefault((definition.path, definition.line), definition)
             if name in near and definition.kind in ("class", "interface"):
                 members = [
@@ -196,6 +283,14 @@ def _within(ranked: list[Definition], budget: int) -> tuple[dict[str, list[Defin
         shown.update((definition.line, definition.parent_line))
         chosen.setdefault(definition.path, []).append(definition)
     return chosen, used
+
+
+def _rendered_by_file(definitions: Sequence[Definition]) -> dict[str, str]:
+    """:func:`render` of each file's ``definitions``, the files in the order they first come."""
+    by_file: dict[str, list[Definition]] = {}
+    for definition in definitions:
+        by_file.setdefault(definition.path, []).append(definition)
+    return {file: render(found) for file, found in by_file.items()}
 
 
 def render(definitions: Sequence[Definition]) -> str:

@@ -11,7 +11,9 @@ from pathlib import PurePosixPath
 import attrs
 
 _PY_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]*)", re.MULTILINE)
-_PY_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)", re.MULTILINE)
+_PY_IMPORT = re.compile(
+    r"^[ \t]*import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)", re.MULTILINE
+)
 _JS_FROM = re.compile(r"""\bimport\s+(?:type\s+)?([^'";]*?)\s*from\s*['"](\.{1,2}/[^'"]+)['"]""")
 _JS_REQUIRE = re.compile(r"""(?:const|let|var)\s+([^=;]+?)\s*=\s*require\(\s*['"](\.{1,2}/[^'"]+)['"]\s*\)""")
 _NAME = re.compile(r"[A-Za-z_$][\w$]*")
@@ -46,7 +48,21 @@ def import_statements(text: str, language_id: str) -> tuple[str, ...]:
             start = text.rfind("\n", 0, at) + 1
             if (match := _JS_REQUIRE.search(text, start, at + 300)) is not None:
                 found.append(match.group(0))
+    elif language_id == "go":  # ``import "path"`` or ``import (...)`` at the start of a line
+        for at in _occurrences(text, "import"):
+            if at and text[at - 1] != "\n":
+                continue
+            end = _end_of(text, "\n", at)
+            if text[at + len("import") : end].lstrip().startswith("("):
+                end = _end_of(text, ")", at) + 1
+            found.append(text[at:end])
     return tuple(found)
+
+
+def _end_of(text: str, mark: str, start: int) -> int:
+    """Where the next ``mark`` after ``start`` is, else the end of ``text``."""
+    at = text.find(mark, start)
+    return len(text) if at < 0 else at
 
 
 def _occurrences(text: str, word: str) -> list[int]:
@@ -71,7 +87,6 @@ def imports_of(
 
 def _python_imports(text: str, path: str, roots: Sequence[str], exists: Callable[[str], bool]) -> list[Imported]:
     found: list[Imported] = []
-    here = PurePosixPath(path).parent
     for match in _PY_FROM.finditer(text):
         module, names_text = match.group(1), match.group(2)
         names = tuple(
@@ -80,9 +95,7 @@ def _python_imports(text: str, path: str, roots: Sequence[str], exists: Callable
             if part.strip()
         )
         names = tuple(name for name in names if _NAME.fullmatch(name))
-        dots = len(module) - len(module.lstrip("."))
-        dotted = module[dots:]
-        bases = [here.parents[dots - 2] if dots > 1 else here] if dots else _python_bases(path, roots)
+        dotted, bases = _python_search(module, path, roots)
         for base in bases:
             target = _python_module(base, dotted, exists)
             if target is None:
@@ -97,12 +110,31 @@ def _python_imports(text: str, path: str, roots: Sequence[str], exists: Callable
             break
     for match in _PY_IMPORT.finditer(text):
         for module in match.group(1).split(","):
-            for base in _python_bases(path, roots):
-                target = _python_module(base, module.strip(), exists)
-                if target is not None:
-                    found.append(Imported(target, ()))
-                    break
+            target = python_module(module.split(" as ")[0].strip(), path, roots, exists)
+            if target is not None:
+                found.append(Imported(target, ()))
     return found
+
+
+def _python_search(module: str, path: str, roots: Sequence[str]) -> tuple[str, list[PurePosixPath]]:
+    """``module`` (``..pkg.mod``, ``pkg.mod``) imported from ``path``: its dotted name without the leading dots,
+    and the folders it is looked for in, in order (a relative one: the one its dots name)."""
+    dots = len(module) - len(module.lstrip("."))
+    if not dots:
+        return module, _python_bases(path, roots)
+    here = PurePosixPath(path).parent
+    if dots - 2 >= len(here.parents):
+        return module[dots:], []  # more dots than folders: nowhere
+    return module[dots:], [here.parents[dots - 2] if dots > 1 else here]
+
+
+def python_module(module: str, path: str, roots: Sequence[str], exists: Callable[[str], bool]) -> str | None:
+    """The file of ``module`` (``..pkg.mod``, ``pkg.mod``) imported from ``path``, where ``exists`` knows one."""
+    dotted, bases = _python_search(module, path, roots)
+    for base in bases:
+        if (target := _python_module(base, dotted, exists)) is not None:
+            return target
+    return None
 
 
 def _python_bases(path: str, roots: Sequence[str]) -> list[PurePosixPath]:
@@ -135,13 +167,14 @@ def _js_imports(text: str, path: str, exists: Callable[[str], bool]) -> list[Imp
                 for part in clause.replace("{", ",").replace("}", ",").split(",")
                 if part.strip() and not part.strip().startswith("*")
             )
-            target = _js_module(here, specifier, exists)
+            target = js_module(here, specifier, exists)
             if target is not None:
                 found.append(Imported(target, tuple(name for name in names if _NAME.fullmatch(name))))
     return found
 
 
-def _js_module(here: PurePosixPath, specifier: str, exists: Callable[[str], bool]) -> str | None:
+def js_module(here: PurePosixPath, specifier: str, exists: Callable[[str], bool]) -> str | None:
+    """The file a relative ``specifier`` names from the folder ``here``, where ``exists`` knows one."""
     parts: list[str] = list(here.parts)
     for part in specifier.split("/"):
         if part == "..":

@@ -204,6 +204,12 @@ class LiveIndex:
         """:meth:`RepoContext.chunks` for the document ``uri``."""
         return self.context.chunks(path_of(uri) or uri, text, lines, language_id, line, budget_chars)
 
+    def cursor_chunks(
+        self, uri: str, text: str, lines: Sequence[str], language_id: str, line: int, column: int, budget_chars: int
+    ) -> list[ContextChunk]:
+        """:meth:`RepoContext.cursor_chunks` for the document ``uri``."""
+        return self.context.cursor_chunks(path_of(uri) or uri, text, lines, language_id, line, column, budget_chars)
+
     def stop(self) -> None:
         """Stop building (the worker checks between files) and drop the pending work."""
         self._stopped = True

@@ -159,7 +159,9 @@ def build_fim_prompt(
     parts: PromptParts, encode: Encode, special: SpecialIds, max_tokens: int, count: budget.Count | None = None
 ) -> Prompt:
     """The ``fim`` layout within ``max_tokens``: other files first (up to a quarter of the budget, whole chunks in
-    order), then suffix and prefix cut on stable line boundaries, the suffix keeping its start, the prefix its end."""
+    order, each that fits in what the ones before it left: the last, the definitions at the cursor, are small and
+    the most needed), then suffix and prefix cut on stable line boundaries, the suffix keeping its start, the prefix
+    its end."""
     head = [special.bos] if special.bos is not None else []
     extra_ids: list[int] = []
     extra_cut = bool(parts.extra) and special.file_sep is None
@@ -167,9 +169,9 @@ def build_fim_prompt(
         room = max_tokens // 4
         for filename, text in parts.extra:
             chunk = [special.file_sep, *encode(f"{filename}\n{text}")]
-            if len(extra_ids) + len(chunk) > room:
+            if len(extra_ids) + len(chunk) > room:  # left out; a later, smaller one may still fit
                 extra_cut = True
-                break
+                continue
             extra_ids += chunk
     fixed = len(head) + len(extra_ids) + 3  # the three sentinels
     count = count or _counter(encode)
@@ -251,8 +253,8 @@ def build_chat_prompt(
 
     The template's head (``<bos>``, the turn header), the instruction (a rewrite's selection and instruction too)
     and the template's tail (the generation prompt) are always whole; other files come first and take up to a
-    quarter of the budget, whole files in order; prefix and suffix share the rest, cut on line boundaries that stay
-    put while the user types.
+    quarter of the budget, whole files in order, each that fits in what the ones before it left; prefix and suffix
+    share the rest, cut on line boundaries that stay put while the user types.
     ``count`` (tokens of a text) may remember its answers across calls: pass the layout's.
     """
     count = count or _counter(encode)
@@ -262,8 +264,8 @@ def build_chat_prompt(
     extra: list[tuple[str, str]] = []
     for name, text in parts.extra:
         size = count(chat_file_block(name, text, parts.language))
-        if size > room:
-            break
+        if size > room:  # left out; a later, smaller one may still fit
+            continue
         extra.append((name, text))
         room -= size
     scaffold = attrs.evolve(bare, extra=extra)

@@ -4,7 +4,15 @@ release-format tokenizer in tests/engine/test_chat_layout.py)."""
 from __future__ import annotations
 
 from diffgemma_engine.shared import budget
-from diffgemma_engine.shared.prompt import PromptParts, SpecialIds, build_fim_prompt, char_budget_cut, special_ids_from
+from diffgemma_engine.shared.prompt import (
+    ChatTemplate,
+    PromptParts,
+    SpecialIds,
+    build_chat_prompt,
+    build_fim_prompt,
+    char_budget_cut,
+    special_ids_from,
+)
 
 SPECIAL = SpecialIds(bos=2, fim_prefix=4, fim_suffix=5, fim_middle=6, file_sep=7)
 
@@ -64,6 +72,19 @@ def test_extra_chunks_come_first_and_only_while_they_fit() -> None:
     assert decode(prompt.ids[2 : 2 + 8]) == "one.py\nx"
     assert prompt.ids.count(7) == 1
     assert prompt.truncated
+
+
+def test_a_small_chunk_after_one_too_big_still_goes_in_each_layout() -> None:
+    """The last chunk (the definitions at the cursor) is small and the most needed: one before it that does not fit
+    leaves it in."""
+    extra = [("one.py", "x"), ("two.py", "y" * 500), ("defs.py", "z")]
+    fim = build_fim_prompt(PromptParts(prefix="ab", suffix="", extra=extra), encode, SPECIAL, 100)
+    text = decode([i for i in fim.ids if i >= 100])
+    assert "defs.py\nz" in text and "one.py\nx" in text and "yyy" not in text and fim.truncated
+    template = ChatTemplate(head=(2,), tail=(3,))
+    chat = build_chat_prompt(PromptParts(prefix="ab", suffix="", extra=extra), encode, template, 1200)
+    text = decode([i for i in chat.ids if i >= 100])
+    assert "File defs.py" in text and "File one.py" in text and "yyy" not in text and chat.truncated
 
 
 def test_blocks_of_lines_fit_the_budget_and_fall_back_to_lines_then_characters() -> None:
