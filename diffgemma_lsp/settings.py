@@ -104,7 +104,7 @@ class Settings:
     repo_context_tokens: int = attrs.field(default=512, validator=_at_most(MAX_CONTEXT_TOKENS))
     """Prompt budget in tokens for context from the workspace index: the definitions of the names the code around
     the cursor uses (found in the workspace's other files with tree-sitter), then code like the lines before the
-    cursor; 0: none, and no index is built."""
+    cursor, and last the definition of the name at the cursor; 0: none, and no index is built."""
     debounce_ms: int = attrs.field(default=75, validator=_at_most(MAX_DEBOUNCE_MS))
     """Wait this long after an automatic request before asking the model; a newer request replaces it."""
     deadline_ms: int = attrs.field(default=2000, validator=_at_most(protocol.MAX_DEADLINE_MS))

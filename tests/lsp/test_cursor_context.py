@@ -238,3 +238,13 @@ def test_the_definitions_at_the_cursor_come_last_and_leave_the_chunks_before_the
     assert [chunk.origin for chunk in after][-1] == CURSOR_DEFINITION and "class Retry:" in after[-1].text
     assert after[: len(before)] == before  # what precedes them is the same as before the name was typed
     assert completer.context_chunks(settings, uri, 13) == before  # no cursor column: none
+
+
+def test_a_class_whose_init_does_not_fit_comes_alone(tmp_path: Path) -> None:
+    arguments = ", ".join(f"a_rather_long_argument_name_number_{i}: int = 0" for i in range(6))
+    big = f'class Settings:\n    """All of them."""\n\n    def __init__(self, {arguments}) -> None:\n        pass\n'
+    repo = _workspace(tmp_path, {"pkg/__init__.py": "", "pkg/helpers.py": big, "pkg/jobs.py": JOBS})
+    jobs = tmp_path / "pkg" / "jobs.py"
+    assert _at_cursor(repo, jobs, "python", 13, "    s = helpers.Settings(") == [
+        ("pkg/helpers.py", 'class Settings:\n    """All of them."""\n')
+    ]
