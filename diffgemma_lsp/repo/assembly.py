@@ -156,7 +156,8 @@ class RepoContext:
         groups: list[list[Definition]] = []
         for _, found in reversed(resolved):  # the newest first, while they fit
             with_constructors = [shown for d in found for shown in (d, *constructors_of(d, self.index))]
-            for candidates in (with_constructors, found):  # a class without its ``__init__`` if both do not fit
+            # a class without its ``__init__`` if both do not fit; one overload of a name if all of them do not
+            for candidates in (with_constructors, found, found[:1]):
                 group = list({(d.path, d.line): d for d in candidates if (d.path, d.line) not in taken}.values())
                 size = sum(len(text) for text in _rendered_by_file(group).values())
                 if group and size <= room:

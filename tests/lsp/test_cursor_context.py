@@ -248,3 +248,13 @@ def test_a_class_whose_init_does_not_fit_comes_alone(tmp_path: Path) -> None:
     assert _at_cursor(repo, jobs, "python", 13, "    s = helpers.Settings(") == [
         ("pkg/helpers.py", 'class Settings:\n    """All of them."""\n')
     ]
+
+
+def test_one_overload_comes_when_all_of_them_do_not_fit(tmp_path: Path) -> None:
+    overloads = "".join(
+        f"export function zip<T{i}>(first: Array<T{i}>, second: Array<T{i}>, third: Array<T{i}>): Array<T{i}>;\n"
+        for i in range(5)
+    )
+    repo = _workspace(tmp_path, {"zip.ts": overloads, "main.ts": "import { zip } from './zip';\n\n"})
+    ((path, text),) = _at_cursor(repo, tmp_path / "main.ts", "typescript", 1, "const pairs = zip(")
+    assert path == "zip.ts" and text == overloads.splitlines(True)[0]
