@@ -196,13 +196,26 @@ def utf16_length(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
+def source_checkout(source: Source, into: Path) -> tuple[Path, str]:
+    """The fetched package copied into ``into`` as a folder of its own (the cache is in this repository, whose git
+    ignores it: the index would read nothing there), and its Go module path ('' for other languages)."""
+    cached = workspace(source)
+    root = into / source.name
+    shutil.copytree(cached, root)
+    return root, go_module_of(cached)
+
+
 def evaluate_cursor(source: Source, count: int, seed: int) -> dict[str, object]:
     """The cursor cases of one fetched package (up to ``count``, seeded): how often the context holds the
     definition of the name just typed, and what the context costs per keystroke while the line is typed."""
-    root = workspace(source)
+    with tempfile.TemporaryDirectory(prefix="dg-cursor-eval-") as work:
+        return _evaluate_cursor(source, *source_checkout(source, Path(work)), count, seed)
+
+
+def _evaluate_cursor(source: Source, root: Path, go_module: str, count: int, seed: int) -> dict[str, object]:
     index = WorkspaceIndex()
     report = index.build([root])
-    found = cases_of(root, index, go_module_of(root))
+    found = cases_of(root, index, go_module)
     cases = [case for case in found if str(case.defined_in) in index]  # a file the walk skips has no definitions
     chosen = random.Random(seed).sample(cases, min(count, len(cases)))
     settings = Settings()

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.cursor_cases import cases_of
-from benchmarks.repo_context_eval import checkout_of, choose_lines, evaluate_cursor, go_module_of
-from benchmarks.repo_sources import BY_NAME, SourceUnavailable, workspace
+from benchmarks.repo_context_eval import checkout_of, choose_lines, evaluate_cursor, source_checkout
+from benchmarks.repo_sources import BY_NAME, SourceUnavailable
 from diffgemma_lsp.repo.index import WorkspaceIndex
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,15 +58,15 @@ def test_the_figures_give_the_recall_with_and_without_the_index(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("name", ["requests", "rxjs", "golang-github-hashicorp-hcl-dev"])
-def test_cursor_cases_of_a_fetched_package_end_at_an_imported_name_its_context_holds(name: str) -> None:
+def test_cursor_cases_of_a_fetched_package_end_at_an_imported_name_its_context_holds(name: str, tmp_path: Path) -> None:
     source = BY_NAME[name]
     try:
-        root = workspace(source)
+        root, go_module = source_checkout(source, tmp_path)
     except SourceUnavailable as exc:
         pytest.skip(f"the pinned package could not be fetched (benchmarks/repo_sources.py): {exc}")
     index = WorkspaceIndex()
     index.build([root])
-    cases = cases_of(root, index, go_module_of(root))
+    cases = cases_of(root, index, go_module)
     assert len(cases) > 30
     for case in cases[:: max(len(cases) // 20, 1)]:
         line = case.path.read_text(encoding="utf-8").splitlines()[case.line]
