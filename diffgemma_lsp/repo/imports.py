@@ -97,13 +97,13 @@ def _python_imports(text: str, path: str, roots: Sequence[str], exists: Callable
         names = tuple(name for name in names if _NAME.fullmatch(name))
         dotted, bases = _python_search(module, path, roots)
         for base in bases:
-            target = _python_module(base, dotted, exists)
+            target = python_module_in(base, dotted, exists)
             if target is None:
                 continue
             modules = [
                 Imported(sub, ())
                 for name in names
-                if (sub := _python_module(base, f"{dotted}.{name}".strip("."), exists))
+                if (sub := python_module_in(base, f"{dotted}.{name}".strip("."), exists))
             ]
             found.append(Imported(target, names))
             found.extend(modules)  # ``from pkg import mod``: the module's file too
@@ -132,7 +132,7 @@ def python_module(module: str, path: str, roots: Sequence[str], exists: Callable
     """The file of ``module`` (``..pkg.mod``, ``pkg.mod``) imported from ``path``, where ``exists`` knows one."""
     dotted, bases = _python_search(module, path, roots)
     for base in bases:
-        if (target := _python_module(base, dotted, exists)) is not None:
+        if (target := python_module_in(base, dotted, exists)) is not None:
             return target
     return None
 
@@ -145,7 +145,9 @@ def _python_bases(path: str, roots: Sequence[str]) -> list[PurePosixPath]:
     return bases
 
 
-def _python_module(base: PurePosixPath, dotted: str, exists: Callable[[str], bool]) -> str | None:
+def python_module_in(base: PurePosixPath, dotted: str, exists: Callable[[str], bool]) -> str | None:
+    """The file of the module ``dotted`` under the folder ``base`` (``a.b``: ``a/b.py``, ``.pyi``, or the package
+    ``a/b/__init__.py``; empty: ``base``'s own ``__init__.py``), where ``exists`` knows one."""
     if not dotted:
         candidate = str(base / "__init__.py")
         return candidate if exists(candidate) else None

@@ -15,7 +15,7 @@ import attrs
 from diffgemma_lsp.repo.bindings import DEFAULT, EVERYTHING, Binding
 from diffgemma_lsp.repo.cursor_names import leaves_of
 from diffgemma_lsp.repo.definitions import Definition
-from diffgemma_lsp.repo.imports import JS_LANGUAGES, js_module, python_module
+from diffgemma_lsp.repo.imports import JS_LANGUAGES, js_module, python_module, python_module_in
 from diffgemma_lsp.repo.index import WorkspaceIndex
 
 MAX_FILES_PER_NAME = 3
@@ -194,20 +194,13 @@ def _member(target: Target, name: str, scope: Scope) -> list[Target]:
         if not found and scope.language_id == "python":
             package = PurePosixPath(target.path)
             if package.name == "__init__.py":
-                submodule = _python_submodule(package.parent, name, index)
+                submodule = python_module_in(package.parent, name, index.__contains__)
                 if submodule is not None:
                     return [Module(submodule)]
         return found
     if target.kind in CLASS_KINDS:
         return list(member_named(target, name, index))
     return []
-
-
-def _python_submodule(folder: PurePosixPath, name: str, index: WorkspaceIndex) -> str | None:
-    for candidate in (folder / f"{name}.py", folder / f"{name}.pyi", folder / name / "__init__.py"):
-        if str(candidate) in index:
-            return str(candidate)
-    return None
 
 
 def _in_go_package(name: str, import_path: str, index: WorkspaceIndex) -> list[Definition]:

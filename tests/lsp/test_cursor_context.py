@@ -258,3 +258,11 @@ def test_one_overload_comes_when_all_of_them_do_not_fit(tmp_path: Path) -> None:
     repo = _workspace(tmp_path, {"zip.ts": overloads, "main.ts": "import { zip } from './zip';\n\n"})
     ((path, text),) = _at_cursor(repo, tmp_path / "main.ts", "typescript", 1, "const pairs = zip(")
     assert path == "zip.ts" and text == overloads.splitlines(True)[0]
+
+
+def test_a_submodule_reached_through_its_package(tmp_path: Path) -> None:
+    main = "import pkg\nfrom pkg import *\n\n\ndef main():\n    pass\n"
+    repo = _workspace(tmp_path, {"pkg/__init__.py": "VERSION = 1\n", "pkg/helpers.py": HELPERS, "app.py": main})
+    app = tmp_path / "app.py"
+    ((path, text),) = _at_cursor(repo, app, "python", 5, "    wait = pkg.helpers.backoff")
+    assert path == "pkg/helpers.py" and text.startswith("def backoff(attempt: int) -> float:")
