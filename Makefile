@@ -1,8 +1,10 @@
 # diffgemma-lsp developer commands. `make help` lists them.
 VENV ?= .venv
 PYTHON ?= python3
-# The CPU build of torch kept on this kind of machine; on a GPU machine use e.g. TORCH_SPEC=torch.
+# The CPU build of torch kept on this kind of machine; on a GPU machine use e.g. TORCH_SPEC=torch. Where pip finds
+# no CPU build (PyPI's Linux wheel is the CUDA one): TORCH_INDEX=https://download.pytorch.org/whl/cpu.
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
 BIN = $(VENV)/bin
 # Where `make test-editors` unpacks the editors that no package manager here has.
 EDITORS ?= .cache/editors
@@ -24,7 +26,7 @@ $(shell mkdir -p .cache && find engine diffgemma_lsp -name '*.py' -not -path '*/
 $(BIN)/diffgemma-lsp: pyproject.toml $(SOURCE_LIST)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)")
 	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q -e '.[test]' \
 	  --config-settings editable_mode=strict
 	touch $@
