@@ -230,12 +230,22 @@ def _strings(value: object) -> list[str]:
     return [str(item) for item in value] if isinstance(value, list) else []
 
 
+def model_text(model_id: object) -> str:
+    """The served model as doctor shows it: the shipped one said to be a test model."""
+    if model_id == socket_paths.SHIPPED_MODEL_ID:
+        return (
+            "default: the shipped test model (it tests the path; its completions are seldom right and it makes no "
+            "next edits: see the README's first screen for a real model)"
+        )
+    return str(model_id or "(loading)")
+
+
 def render(report: dict[str, object]) -> str:
     """A human-readable report."""
     lines = [f"engine socket   {report['socket']}"]
     if "model_id" in report:
         lines += [
-            f"model           {report['model_id'] or '(loading)'}",
+            f"model           {model_text(report['model_id'])}",
             f"device          {report['device'] or '-'}",
             *([f"runtime state   {report['runtime_state']}"] if report.get("runtime_state") else []),
             *([] if report.get("seeds_reproduce", True) else [f"seeds           {NOT_REPRODUCIBLE}"]),
@@ -314,7 +324,9 @@ def main(argv: list[str]) -> int:
         if isinstance(max_steps, int) and isinstance(min_steps, int):
             report["pace"] = pace_advice(step_ms_of(report), max_steps, min_steps, args.deadline_ms)
     served = report.get("model_id")
-    model = args.model or (served if isinstance(served, str) and served not in ("", "default") else None)
+    model = args.model or (
+        served if isinstance(served, str) and served not in ("", socket_paths.SHIPPED_MODEL_ID) else None
+    )
     failed_load = "failed to load" in str(report.get("problem", ""))
     if args.plan or (failed_load and model is not None):
         report["plan"] = memory_plan(model, args.device)

@@ -33,7 +33,7 @@ from lsprotocol.validators import INTEGER_MAX_VALUE, INTEGER_MIN_VALUE, UINTEGER
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
-from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared import protocol, socket_paths
 from diffgemma_lsp.backends.base import EngineRequestError, EngineUnavailable, RewriteUnsupported
 from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.context import PositionError
@@ -53,7 +53,7 @@ appears (once per server): the shipped model's draws never agree (``benchmarks/R
 
 def unsure_notice(model_id: str, draws: int) -> str:
     """What the user is told when the model's draws keep disagreeing: why no next edit appears, what would help."""
-    shipped = model_id in ("", "default")
+    shipped = model_id in ("", socket_paths.SHIPPED_MODEL_ID)
     why = (
         "the shipped model is a small test model: it exercises the path, its answers are not useful"
         if shipped

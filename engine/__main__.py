@@ -92,8 +92,7 @@ async def serve(args: argparse.Namespace, runtime: RuntimeChoice) -> int:
         await server.start(args.socket)
     except AlreadyRunningError as exc:
         logging.getLogger("diffgemma_engine").warning(
-            "%s: that engine serves this socket (`diffgemma-lsp doctor --engine-socket %s` says what it serves); "
-            "stop it first to start another here",
+            "%s (`diffgemma-lsp doctor --engine-socket %s` says what it serves; stop it to start another here)",
             exc,
             args.socket,
         )

@@ -197,7 +197,7 @@ def _placed(where: dict[str, str]) -> str:
 def _load_name(folder: Path, model_id: str) -> str:
     """How the load's log line names the model: ``default`` (not the engine's install path), the folder, or the folder
     with the hub id it was pulled as."""
-    if model_id == "default" or model_id == str(folder.resolve()):
+    if model_id == socket_paths.SHIPPED_MODEL_ID or model_id == str(folder.resolve()):
         return model_id
     return f"{folder} ({model_id})"
 
@@ -322,7 +322,7 @@ def _assemble(
         layout = layout_for(tokenizer, chat_order=hints.get("chat_order", SUFFIX_FIRST))
     except ValueError as exc:  # no FIM tokens and no usable chat template
         raise ModelLoadError(f"cannot lay out prompts for the checkpoint in {folder}: {exc}") from exc
-    model_id = socket_paths.model_identity(str(model_dir)) if model_dir is not None else "default"  # hub id as is
+    model_id = socket_paths.model_identity(str(model_dir)) if model_dir is not None else socket_paths.SHIPPED_MODEL_ID
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,

@@ -132,6 +132,10 @@ def is_hub_id(model: str) -> bool:
     )
 
 
+SHIPPED_MODEL_ID = "default"
+"""The model id the engine reports (``HelloOk.model_id``, ``Stats.model_id``) for the model shipped in the package."""
+
+
 def model_identity(model: str | None) -> str:
     """What names the checkpoint of a ``model`` setting the same from every working directory: a hub id as
     written, a folder as its absolute path; "" for the shipped model."""

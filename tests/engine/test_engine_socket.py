@@ -357,7 +357,9 @@ async def test_make_serve_while_an_engine_serves_ends_cleanly_saying_so(
             timeout=120,
         )
         assert served.returncode == 0, served.stdout + served.stderr
-        assert "Error" not in served.stderr and "that engine serves this socket" in served.stderr, served.stderr
+        assert "Error" not in served.stderr and "says what it serves; stop it to start another here" in served.stderr, (
+            served.stderr
+        )
         assert engine.process.poll() is None
     finally:
         engine.stop()

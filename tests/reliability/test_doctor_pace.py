@@ -93,3 +93,13 @@ def test_the_idle_exit_setting_reaches_the_engines_command_line(tmp_path: Path) 
     settings, problems = parse_settings({"engineIdleExitMinutes": -5})
     assert settings.engine_idle_exit_minutes is None and "engineIdleExitMinutes" in problems[0]
     assert parse_settings({"engineIdleExitMinutes": "soon"})[1]
+
+
+def test_doctor_says_the_shipped_model_is_a_test_model() -> None:
+    """A newcomer reads ``model default`` and cannot know that it is the small model that only tests the path."""
+    from diffgemma_engine.shared.socket_paths import SHIPPED_MODEL_ID
+    from diffgemma_lsp.doctor import model_text
+
+    assert model_text(SHIPPED_MODEL_ID).startswith("default: the shipped test model (it tests the path;")
+    assert model_text("google/diffusiongemma-26B-A4B-it") == "google/diffusiongemma-26B-A4B-it"
+    assert model_text("") == "(loading)"
