@@ -25,7 +25,7 @@ from benchmarks.machine import machine_report
 from benchmarks.plots import bars
 from benchmarks.report import RESULTS, add_compile_argument, write_report
 from diffgemma_engine.shared import protocol
-from tests.support.engine import RawClient
+from tests.support.engine import RawClient, wait_for_bind
 
 
 async def client_loop(socket_path: Path, index: int, seconds: float, text: str) -> list[float]:
@@ -64,8 +64,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     engine = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
     text = (Path(sysconfig.get_paths()["stdlib"]) / "argparse.py").read_text()
     try:
-        while not socket_path.exists():  # noqa: ASYNC110
-            await asyncio.sleep(0.1)
+        await asyncio.to_thread(wait_for_bind, engine, socket_path)
         client = await RawClient.connect(socket_path)  # waits for the model
         engine_step = await client.wait_compiled()
         await client.close()

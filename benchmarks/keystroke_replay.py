@@ -37,7 +37,7 @@ from benchmarks.plots import cdf
 from benchmarks.report import RESULTS, add_compile_argument, write_report
 from diffgemma_engine.loading.checkpoint_files import HINTS_FILE
 from diffgemma_engine.shared import protocol
-from tests.support.engine import RawClient
+from tests.support.engine import RawClient, wait_for_bind
 from tests.support.lsp import RawLsp, server_command
 
 SOURCES = ["textwrap.py", "json/encoder.py", "argparse.py", "difflib.py", "shlex.py", "fractions.py"]
@@ -90,6 +90,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
     if model:
         engine_command += ["--model", str(model)]
     engine = subprocess.Popen(engine_command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
+    await asyncio.to_thread(wait_for_bind, engine, socket_path)  # else the server starts an engine of its own
     lsp = await RawLsp.start(server_command(socket_path, model))
     latencies: list[float] = []
     engine_ms: list[float] = []

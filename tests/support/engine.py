@@ -8,12 +8,26 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from diffgemma_engine.shared import protocol
 
 ENGINE_START_TIMEOUT_S = 120
 LISTEN_GRACE_S = 5.0
+
+
+def wait_for_bind(process: subprocess.Popen[bytes], socket_path: Path, log: Callable[[], str] = str) -> None:
+    """Wait until the engine ``process`` has bound ``socket_path`` (it binds before it loads the model). A language
+    server started before that finds no engine and starts its own on the same path: the one meant to serve then
+    exits and the server's outlives the run."""
+    deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
+    while not socket_path.exists():
+        if process.poll() is not None:
+            raise RuntimeError(f"engine exited with {process.returncode}:\n{log()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"engine did not open its socket:\n{log()}")
+        time.sleep(0.05)
 
 
 class EngineProcess:
@@ -44,13 +58,7 @@ class EngineProcess:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
-        while not socket_path.exists():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"engine exited with {self.process.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"engine did not open its socket:\n{self.log()}")
-            time.sleep(0.05)
+        wait_for_bind(self.process, socket_path, self.log)
 
     def log(self) -> str:
         """The engine's log so far."""
