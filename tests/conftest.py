@@ -153,6 +153,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
+                env=_background_env(),
             )
     for fixture in sorted(asked & set(TRAINED)):
         name, module, function = TRAINED[fixture]
