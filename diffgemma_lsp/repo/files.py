@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -72,7 +73,8 @@ class LeftOut:
 
 MAX_LEFT_OUT = 1_000
 """Left-out files recorded per build at most (for ``diffgemma-lsp context``)."""
-VENDORED = "a vendored, built or tool folder"
+YIELD_EVERY = 32
+"""Entries the walk looks at between two offers of the interpreter's lock to the event loop."""
 NOT_REGULAR = "not a regular file (a link, a pipe, a device)"
 
 
@@ -98,7 +100,9 @@ def workspace_files(
     else:
         candidates = _walk(root, max_visited, note)
     found = 0
-    for path in candidates:
+    for seen, path in enumerate(candidates):
+        if seen % YIELD_EVERY == 0:
+            time.sleep(0)  # the interpreter's lock to the event loop, if it waits: the walk runs on a worker thread
         if any(part in SKIPPED_FOLDERS for part in path.relative_to(root).parts[:-1]):
             continue
         if (reason := privacy.private_by_path(path, ask_git=False)) is not None:

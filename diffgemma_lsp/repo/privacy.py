@@ -50,7 +50,6 @@ SECRET_NAMES = (
     ".aws/config",
     "credentials",
     "credentials.json",
-    "secrets.*",
     "*.tfvars",
     "*.tfstate",
     "service-account*.json",
