@@ -70,3 +70,24 @@ async def test_a_header_line_over_the_limit_is_skipped_and_the_next_request_answ
         assert await asyncio.wait_for(lsp.process.wait(), 30) == 0
     finally:
         await lsp.stop()
+
+
+async def test_a_named_pipe_the_watcher_reports_does_not_keep_the_server_from_exiting(tmp_path: Path) -> None:
+    """Issue 42, finding 3: the index read a named pipe called ``x.py`` once the file watcher reported it; the read
+    waited for a writer for good on a worker thread, and the language server never exited."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.mkfifo(workspace / "x.py")
+    lsp = await RawLsp.start(server_command(tmp_path / "unused.sock", None))
+    try:
+        await lsp.initialize({"diffgemma": {"enable": False}}, root_uri=workspace.as_uri())
+        lsp.notify("workspace/didChangeWatchedFiles", {"changes": [{"uri": (workspace / "x.py").as_uri(), "type": 2}]})
+        lsp.request(8, "workspace/executeCommand", {"command": "diffgemma.status"})
+        assert (await lsp.reply(8))["result"]["workspaceIndex"]["files"] == 0
+        lsp.request(9, "shutdown")
+        await lsp.reply(9)
+        lsp.notify("exit")
+        async with asyncio.timeout(60):
+            assert await lsp.process.wait() == 0
+    finally:
+        await lsp.stop()
