@@ -122,7 +122,7 @@ class DiffgemmaServer(LanguageServer):
             old, self.backend = self.backend, None  # the next completion connects to the new backend
             old.on_state = None  # its requests failing as it closes are not an outage to report
             asyncio.ensure_future(old.close())
-        self.completer.privacy.set_patterns(settings.private_files)
+        self.completer.repo.index.set_private_patterns(settings.private_files)  # what it names leaves the index
         if problems:
             message = "diffgemma: " + "; ".join(problems)
             logger.warning("%s", message)

@@ -152,6 +152,15 @@ class WorkspaceIndex:
             if current():
                 self._remove(path)
 
+    def set_private_patterns(self, patterns: Sequence[str]) -> None:
+        """The ``privateFiles`` setting changed: the indexed files it now names leave the index at once (a file it
+        no longer names comes back when it is read again)."""
+        if not self.privacy.set_patterns(patterns):
+            return
+        with self._lock:
+            for path in [path for path in self._files if self.privacy.secret(path) is not None]:
+                self._remove(path)
+
     def remove_under(self, root: Path) -> None:
         """Forget every file under ``root`` (a workspace folder removed)."""
         with self._lock:

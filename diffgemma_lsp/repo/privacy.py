@@ -103,12 +103,14 @@ class Privacy:
     def add_roots(self, roots: Iterable[Path]) -> None:
         self.set_roots([*self.roots, *(root for root in roots if Path(os.path.realpath(root)) not in self.roots)])
 
-    def set_patterns(self, patterns: Sequence[str]) -> None:
-        """The ``privateFiles`` setting: more gitignore patterns of files never sent."""
-        if tuple(patterns) != self._pattern_lines:
-            self._patterns = pathspec.GitIgnoreSpec.from_lines(patterns)
-            self._pattern_lines = tuple(patterns)
-            self._known.clear()
+    def set_patterns(self, patterns: Sequence[str]) -> bool:
+        """The ``privateFiles`` setting: more gitignore patterns of files never sent. Whether they changed."""
+        if tuple(patterns) == self._pattern_lines:
+            return False
+        self._patterns = pathspec.GitIgnoreSpec.from_lines(patterns)
+        self._pattern_lines = tuple(patterns)
+        self._known.clear()
+        return True
 
     def root_of(self, path: Path) -> Path | None:
         """The workspace folder ``path`` (resolved) is in, or None."""

@@ -1,0 +1,66 @@
+"""The definition of the name at the cursor (issue 43) respects what the user would not share (issue 42): a name
+defined only in an ignored, hidden, secret or outside file, or one the ``privateFiles`` setting names, brings no
+definition to the prompt, whether reached through an import or by its name alone; a shared one does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diffgemma_lsp.completion import Completer
+from diffgemma_lsp.document import LineDocument
+from diffgemma_lsp.repo.assembly import CURSOR_DEFINITION
+from diffgemma_lsp.server import DiffgemmaServer
+from diffgemma_lsp.settings import Settings
+from tests.support.private_workspace import PRIVATE_FILES, workspace  # noqa: F401  (the fixture)
+
+PRIVATE_NAMES = {
+    "ignored_by_parent.py": "ignored_by_parent",
+    "excluded.py": "excluded_by_info",
+    "globally.py": "ignored_globally",
+    "build_out/gen.py": "in_an_ignored_folder",
+    "keys.py": "key_holder",
+    "settings_aws.py": "aws_holder",
+    "customer_data.py": "named_by_the_setting",
+    "linked.py": "outside_the_workspace",
+}
+"""Each private Python file of the workspace and the function it defines."""
+
+
+def _cursor_chunks(completer: Completer, folder: Path, typed: str) -> list[str]:
+    use = folder / "use.py"
+    text = f"import main\n\n\ndef use():\n{typed}\n"
+    documents = {use.as_uri(): LineDocument(use.as_uri(), text, 1, "python")}
+    completer.open_document = documents.get  # type: ignore[method-assign]
+    settings = Settings(private_files=("customer_*",))
+    completer.repo.context.forget(str(use))  # the names resolved earlier on the line are not kept
+    line = text.count("\n") - 1
+    chunks = completer.context_chunks(settings, use.as_uri(), line, len(typed.splitlines()[-1]))
+    return [chunk.path for chunk in chunks if chunk.origin == CURSOR_DEFINITION]
+
+
+def _completer(folder: Path, patterns: tuple[str, ...]) -> Completer:
+    """The server's completer, its index built with the ``privateFiles`` ``patterns``, then the setting changed to
+    ``customer_*`` as the editor changes it (``workspace/didChangeConfiguration``)."""
+    server = DiffgemmaServer()
+    server.apply_settings({"privateFiles": list(patterns)})
+    server.completer.repo.index.build([folder])
+    server.apply_settings({"privateFiles": ["customer_*"]})
+    return server.completer
+
+
+@pytest.mark.parametrize("patterns_when_built", [("customer_*",), ()])
+def test_no_definition_at_the_cursor_comes_from_a_private_file(
+    workspace: Path,  # noqa: F811
+    patterns_when_built: tuple[str, ...],
+) -> None:
+    """Built with the ``privateFiles`` patterns, or given them after the index was built (the setting changed)."""
+    assert set(PRIVATE_NAMES) <= {*PRIVATE_FILES, "linked.py"}
+    (workspace / "use.py").write_text("")
+    completer = _completer(workspace, patterns_when_built)
+    assert _cursor_chunks(completer, workspace, "    x = main.shared_function(") == ["main.py"]  # it can fail
+    for path, name in PRIVATE_NAMES.items():
+        module = path.removesuffix(".py").replace("/", ".")
+        for typed in (f"    x = {name}(", f"    import {module}\n    x = {module}.{name}("):
+            assert _cursor_chunks(completer, workspace, typed) == [], (path, typed)
