@@ -20,6 +20,8 @@ PRIVATE_NAMES = {
     "excluded.py": "excluded_by_info",
     "globally.py": "ignored_globally",
     "build_out/gen.py": "in_an_ignored_folder",
+    ".hidden.py": "hidden_file",
+    ".tools/helper.py": "in_a_hidden_folder",
     "keys.py": "key_holder",
     "settings_aws.py": "aws_holder",
     "customer_data.py": "named_by_the_setting",
