@@ -21,18 +21,19 @@ def label_for(text: str) -> str:
     return first if len(first) <= LABEL_MAX else first[: LABEL_MAX - 1] + "…"
 
 
-def completion_item(context: InfillContext, text: str, snippets: bool) -> types.CompletionItem:
+def completion_item(context: InfillContext, text: str, snippets: bool, invoked: bool = False) -> types.CompletionItem:
     """One menu item that replaces the word before the cursor by that word plus the completion.
 
-    Multi-line text goes as a snippet where the client supports snippets: Neovim inserts only the first word
-    or line of a multi-line plain-text edit.
+    The text goes as a snippet (escaped, so it inserts literally) wherever the client supports snippets, one line or
+    many: Neovim inserts a plain-text edit as its first word (0.11) or first line (0.12) and applies nothing more,
+    while a snippet's whole text is expanded. Only an item the user asked for (``invoked``) is preselected: a menu
+    that opens while they type must not commit anything on their next key.
     """
     new_text = context.word + text
     multi_line = "\n" in text
-    as_snippet = snippets and multi_line
     edit = types.TextEdit(
         range=types.Range(start=context.word_start, end=context.replace_end or context.position),
-        new_text=escape_snippet(new_text) if as_snippet else new_text,
+        new_text=escape_snippet(new_text) if snippets else new_text,
     )
     label = label_for(new_text) or label_for(text) or "…"
     return types.CompletionItem(
@@ -41,10 +42,10 @@ def completion_item(context: InfillContext, text: str, snippets: bool) -> types.
         detail=DETAIL,
         documentation=types.MarkupContent(kind=types.MarkupKind.Markdown, value=f"```\n{new_text}\n```"),
         filter_text=new_text.split("\n", 1)[0] or context.word,
-        insert_text_format=types.InsertTextFormat.Snippet if as_snippet else types.InsertTextFormat.PlainText,
+        insert_text_format=types.InsertTextFormat.Snippet if snippets else types.InsertTextFormat.PlainText,
         text_edit=edit,
         sort_text="0",
-        preselect=True,
+        preselect=invoked or None,
     )
 
 

@@ -403,7 +403,7 @@ async def completion(ls: DiffgemmaServer, params: types.CompletionParams) -> typ
         return types.CompletionList(is_incomplete=True, items=[])
     found = await ls.completer.complete(ls.settings, params.text_document.uri, params.position, automatic=not invoked)
     snippets = _snippet_support(ls)
-    items = [completion_item(context, text, snippets) for context, text in found]  # one canvas: at most one
+    items = [completion_item(context, text, snippets, invoked) for context, text in found]  # one canvas: at most one
     return types.CompletionList(is_incomplete=True, items=items)
 
 

@@ -228,10 +228,10 @@ def _check_type(value: Any, kind: type) -> Any:
 def parse_settings(raw: object) -> tuple[Settings, list[str]]:
     """Settings from a client payload (missing keys take defaults); returns them with one message per bad key."""
     base = Settings()
-    if raw is None:
-        return base, []
-    if isinstance(raw, Mapping) and isinstance(raw.get(SECTION), Mapping):
+    if isinstance(raw, Mapping) and isinstance(raw.get(SECTION), Mapping | list):
         raw = raw[SECTION]
+    if raw is None or raw == []:  # an empty Lua table ({}, Neovim's `settings = {}`) goes as a JSON array
+        return base, []
     if not isinstance(raw, Mapping):
         return base, [f"settings must be an object, got {type(raw).__name__}"]
     problems: list[str] = []

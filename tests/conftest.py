@@ -113,6 +113,7 @@ TRAINED = {
     "memorized_model_dir": ("memorized", "tests.support.models", "build_memorized"),
     "release_memorized_dir": ("release-memorized", "tests.support.release_format", "build_release_memorized"),
     "next_edit_model_dir": ("next-edit", "tests.support.models", "build_next_edit"),
+    "single_line_model_dir": ("single-line", "tests.support.models", "build_single_line"),
 }
 """The checkpoints trained for the tests (a minute or two each, on one thread), by the fixture that gives them."""
 BUILT_BESIDE = {*TRAINED, "vllm_python", "vllm_cpu"}
@@ -246,6 +247,14 @@ def memorized_model_dir() -> Path:
     from tests.support.models import build_memorized
 
     return _cached_checkpoint("memorized", build_memorized)
+
+
+@pytest.fixture(scope="session")
+def single_line_model_dir() -> Path:
+    """A DiffusionGemma trained to answer ``SINGLE_LINE_MIDDLE`` (one line, mid-line) to ``SINGLE_LINE_PREFIX``."""
+    from tests.support.models import build_single_line
+
+    return _cached_checkpoint("single-line", build_single_line)
 
 
 @pytest.fixture(scope="session")

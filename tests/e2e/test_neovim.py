@@ -21,7 +21,15 @@ import pytest
 
 from tests.e2e.test_lsp_engine import _kill_engine
 from tests.support.lsp import READY_TIMEOUT_S
-from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+from tests.support.models import (
+    MEMORIZED_MIDDLE,
+    MEMORIZED_PREFIX,
+    MEMORIZED_SUFFIX,
+    SINGLE_LINE_AFTER,
+    SINGLE_LINE_MIDDLE,
+    SINGLE_LINE_PREFIX,
+    SINGLE_LINE_SUFFIX,
+)
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +98,7 @@ end
 local function drive_menu()
   report.completeopt = vim.o.completeopt -- nvim's default, plus what the plugin adds
   vim.keymap.set("i", "<C-Space>", vim.lsp.completion.get)
-  vim.api.nvim_win_set_cursor(0, { 2, 0 })
+  vim.api.nvim_win_set_cursor(0, { cfg.line + 1, cfg.col })
   feed("i<C-Space>")
   poll("menu", 20000, function()
     local info = vim.fn.complete_info({ "pum_visible", "items", "selected" })
@@ -108,7 +116,7 @@ end
 
 local function drive_inline()
   local ns = vim.api.nvim_create_namespace("nvim.lsp.inline_completion")
-  vim.api.nvim_win_set_cursor(0, { 2, 0 })
+  vim.api.nvim_win_set_cursor(0, { cfg.line + 1, cfg.col })
   feed("i") -- InsertEnter: nvim asks for inline completion by itself
   poll("ghost text", 20000, function()
     local marks = vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })
@@ -198,7 +206,7 @@ local function wait_until_ready(client)
   local bufnr = vim.api.nvim_get_current_buf()
   local params = {
     textDocument = { uri = vim.uri_from_bufnr(bufnr) },
-    position = { line = 1, character = 0 },
+    position = { line = cfg.line, character = cfg.col },
     context = { triggerKind = 1 },
   }
   local attempts = 0
@@ -245,9 +253,13 @@ def _run_nvim(
     model_dir: Path,
     original: str = MEMORIZED_PREFIX + MEMORIZED_SUFFIX,
     keys: str = "",
+    expected: str = MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX,
+    driver_code: str = DRIVER,
+    **extra: object,
 ) -> dict:
-    """Run the driver in headless nvim on a file holding ``original``; return its report (with diagnostics
-    attached). ``keys`` are what the rewrite modes type."""
+    """Run ``driver_code`` (this module's driver unless another is given) in headless nvim on a file holding
+    ``original``; return its report (with diagnostics attached). ``keys`` are what the rewrite modes type, ``extra``
+    more of the driver's configuration (``vim.env.DIFFGEMMA_TEST``)."""
     socket_path = tmp / "run" / "engine.sock"
     source = tmp / "work" / "example.py"
     source.parent.mkdir()
@@ -260,7 +272,7 @@ def _run_nvim(
         "report": str(report_path),
         "original": original,
         "keys": keys,
-        "expected": MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX,
+        "expected": expected,
         "cmd": [
             sys.executable,
             "-m",
@@ -273,9 +285,12 @@ def _run_nvim(
         ],
         "accept_key": "<Tab>",
         "timeout_ms": (READY_TIMEOUT_S + 30) * 1000,
+        "line": 1,  # where the completion is asked (0-based line, byte column): `i` inserts before that column
+        "col": 0,
+        **extra,
     }
     driver = tmp / "driver.lua"
-    driver.write_text(DRIVER)
+    driver.write_text(driver_code)
     command = [
         nvim,
         "--headless",
@@ -378,6 +393,48 @@ def test_inline_completion_ghost_text_accepted_with_tab(
     shown += [chunk[0] for line in ghost["virt_lines"] for chunk in line]
     assert shown == MEMORIZED_MIDDLE.split("\n"), _explain(report)
     assert (ghost["row"], ghost["col"]) == (1, 0), _explain(report)
+
+
+# -- A single-line completion in the middle of a line -----------------------------------------------------------------
+
+SINGLE_LINE_WHOLE = SINGLE_LINE_PREFIX + SINGLE_LINE_MIDDLE + SINGLE_LINE_SUFFIX
+SINGLE_LINE_AT = {"line": SINGLE_LINE_PREFIX.count("\n"), "col": len(SINGLE_LINE_PREFIX.split("\n")[-1])}
+"""Where the single-line checkpoint's completion goes: after ``(a``, before the ``)`` already on the line."""
+
+
+def _single_line_landed(report: dict) -> None:
+    assert report["ok"], f"completion did not land: {report.get('why')}\n{_explain(report)}"
+    assert report["buffer"][SINGLE_LINE_AT["line"]] == SINGLE_LINE_AFTER, _explain(report)
+    assert "\n".join(report["buffer"]) + "\n" == SINGLE_LINE_WHOLE, _explain(report)
+
+
+def test_completion_menu_inserts_a_single_line_completion_whole(
+    any_nvim: str, isolated_env: Path, single_line_model_dir: Path
+) -> None:
+    """The menu's <C-y> inserts " + b" whole before the ")" on the line. Before: the item was a plain-text edit,
+    which Neovim 0.11 inserts as its first word ("a", the word before the cursor: nothing new)."""
+    original = SINGLE_LINE_PREFIX + SINGLE_LINE_SUFFIX
+    report = _run_nvim(
+        any_nvim, "menu", isolated_env, single_line_model_dir, original, expected=SINGLE_LINE_WHOLE, **SINGLE_LINE_AT
+    )
+    _single_line_landed(report)
+    assert report["request_items"][0]["textEdit"]["newText"] == "a" + SINGLE_LINE_MIDDLE, _explain(report)
+
+
+def test_ghost_text_inserts_a_single_line_completion_whole(isolated_env: Path, single_line_model_dir: Path) -> None:
+    """nvim 0.12's ghost text after ``(a``, accepted with the plugin's <Tab>."""
+    original = SINGLE_LINE_PREFIX + SINGLE_LINE_SUFFIX
+    report = _run_nvim(
+        _nvim012(),
+        "inline",
+        isolated_env,
+        single_line_model_dir,
+        original,
+        expected=SINGLE_LINE_WHOLE,
+        **SINGLE_LINE_AT,
+    )
+    _single_line_landed(report)
+    assert [chunk[0] for chunk in report["ghost"]["virt_text"]] == [SINGLE_LINE_MIDDLE], _explain(report)
 
 
 # -- Rewrite selection ----------------------------------------------------------------------------------------------

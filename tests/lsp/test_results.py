@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 from lsprotocol import types
 
 from diffgemma_lsp.context import InfillContext
@@ -38,10 +39,22 @@ def test_plain_text_without_snippet_support() -> None:
     assert item.text_edit.new_text == "hello():\n    pass"
 
 
-def test_single_line_item_stays_plain_text() -> None:
-    item = completion_item(CONTEXT, "lo()", snippets=True)
-    assert item.insert_text_format is types.InsertTextFormat.PlainText
-    assert item.text_edit.new_text == "hello()"
+def test_single_line_item_is_a_snippet_too() -> None:
+    """Before, a single-line item went as a plain-text edit, which Neovim 0.11 inserts as its first word
+    (``newText:match('^(%S*)')``): "hello() or ${x}" became "hello()", and one starting with a space nothing."""
+    item = completion_item(CONTEXT, "lo() or ${x}", snippets=True)
+    assert item.insert_text_format is types.InsertTextFormat.Snippet
+    assert item.text_edit.new_text == "hello() or \\${x\\}"
+    starts_with_a_space = completion_item(attrs.evolve(CONTEXT, word="", word_start=CONTEXT.position), " + b", True)
+    assert starts_with_a_space.text_edit.new_text == " + b"
+    assert starts_with_a_space.insert_text_format is types.InsertTextFormat.Snippet
+
+
+def test_only_an_invoked_item_is_preselected() -> None:
+    """A menu that opens as the user types (a trigger character) must not hold a selected item that their next
+    key would commit."""
+    assert not completion_item(CONTEXT, "lo()", snippets=True).preselect
+    assert completion_item(CONTEXT, "lo()", snippets=True, invoked=True).preselect
 
 
 def test_inline_item_is_inserted_at_the_cursor() -> None:
@@ -56,8 +69,6 @@ def test_label_is_the_first_non_empty_line_shortened() -> None:
 
 
 def test_replacing_the_closers_after_the_cursor() -> None:
-    import attrs
-
     context = attrs.evolve(CONTEXT, replace_end=types.Position(line=3, character=9))
     assert inline_item(context, "lo())").range.end == types.Position(line=3, character=9)
     assert completion_item(context, "lo())", snippets=True).text_edit.range.end.character == 9

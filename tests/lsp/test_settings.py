@@ -40,6 +40,14 @@ def test_none_means_defaults() -> None:
     assert parse_settings(None) == (Settings(), [])
 
 
+def test_an_empty_list_means_defaults() -> None:
+    """Lua has one table type: an empty one (the Neovim README's ``settings = {}``, with every line commented
+    out) is encoded as a JSON array. Before: "settings must be an object, got list" on every start."""
+    assert parse_settings([]) == (Settings(), [])
+    assert parse_settings({"diffgemma": []}) == (Settings(), [])
+    assert parse_settings({"diffgemma": [1]})[1] == ["settings must be an object, got list"]
+
+
 def test_readme_documents_every_setting() -> None:
     documented = set(re.findall(r"^\| `(\w+)` \|", README.read_text(), flags=re.MULTILINE))
     assert documented >= set(WIRE_KEYS), f"undocumented: {set(WIRE_KEYS) - documented}"

@@ -2,7 +2,8 @@
 
 ``build_random`` saves a randomly initialised model (its canvases never settle: every denoising step runs).
 ``build_memorized`` trains one for a few seconds, with the DiffusionGemma objective, to answer one fixed
-multi-line middle, so that end-to-end tests can check the exact text that reaches the editor; ``build_next_edit``
+multi-line middle, so that end-to-end tests can check the exact text that reaches the editor, and
+``build_single_line`` one to answer a one-line middle in the middle of a line; ``build_next_edit``
 trains one to make the next edit of ``tests/support/next_edits.py``.
 """
 
@@ -26,6 +27,11 @@ LAST_LOSSES = 20
 MEMORIZED_PREFIX = "def add(a, b):\n"
 MEMORIZED_SUFFIX = "\n\nprint(add(1, 2))\n"
 MEMORIZED_MIDDLE = "    total = a + b\n    return total"
+SINGLE_LINE_PREFIX = "def add(a, b):\n    return (a"
+SINGLE_LINE_SUFFIX = ")\n\n\nprint(add(1, 2))\n"
+SINGLE_LINE_MIDDLE = " + b"
+SINGLE_LINE_AFTER = "    return (a + b)"
+"""The cursor's line once the single-line completion is in: what an editor must show after its accept key."""
 
 
 def build_random(out_dir: Path, steps: int = 8, seed: int = 0) -> Path:
@@ -48,6 +54,25 @@ def build_memorized(
     endpoint fuzz test's last request did in CI); after 2,000 steps (77 s here) 0 in 4,000 were.
     ``train_until_answered`` checks the engine's own answers before the checkpoint is kept.
     """
+    document = PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX)
+    return build_answering(out_dir, document, MEMORIZED_MIDDLE, train_steps, seed, check_seeds)
+
+
+def build_single_line(
+    out_dir: Path, train_steps: int = 600, seed: int = 0, check_seeds: Sequence[int] = range(8)
+) -> Path:
+    """A checkpoint that completes ``SINGLE_LINE_PREFIX``/``SINGLE_LINE_SUFFIX`` with ``SINGLE_LINE_MIDDLE``: one
+    line that starts with a space, holds spaces and ends before the text after the cursor, the completion Neovim
+    0.11 cut to its first word when it came as a plain-text edit. A few tokens to learn, so fewer steps."""
+    document = PromptParts(prefix=SINGLE_LINE_PREFIX, suffix=SINGLE_LINE_SUFFIX)
+    return build_answering(out_dir, document, SINGLE_LINE_MIDDLE, train_steps, seed, check_seeds)
+
+
+def build_answering(
+    out_dir: Path, document: PromptParts, middle: str, train_steps: int, seed: int, check_seeds: Sequence[int]
+) -> Path:
+    """A checkpoint of the test size trained to answer ``middle`` to the FIM prompt for ``document``, kept once the
+    engine answers it so (``train_until_answered``)."""
 
     def train(out: Path, steps: int, attempt_seed: int) -> float:
         torch.manual_seed(attempt_seed)
@@ -59,15 +84,14 @@ def build_memorized(
         def encode(text: str) -> list[int]:
             return tokenizer.encode(text, add_special_tokens=False)
 
-        prompt = build_fim_prompt(PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX), encode, special, 512)
-        middle = encode(MEMORIZED_MIDDLE) + [vocab.SPECIAL_IDS[vocab.EOS]]
-        loss = train_to_answer(model, [prompt.ids], middle, pad_id=vocab.SPECIAL_IDS[vocab.PAD], steps=steps)
+        prompt = build_fim_prompt(document, encode, special, 512)
+        answer = encode(middle) + [vocab.SPECIAL_IDS[vocab.EOS]]
+        loss = train_to_answer(model, [prompt.ids], answer, pad_id=vocab.SPECIAL_IDS[vocab.PAD], steps=steps)
         set_generation_defaults(model, steps=16)
         save_checkpoint(model, DEFAULT_MODEL_DIR, out)
         return loss
 
-    document = PromptParts(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX)
-    return train_until_answered(out_dir, train, [asked_for(document)], MEMORIZED_MIDDLE, train_steps, seed, check_seeds)
+    return train_until_answered(out_dir, train, [asked_for(document)], middle, train_steps, seed, check_seeds)
 
 
 def build_next_edit(

@@ -14,5 +14,5 @@ return {
     "typescript", "typescriptreact", "vim", "zig",
   },
   root_markers = { ".git" },
-  init_options = {},
+  init_options = vim.empty_dict(), -- an empty {} would go as a JSON array
 }

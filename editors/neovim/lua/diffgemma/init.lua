@@ -167,6 +167,7 @@ end
 --- Ask the server for the next edit at the cursor and show it.
 --- opts.bufnr    default: the current buffer
 --- opts.on_done  function(result) with the server's answer (nil: no edit)
+--- Returns the client and the request's id (nil when no client is attached), for client:cancel_request().
 function M.next_edit(opts)
   opts = opts or {}
   local bufnr = opts.bufnr or vim.api.nvim_get_current_buf()
@@ -180,7 +181,7 @@ function M.next_edit(opts)
     textDocument = { uri = vim.uri_from_bufnr(bufnr), version = version },
     position = lsp_position(bufnr, row - 1, col, client.offset_encoding),
   }
-  client:request(M.NEXT_EDIT_METHOD, params, function(err, result)
+  local _, request_id = client:request(M.NEXT_EDIT_METHOD, params, function(err, result)
     if err then
       vim.notify("diffgemma: next edit failed: " .. (err.message or vim.inspect(err)), vim.log.levels.WARN)
     end
@@ -194,6 +195,7 @@ function M.next_edit(opts)
       opts.on_done(fresh and result or nil)
     end
   end, bufnr)
+  return client, request_id
 end
 
 --- Apply the suggestion shown in `bufnr` (one undo step); false when there is none for the buffer as it is.
@@ -209,17 +211,42 @@ function M.accept_next_edit(bufnr)
   return true
 end
 
+--- Whether the user is typing: insert or replace mode, or a completion menu open. The plugin asks for no next edit
+--- then: its request would compete in the engine with the completion the user is waiting for.
+local function typing()
+  local mode = vim.api.nvim_get_mode().mode
+  return mode:find("^[iR]") ~= nil or vim.fn.pumvisible() == 1
+end
+
 local function watch_next_edits(bufnr, accept_key)
   local group = vim.api.nvim_create_augroup("diffgemma.next_edit." .. bufnr, { clear = true })
   local timer = nil
-  local function ask_soon()
+  local pending = nil -- the client and id of the next-edit request in flight
+  local function stop()
     if timer then
       timer:stop()
+      timer = nil
     end
+    if pending then
+      pending.client:cancel_request(pending.id)
+      pending = nil
+    end
+  end
+  local function ask_soon()
+    stop()
     timer = vim.defer_fn(function()
       timer = nil
-      if vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_get_current_buf() == bufnr then
-        M.next_edit({ bufnr = bufnr })
+      if vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_get_current_buf() == bufnr and not typing() then
+        local request = {}
+        pending = request
+        request.client, request.id = M.next_edit({
+          bufnr = bufnr,
+          on_done = function()
+            if pending == request then
+              pending = nil
+            end
+          end,
+        })
       end
     end, 300)
   end
@@ -229,20 +256,29 @@ local function watch_next_edits(bufnr, accept_key)
     callback = function() M.dismiss(bufnr) end, -- what it was computed for is gone
   })
   vim.api.nvim_create_autocmd({ "InsertLeave", "TextChanged" }, { group = group, buffer = bufnr, callback = ask_soon })
-  -- Not expr mappings: those may not change the text (textlock).
+  -- Back to typing: the next edit asked for the text as it was would only delay the completions to come.
+  vim.api.nvim_create_autocmd("InsertEnter", { group = group, buffer = bufnr, callback = stop })
+  -- Not expr mappings: those may not change the text (textlock). A key that falls back to its own meaning goes to
+  -- the front of the typeahead ("i"): keys typed after it (a mapping's, a macro's, a paste's) run after it.
   vim.keymap.set("n", accept_key, function()
     if not M.accept_next_edit(bufnr) then
-      vim.api.nvim_feedkeys(vim.keycode(accept_key), "n", false) -- the key's own meaning
+      vim.api.nvim_feedkeys(vim.keycode(accept_key), "ni", false) -- the key's own meaning
     end
   end, { buffer = bufnr, desc = "diffgemma: apply the suggested edit" })
   vim.keymap.set("n", "<Esc>", function()
     if M.shown[bufnr] then
       M.dismiss(bufnr)
     else
-      vim.api.nvim_feedkeys(vim.keycode("<Esc>"), "n", false)
+      vim.api.nvim_feedkeys(vim.keycode("<Esc>"), "ni", false)
     end
   end, { buffer = bufnr, desc = "diffgemma: dismiss the suggested edit" })
 end
+
+--- The options the completion menu needs (added to the buffer's own 'completeopt'): "menuone", so that a lone item
+--- shows and a snippet is expanded on accept; "noselect", so that a menu that opens while the user types
+--- (autotrigger) changes nothing until they pick an item (<C-n>, then <C-y>). Not "noinsert": with it, an <Enter>
+--- typed just after a menu opened closes the menu and the line break is lost (Neovim 0.11 and 0.12).
+M.COMPLETEOPT = { "menuone", "noselect" }
 
 function M.setup(opts)
   opts = opts or {}
@@ -250,7 +286,8 @@ function M.setup(opts)
     cmd = opts.cmd or { "diffgemma-lsp", "--stdio" },
     filetypes = opts.filetypes, -- nil: keep lsp/diffgemma.lua's list
     root_markers = { ".git" },
-    init_options = opts.settings or {},
+    -- An empty Lua table is sent as a JSON array; settings are an object.
+    init_options = (opts.settings and next(opts.settings)) and opts.settings or vim.empty_dict(),
   })
   vim.lsp.enable("diffgemma")
 
@@ -272,11 +309,14 @@ function M.setup(opts)
       end
       local bufnr = args.buf
       vim.lsp.completion.enable(true, client.id, bufnr, { autotrigger = opts.autotrigger ~= false })
-      -- Without "menuone", nvim inserts a lone item's label and never expands its multi-line snippet.
       local cot = vim.bo[bufnr].completeopt ~= "" and vim.bo[bufnr].completeopt or vim.go.completeopt
-      if not cot:find("menuone") then
-        vim.bo[bufnr].completeopt = cot .. ",menuone"
+      cot = vim.split(cot, ",", { trimempty = true })
+      for _, option in ipairs(M.COMPLETEOPT) do
+        if not vim.list_contains(cot, option) then
+          table.insert(cot, option)
+        end
       end
+      vim.bo[bufnr].completeopt = table.concat(cot, ",")
       if opts.next_edit ~= false then
         watch_next_edits(bufnr, accept_key)
       end
