@@ -19,7 +19,15 @@ import pytest
 from diffgemma_lsp.edit_history import BURST_GAP_S
 from tests.e2e.test_lsp_engine import _kill_engine
 from tests.support.engine import EngineProcess, RawClient
-from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+from tests.support.models import (
+    MEMORIZED_MIDDLE,
+    MEMORIZED_PREFIX,
+    MEMORIZED_SUFFIX,
+    SINGLE_LINE_AFTER,
+    SINGLE_LINE_MIDDLE,
+    SINGLE_LINE_PREFIX,
+    SINGLE_LINE_SUFFIX,
+)
 from tests.support.next_edits import AREA, AREA_NAME, FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
@@ -161,6 +169,38 @@ def test_menu_item_inserts_the_whole_multi_line_completion(isolated_env: Path, m
         written = source.read_text()
         assert written.startswith(MEMORIZED_PREFIX + MEMORIZED_MIDDLE), written
         assert written.endswith(MEMORIZED_SUFFIX.lstrip("\n")), written
+    finally:
+        _tmux("kill-session", "-t", session)
+        engine.stop()
+        _kill_engine(socket_path, signal.SIGTERM)
+
+
+def test_menu_item_inserts_a_single_line_completion_whole(isolated_env: Path, single_line_model_dir: Path) -> None:
+    """A one-line completion that starts with a space and ends before the ")" on the line: the menu's item (Tab
+    selects it, Enter accepts) puts all of it there, and the rest of the line stays after it."""
+    hx = _helix()
+    socket_path = isolated_env / "run" / "engine.sock"
+    engine = EngineProcess(single_line_model_dir, socket_path, isolated_env / "engine.log")
+    # Helix's workspace is its working directory, this repository: no chunks of it in the prompt the model learned.
+    settings: dict[str, object] = {"repoContextTokens": 0}
+    # Helix's own word completion would open its menu ("add") on the word before the cursor first, and a menu that
+    # is open takes no later answer: the server's item would never show.
+    (isolated_env / "xdg_config_home" / "helix").mkdir(parents=True)
+    (isolated_env / "xdg_config_home" / "helix" / "config.toml").write_text(
+        "[editor.word-completion]\nenable = false\n"
+    )
+    session, source = _start_helix(hx, isolated_env, socket_path, SINGLE_LINE_PREFIX + SINGLE_LINE_SUFFIX, settings)
+    expected = SINGLE_LINE_PREFIX + SINGLE_LINE_MIDDLE + SINGLE_LINE_SUFFIX
+    try:
+        _wait_for(session, "def add(a, b):", 30)
+        _tmux("send-keys", "-t", session, "j", "g", "l", "i")  # line 2's last character, the ")": insert before it
+        _wait_for(session, "INS", 10)
+        _wait_for(session, "a + b", 60, keys=("C-x",))  # asked until the engine answers
+        _tmux("send-keys", "-t", session, "Tab")
+        _wait_for(session, SINGLE_LINE_AFTER, 10)
+        _tmux("send-keys", "-t", session, "Enter")
+        assert _write_and_wait(session, source, expected) == expected
+        _tmux("send-keys", "-t", session, ":q!", "Enter")
     finally:
         _tmux("kill-session", "-t", session)
         engine.stop()

@@ -29,7 +29,14 @@ import pytest
 
 from tests.e2e.test_lsp_engine import _kill_engine
 from tests.support.lsp import READY_TIMEOUT_S
-from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+from tests.support.models import (
+    MEMORIZED_MIDDLE,
+    MEMORIZED_PREFIX,
+    MEMORIZED_SUFFIX,
+    SINGLE_LINE_MIDDLE,
+    SINGLE_LINE_PREFIX,
+    SINGLE_LINE_SUFFIX,
+)
 from tests.support.next_edits import AREA, AREA_NAME, FOLLOWED, RENAMED
 from tests.support.npm import EXTENSION, ROOT, ensure_node_modules, run_npm
 
@@ -332,6 +339,48 @@ def test_inline_completion_in_vscode_ghost_text_accepted_with_tab(
     assert report["saved"] == expected, explain
     # The status bar item shows the last completion's latency.
     assert re.fullmatch(r"DG \d+ ms", report["statusAfter"]), explain
+
+
+SINGLE_LINE_SCENARIO = {
+    "line": SINGLE_LINE_PREFIX.count("\n") + 1,
+    "column": len(SINGLE_LINE_PREFIX.split("\n")[-1]) + 1,  # after "(a", before the ")" on the line
+    "expected": SINGLE_LINE_PREFIX + SINGLE_LINE_MIDDLE + SINGLE_LINE_SUFFIX,
+}
+
+
+def test_single_line_completion_in_vscode_ghost_text_accepted_with_tab(
+    vscode_tools: tuple[str, str, list[str], str],
+    single_line_model_dir: Path,
+    isolated_env: Path,
+) -> None:
+    """A one-line completion that starts with a space and ends before the ")" on the line: Tab inserts all of it."""
+    expected = SINGLE_LINE_PREFIX + SINGLE_LINE_MIDDLE + SINGLE_LINE_SUFFIX
+    scenario = {
+        **SINGLE_LINE_SCENARIO,
+        "scenario": "inline",
+        "middle": SINGLE_LINE_MIDDLE,
+        "acceptedCursor": _cursor_after(SINGLE_LINE_PREFIX + SINGLE_LINE_MIDDLE),
+    }
+    report, explain, source = _run_vscode(
+        vscode_tools, single_line_model_dir, isolated_env, SINGLE_LINE_PREFIX + SINGLE_LINE_SUFFIX, scenario
+    )
+    assert report["ghost"] == SINGLE_LINE_MIDDLE, explain
+    assert report["saved"] == expected and source.read_text() == expected, explain
+
+
+def test_single_line_completion_in_vscode_menu_accepted_with_enter(
+    vscode_tools: tuple[str, str, list[str], str],
+    single_line_model_dir: Path,
+    isolated_env: Path,
+) -> None:
+    """The same completion from the suggest widget (Ctrl+Space, then Enter): the line is exactly the whole of it."""
+    expected = SINGLE_LINE_PREFIX + SINGLE_LINE_MIDDLE + SINGLE_LINE_SUFFIX
+    scenario = {**SINGLE_LINE_SCENARIO, "scenario": "menu", "label": "a" + SINGLE_LINE_MIDDLE}
+    report, explain, source = _run_vscode(
+        vscode_tools, single_line_model_dir, isolated_env, SINGLE_LINE_PREFIX + SINGLE_LINE_SUFFIX, scenario
+    )
+    assert report["accepted"] == expected and report["saved"] == expected, explain
+    assert source.read_text() == expected, explain
 
 
 WRONG_MIDDLE = MEMORIZED_MIDDLE.replace("a + b", "a - b")

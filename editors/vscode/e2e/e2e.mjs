@@ -3,8 +3,8 @@
 // code-server, runs this script with its configuration in $DIFFGEMMA_E2E (JSON), and asserts on the JSON report
 // this script writes. The script never throws past main(): every failure ends in the report.
 //
-// Steps: open the workspace, wait for the extension's status bar item, open the file at the line after the
-// prefix, wait until the status bar says the engine is ready; then by cfg.scenario:
+// Steps: open the workspace, wait for the extension's status bar item, open the file at cfg.line (and cfg.column,
+// default 1), wait until the status bar says the engine is ready; then by cfg.scenario:
 // - "inline" (the default): trigger an inline suggestion, read the ghost text, press Tab, save, and read the file
 //   back from disk; then wait for the status bar to show the latency;
 // - "rewrite-action": select cfg.selectDown lines down and to the line's end, run "Refactor...", pick "Rewrite
@@ -12,6 +12,7 @@
 //   "DiffusionGemma: Rewrite selection with instruction...", the instruction typed in its input box, Enter. Both wait
 //   for the editor to show cfg.expected, save and read the file back, then undo once (Ctrl+Z), save, and read the
 //   file back again.
+// - "menu": Ctrl+Space until the suggest widget lists cfg.label, Enter, then the editor shows cfg.expected; save.
 // - "next-edit": rename a parameter (cfg.renameAt, cfg.newName), wait for the next edit drawn (a line struck through,
 //   ghost text after it), Tab, save and read back, then one undo, save and read back.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -223,6 +224,37 @@ async function rewriteSteps() {
   await shot('5-undone');
 }
 
+/** The completion menu: Ctrl+Space until the suggest widget lists cfg.label, then Enter (VS Code's accept key);
+ * wait for the editor to show cfg.expected, save and read the file back. */
+async function menuSteps() {
+  const widget = page.locator('.editor-widget.suggest-widget');
+  const rows = async () =>
+    (await widget.locator('.monaco-list-row').allTextContents()).map((text) => text.replace(/\u00a0/g, ' ').trim());
+  let asks = 0;
+  let askedAt = 0;
+  report.menu = await poll('the item in the suggest widget', 60000, async () => {
+    const listed = (await widget.isVisible()) ? await rows() : [];
+    if (listed.some((row) => row.includes(cfg.label))) return listed;
+    if (Date.now() - askedAt > 3000 && asks < 12) {
+      // the first answers may be empty while the engine warms up: close the widget and ask again
+      if (await widget.isVisible()) await page.keyboard.press('Escape');
+      asks += 1;
+      askedAt = Date.now();
+      await page.keyboard.press('Control+Space');
+    }
+    return false;
+  }, 200);
+  report.asks = asks;
+  log(`suggest widget: ${JSON.stringify(report.menu)} after ${asks} Ctrl+Space`);
+  await shot('2-menu');
+  report.phase = 'accept';
+  await page.keyboard.press('Enter');
+  report.accepted = await untilText('accepted', 10000, cfg.expected);
+  log('Enter inserted the item');
+  await shot('3-accepted');
+  report.saved = await saveAndRead('menu', cfg.expected);
+}
+
 /** What the active editor draws for a next edit: the text of the spans struck through, and the ghost text its
  * decorations put after the lines (CSS ::after content, which is not in the DOM's text). */
 async function nextEditDrawing() {
@@ -309,7 +341,8 @@ async function steps(browser) {
   await page.keyboard.press('Control+P');
   const input = page.locator('.quick-input-widget input');
   await input.waitFor({ state: 'visible', timeout: 10000 });
-  await input.fill(`${cfg.fileName}:${cfg.line}`);
+  const column = cfg.column ?? 1;
+  await input.fill(`${cfg.fileName}:${cfg.line}:${column}`);
   await page
     .locator('.quick-input-list .monaco-list-row', { hasText: cfg.fileName })
     .first()
@@ -325,7 +358,7 @@ async function steps(browser) {
   );
   report.cursor = await poll('cursor position', 10000, async () => {
     const text = await page.locator('.statusbar-item[id="status.editor.selection"]').textContent();
-    return text && text.includes(`Ln ${cfg.line}, Col 1`) ? text.trim() : false;
+    return text && text.includes(`Ln ${cfg.line}, Col ${column}`) ? text.trim() : false;
   });
   log(`opened ${cfg.fileName}; cursor: ${report.cursor}`);
 
@@ -337,6 +370,10 @@ async function steps(browser) {
   await shot('1-ready');
   if (cfg.scenario === 'next-edit') {
     await nextEditSteps();
+    return;
+  }
+  if (cfg.scenario === 'menu') {
+    await menuSteps();
     return;
   }
   if (cfg.scenario && cfg.scenario !== 'inline') {
