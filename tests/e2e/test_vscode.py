@@ -348,39 +348,37 @@ SINGLE_LINE_SCENARIO = {
 }
 
 
-def test_single_line_completion_in_vscode_ghost_text_accepted_with_tab(
+@pytest.mark.parametrize("accept", ["ghost-text-tab", "menu-enter"])
+def test_single_line_completion_in_vscode_inserted_whole(
+    accept: str,
     vscode_tools: tuple[str, str, list[str], str],
     single_line_model_dir: Path,
     isolated_env: Path,
 ) -> None:
-    """A one-line completion that starts with a space and ends before the ")" on the line: Tab inserts all of it."""
+    """A one-line completion that starts with a space and ends before the ")" on the line, accepted as a user does:
+    the ghost text with Tab, or the suggest widget's item (Ctrl+Space) with Enter. The file is exactly the whole of
+    it in place."""
     expected = SINGLE_LINE_PREFIX + SINGLE_LINE_MIDDLE + SINGLE_LINE_SUFFIX
-    scenario = {
-        **SINGLE_LINE_SCENARIO,
-        "scenario": "inline",
-        "middle": SINGLE_LINE_MIDDLE,
-        "acceptedCursor": _cursor_after(SINGLE_LINE_PREFIX + SINGLE_LINE_MIDDLE),
-    }
+    if accept == "ghost-text-tab":
+        scenario = {
+            "scenario": "inline",
+            "middle": SINGLE_LINE_MIDDLE,
+            "acceptedCursor": _cursor_after(SINGLE_LINE_PREFIX + SINGLE_LINE_MIDDLE),
+        }
+    else:
+        scenario = {"scenario": "menu", "label": "a" + SINGLE_LINE_MIDDLE}
     report, explain, source = _run_vscode(
-        vscode_tools, single_line_model_dir, isolated_env, SINGLE_LINE_PREFIX + SINGLE_LINE_SUFFIX, scenario
+        vscode_tools,
+        single_line_model_dir,
+        isolated_env,
+        SINGLE_LINE_PREFIX + SINGLE_LINE_SUFFIX,
+        {**SINGLE_LINE_SCENARIO, **scenario},
     )
-    assert report["ghost"] == SINGLE_LINE_MIDDLE, explain
+    if accept == "ghost-text-tab":
+        assert report["ghost"] == SINGLE_LINE_MIDDLE, explain
+    else:
+        assert report["accepted"] == expected, explain
     assert report["saved"] == expected and source.read_text() == expected, explain
-
-
-def test_single_line_completion_in_vscode_menu_accepted_with_enter(
-    vscode_tools: tuple[str, str, list[str], str],
-    single_line_model_dir: Path,
-    isolated_env: Path,
-) -> None:
-    """The same completion from the suggest widget (Ctrl+Space, then Enter): the line is exactly the whole of it."""
-    expected = SINGLE_LINE_PREFIX + SINGLE_LINE_MIDDLE + SINGLE_LINE_SUFFIX
-    scenario = {**SINGLE_LINE_SCENARIO, "scenario": "menu", "label": "a" + SINGLE_LINE_MIDDLE}
-    report, explain, source = _run_vscode(
-        vscode_tools, single_line_model_dir, isolated_env, SINGLE_LINE_PREFIX + SINGLE_LINE_SUFFIX, scenario
-    )
-    assert report["accepted"] == expected and report["saved"] == expected, explain
-    assert source.read_text() == expected, explain
 
 
 WRONG_MIDDLE = MEMORIZED_MIDDLE.replace("a + b", "a - b")
