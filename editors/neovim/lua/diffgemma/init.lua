@@ -238,7 +238,6 @@ local function watch_next_edits(bufnr, accept_key)
       timer = nil
       if vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_get_current_buf() == bufnr and not typing() then
         local request = {}
-        pending = request
         request.client, request.id = M.next_edit({
           bufnr = bufnr,
           on_done = function()
@@ -247,6 +246,7 @@ local function watch_next_edits(bufnr, accept_key)
             end
           end,
         })
+        pending = request.client and request or nil -- no client attached: nothing was sent
       end
     end, 300)
   end
