@@ -81,11 +81,6 @@ class DocumentOwners:
         owner = self._current(uri)
         return owner.kind if owner is not None else None
 
-    def yields(self, uri: str, kind: Kind) -> bool:
-        """Whether a request of ``kind`` for ``uri`` would be refused now (a request that outranks it is in flight)."""
-        current = self.kind(uri)
-        return current is not None and current > kind
-
     def stop(self, uri: str) -> None:
         """Stop whatever is in flight for ``uri`` (a document closed or opened anew)."""
         if (owner := self._owners.pop(uri, None)) is not None:
