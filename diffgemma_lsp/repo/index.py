@@ -9,6 +9,7 @@ outside the lock and swapped in under it.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
@@ -86,6 +87,13 @@ class WorkspaceIndex:
         self.privacy.add_roots(roots)
         left_out: list[files.LeftOut] = []
         self.left_out = left_out
+        walked_with = self.privacy.patterns_version
+
+        def still_shared(path: str) -> bool:
+            """Asked under the lock: the ``privateFiles`` setting may have changed since the walk (an editor that
+            sends its settings after ``initialized``), and :meth:`set_private_patterns` swept the index then."""
+            return self.privacy.patterns_version == walked_with or self.privacy.secret(path) is None
+
         found = [path for root in roots for path in files.workspace_files(root, self.max_files, self.privacy, left_out)]
         for done, path in enumerate(found, 1):
             if stop() or len(self._files) >= self.max_files:
@@ -95,7 +103,7 @@ class WorkspaceIndex:
                 if text is not None and secret_text(text):
                     left_out.append(files.LeftOut(str(path), SECRET_TEXT))
                 elif text is not None:
-                    self.index_text(str(path), text)
+                    self.index_text(str(path), text, current=functools.partial(still_shared, str(path)))
             if progress is not None:
                 progress(done, len(found))
         return self.report(started)

@@ -90,6 +90,8 @@ class Privacy:
         self._secret_names = pathspec.GitIgnoreSpec.from_lines(SECRET_NAMES)
         self._patterns = pathspec.GitIgnoreSpec.from_lines(patterns)
         self._pattern_lines = tuple(patterns)
+        self.patterns_version = 0
+        """Counts the changes of the ``privateFiles`` patterns (a walk made before one is checked again)."""
         self._known: dict[str, str | None] = {}
         self.set_roots(roots)
 
@@ -109,6 +111,7 @@ class Privacy:
             return False
         self._patterns = pathspec.GitIgnoreSpec.from_lines(patterns)
         self._pattern_lines = tuple(patterns)
+        self.patterns_version += 1
         self._known.clear()
         return True
 

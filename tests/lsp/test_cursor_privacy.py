@@ -66,3 +66,21 @@ def test_no_definition_at_the_cursor_comes_from_a_private_file(
         module = path.removesuffix(".py").replace("/", ".")
         for typed in (f"    x = {name}(", f"    import {module}\n    x = {module}.{name}("):
             assert _cursor_chunks(completer, workspace, typed) == [], (path, typed)
+
+
+def test_a_privatefiles_pattern_given_while_the_index_builds_keeps_what_it_names_out(tmp_path: Path) -> None:
+    """Neovim sends its settings after ``initialized``, while the first build runs: the files the pattern names
+    that the build had not read yet are not indexed, and those it had read leave (one file read, then the
+    setting, as the build's own progress callback gives it)."""
+    for name in ("a_first.py", "customer_data.py", "customer_more.py", "z_last.py"):
+        (tmp_path / name).write_text(f"def {name.removesuffix('.py')}(): pass\n")
+    server = DiffgemmaServer()
+    index = server.completer.repo.index
+
+    def progress(done: int, found: int) -> None:
+        if done == 1:
+            server.apply_settings({"privateFiles": ["customer_*"]})
+
+    index.build([tmp_path], progress=progress)
+    names = ("a_first", "customer_data", "customer_more", "z_last")
+    assert [name for name in names if index.definitions_named(name)] == ["a_first", "z_last"]
