@@ -41,13 +41,14 @@ test: setup  ## run the whole test suite (unit, protocol, engine, end-to-end); p
 	@$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here" >&2; exit 1; fi; exit $$rc
 
-test-editors: setup  ## the real-editor tests CI skips: Neovim 0.12 ghost text, Helix, VS Code (installs them first)
+test-editors: setup  ## the real-editor tests CI skips: Neovim 0.12 (ghost text, typing), Helix, VS Code (installs them first)
 	command -v tmux >/dev/null || apt-get install -y -q tmux
 	bash editors/scripts/setup-sid-editors.sh $(EDITORS)
 	bash editors/vscode/scripts/setup-e2e.sh
 	DIFFGEMMA_NVIM012=$(abspath $(EDITORS))/nvim012 DIFFGEMMA_HX=$(abspath $(EDITORS))/hx-sid DIFFGEMMA_REQUIRE_VSCODE=1 \
 	DIFFGEMMA_REQUIRE_NVIM=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs \
-	  tests/e2e/test_neovim.py tests/e2e/test_helix.py tests/e2e/test_vscode.py
+	  tests/e2e/test_neovim.py tests/e2e/test_neovim_typing.py tests/e2e/test_neovim_readme.py \
+	  tests/e2e/test_helix.py tests/e2e/test_vscode.py
 
 lint: setup  ## ruff check, ruff format check, then the type checker
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
