@@ -9,12 +9,13 @@ step clock learns nothing from the budget (it would learn a time per step severa
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from ..canvas.loop import StopCheck
 from ..loading.model import LoadedModel
 from ..shared import protocol
-from ..vllm.client import VllmServer
-from ..vllm.completions import CACHED_UNREPORTED, STEPS_UNREPORTED, completion_body, read_reply
+from ..vllm.client import VllmError, VllmServer, one_line
+from ..vllm.completions import CACHED_UNREPORTED, STEPS_UNREPORTED, ReplyError, completion_body, read_reply
 from .canvas_ask import canvas_ask
 from .infill import Answer, finish_row
 
@@ -29,15 +30,21 @@ def run_on_vllm(
     should_stop: StopCheck | None = None,
     time_left_ms: float | None = None,
     notes: set[str] | None = None,
+    wait_until: Callable[[], float | None] | None = None,
 ) -> list[Answer]:
-    """The answer of each of the request's candidates, in order (one, empty, when it was cancelled or superseded).
-    What the reply did not report is added to ``notes`` (for doctor)."""
+    """The answer of each of the request's candidates, in order (one, empty, when it was cancelled or superseded,
+    or when the reply was not in by ``wait_until()``'s monotonic time: a ``deadline`` stop, and vLLM drops the
+    request). What the reply did not report is added to ``notes`` (for doctor). ``VllmError`` with a one-line
+    message when vLLM refused the request or its reply cannot be read."""
     ask, laid = canvas_ask(loaded, request, time_left_ms)
     body = completion_body(ask, model=model_name, served_canvas=loaded.canvas_length)
 
     def cancelled() -> str | None:
         reason = should_stop() if should_stop is not None else None
-        return reason if reason in STOPS_ON_THE_WAY else None
+        if reason in STOPS_ON_THE_WAY:
+            return reason
+        limit = wait_until() if wait_until is not None else None
+        return protocol.StopReason.DEADLINE.value if limit is not None and time.monotonic() >= limit else None
 
     started = time.perf_counter()
     reply, stopped = server.complete(body, cancelled)
@@ -45,7 +52,10 @@ def run_on_vllm(
     if stopped is not None:
         timings = protocol.Timings(tokenize_ms=round(laid.tokenize_ms, 3), denoise_ms=round(denoise_ms, 3))
         return [Answer("", protocol.StopReason(stopped), timings)]
-    answer = read_reply(reply, ask.candidates)
+    try:
+        answer = read_reply(reply, ask.candidates)
+    except ReplyError as exc:
+        raise VllmError(f"vLLM's reply could not be read: {one_line(str(exc))}") from None
     if notes is not None:
         notes.add(STEPS_UNREPORTED)
         if answer.cached_tokens is None:

@@ -169,6 +169,13 @@ class JobQueue:
                     taken.append(job)
         return taken
 
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of the live jobs waiting for the model thread (None: none has one). Read on the
+        model thread while it waits for a runtime elsewhere (vLLM)."""
+        with self._condition:
+            deadlines = [job.deadline for job in self._waiting() if job.cancel_reason is None]
+        return min((deadline for deadline in deadlines if deadline is not None), default=None)
+
     def close(self) -> None:
         """Wake the model thread with a shutdown marker, after the jobs already submitted."""
         with self._condition:

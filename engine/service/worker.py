@@ -42,6 +42,9 @@ def _release_device_memory(loaded: LoadedModel) -> None:
 
 VLLM_ATTACH_WAIT_S = 600.0
 """How long a starting engine waits for the ``/health`` of a vLLM it attaches to."""
+VLLM_REPLY_GRACE_S = 1.0
+"""How long past its own deadline a request waits for vLLM's reply (its step budget was sent ahead: a healthy vLLM
+answers within the deadline)."""
 VLLM_START_WAIT_S = 3600.0
 """How long it waits for one it starts (loading the release from a slow disk takes minutes; a vLLM that exits
 ends the wait at once)."""
@@ -255,12 +258,29 @@ class ModelWorker(threading.Thread):
         absence is the request's ``model_error``, with vLLM's message (or, while it restarts, why)."""
         try:
             answers = run_on_vllm(
-                loaded, job.request, vllm.server, vllm.model_name, job.should_stop, job.time_left_ms(), self._notes
+                loaded,
+                job.request,
+                vllm.server,
+                vllm.model_name,
+                job.should_stop,
+                job.time_left_ms(),
+                self._notes,
+                wait_until=lambda: self._vllm_reply_by(job),
             )
         except VllmError as exc:
             down = self.supervisor.down_reason() if self.supervisor is not None else None
             raise VllmRequestError(down or str(exc)) from exc
         return answers[0], distinct_alternatives(answers)
+
+    def _vllm_reply_by(self, job: Job) -> float | None:
+        """When ``job`` stops waiting for vLLM's reply (monotonic; None: only ``vllm.client``'s own bound): its
+        deadline and a grace, and no later than the deadline of a job waiting behind it, so that a vLLM that drips
+        its reply or never ends it delays no other document past its deadline (the request is dropped in vLLM)."""
+        limits = [job.deadline + VLLM_REPLY_GRACE_S] if job.deadline is not None else []
+        waiting = self.queue.next_deadline()
+        if waiting is not None:
+            limits.append(waiting)
+        return min(limits, default=None)
 
     def runtime_state(self) -> str:
         """How vLLM is doing (``healthy``, starting, restarting: why), for stats; "" for the engine's own loop."""

@@ -9,6 +9,7 @@ request (its server aborts a request whose client went away). Standard library o
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import socket
 import time
@@ -20,10 +21,46 @@ from typing import Any
 import attrs
 
 from ..shared.socket_paths import check_peer, check_socket_dir
+from .completions import reply_bound
 
 POLL_S = 0.05
-"""How often a waiting request checks for a cancel."""
-MAX_REPLY_BYTES = 64 * 1024 * 1024
+"""How often a waiting request checks for a cancel (and its deadline), while it waits and while the reply comes."""
+MAX_REPLY_BYTES = 1024 * 1024
+"""The largest reply read when the request does not bound it (``/health``, ``/version``)."""
+REPLY_TIMEOUT_S = 120.0
+"""The longest any exchange with vLLM may take, reply included, when the caller gives no shorter one."""
+READ_CHUNK_BYTES = 64 * 1024
+MESSAGE_CHARS = 300
+"""How much of what vLLM said goes into an error's message (one line)."""
+
+
+def one_line(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` on one line (its whitespace runs made single spaces), cut to ``limit`` characters: what a message
+    quotes of a reply, whatever its size."""
+    flat = " ".join(text[: limit * 4].split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class _Received:
+    """A reply already read, as ``http.client.HTTPResponse`` reads a socket."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(io.BytesIO(self._data))
+
+
+def _declared_length(received: bytes | bytearray) -> int:
+    """The ``Content-Length`` the reply's head declares, once the head is in (0 before, or without one)."""
+    head, found, _ = bytes(received[:65536]).partition(b"\r\n\r\n")
+    if not found:
+        return 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length" and value.strip().isdigit():
+            return int(value.strip())
+    return 0
 
 
 class VllmError(RuntimeError):
@@ -72,7 +109,7 @@ class VllmServer:
         return f"{base}{endpoint}"
 
     def _headers(self, body: bytes | None) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "Connection": "close"}  # the reply ends when the server closes
         if body is not None:
             headers["Content-Type"] = "application/json"
         if self.api_key:
@@ -85,62 +122,89 @@ class VllmServer:
         endpoint: str,
         payload: dict[str, Any] | None = None,
         should_stop: Callable[[], str | None] | None = None,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
+        timeout_s: float = REPLY_TIMEOUT_S,
     ) -> tuple[int, Any, str | None]:
         """(status, the JSON reply, None), or (0, None, the reason) when ``should_stop`` said stop first: the
-        connection is then closed, which aborts the request in vLLM. ``VllmError`` when vLLM cannot be reached or
-        its reply is not JSON."""
+        connection is then closed, which aborts the request in vLLM. ``VllmError`` when vLLM cannot be reached, its
+        reply is over ``max_reply_bytes`` (refused as soon as it is: never read whole), not in within ``timeout_s``
+        (a server that drips its reply), or not JSON."""
         body = json.dumps(payload).encode() if payload is not None else None
         connection = self._connection()
+        deadline = time.monotonic() + timeout_s
         try:
             connection.request(method, self._path(endpoint), body=body, headers=self._headers(body))
             assert connection.sock is not None
             connection.sock.settimeout(POLL_S)
-            reply = self._wait(connection, should_stop)
+            reply = self._read(connection.sock, should_stop, max_reply_bytes, deadline)
             if isinstance(reply, str):
                 return 0, None, reply
-            status, data = reply
+            response = http.client.HTTPResponse(_Received(reply))  # type: ignore[arg-type]
+            response.begin()
+            status, data = response.status, response.read()
         except (OSError, http.client.HTTPException) as exc:
-            raise VllmError(f"vLLM at {self.where()} is not reachable: {exc}") from exc
+            raise VllmError(f"vLLM at {self.where()} is not reachable: {one_line(str(exc))}") from exc
         finally:
             connection.close()
         try:
             return status, json.loads(data) if data else None, None
         except ValueError:
-            raise VllmError(f"vLLM answered {status} with something that is not JSON: {data[:200]!r}") from None
+            raise VllmError(f"vLLM answered {status} with something that is not JSON: {one_line(repr(data))}") from None
 
-    def _wait(
-        self, connection: http.client.HTTPConnection, should_stop: Callable[[], str | None] | None
-    ) -> tuple[int, bytes] | str:
-        """The reply's status and body, or the reason ``should_stop`` gave while it was awaited."""
-        assert connection.sock is not None
+    def _read(
+        self,
+        sock: socket.socket,
+        should_stop: Callable[[], str | None] | None,
+        max_bytes: int,
+        deadline: float,
+    ) -> bytes | str:
+        """The whole reply as it came (the request asked the server to close after it), or the reason
+        ``should_stop`` gave: looked at every ``POLL_S`` however the reply comes, at once or a byte at a time."""
+        received = bytearray()
         while True:
             if should_stop is not None and (reason := should_stop()):
                 return reason
+            if time.monotonic() >= deadline:
+                raise VllmError(
+                    f"vLLM at {self.where()} did not finish its reply in time ({len(received)} bytes so far): "
+                    "the request was dropped"
+                )
             try:
-                ready = connection.sock.recv(1, socket.MSG_PEEK)
+                chunk = sock.recv(READ_CHUNK_BYTES)
             except TimeoutError:
                 continue
-            if not ready:
-                raise VllmError(f"vLLM at {self.where()} closed the connection without a reply")
-            connection.sock.settimeout(self.connect_timeout_s + 60.0)
-            response = connection.getresponse()
-            return response.status, response.read(MAX_REPLY_BYTES)
+            if not chunk:
+                if not received:
+                    raise VllmError(f"vLLM at {self.where()} closed the connection without a reply")
+                return bytes(received)
+            received += chunk
+            if len(received) > max_bytes or _declared_length(received) > max_bytes:
+                raise VllmError(
+                    f"vLLM at {self.where()} sent a reply over {max_bytes} bytes, more than the request can need: "
+                    "refused"
+                )
 
     def where(self) -> str:
         """The server, as a message names it."""
         return str(self.socket_path) if self.socket_path is not None else self.url
 
     def complete(
-        self, body: dict[str, Any], should_stop: Callable[[], str | None] | None = None
+        self,
+        body: dict[str, Any],
+        should_stop: Callable[[], str | None] | None = None,
+        timeout_s: float = REPLY_TIMEOUT_S,
     ) -> tuple[Any, str | None]:
         """``POST /v1/completions``: (the reply, None), or (None, the reason it was stopped). ``VllmError`` with
         vLLM's own message when it refuses the request."""
-        status, reply, stopped = self.request("POST", "/v1/completions", body, should_stop)
+        status, reply, stopped = self.request(
+            "POST", "/v1/completions", body, should_stop, max_reply_bytes=reply_bound(body), timeout_s=timeout_s
+        )
         if stopped is not None:
             return None, stopped
         if status != 200:
-            message = reply.get("error", {}).get("message") if isinstance(reply, dict) else None
-            raise VllmError(f"vLLM refused the request ({status}): {message or reply}")
+            error = reply.get("error") if isinstance(reply, dict) else None
+            message = error.get("message") if isinstance(error, dict) else None
+            raise VllmError(f"vLLM refused the request ({status}): {one_line(str(message or reply))}")
         return reply, None
 
     def healthy(self) -> bool:

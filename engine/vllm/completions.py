@@ -78,6 +78,23 @@ def completion_body(ask: CanvasAsk, *, model: str, served_canvas: int) -> dict[s
     return body
 
 
+REPLY_BYTES_PER_TOKEN = 64
+"""A bound on what one token costs in a reply: its id in ``token_ids`` or ``prompt_token_ids`` (at most 7 digits and
+a comma) and its share of ``text`` (a few bytes, escaped up to 6 each), with room to spare."""
+REPLY_OVERHEAD_BYTES = 16 * 1024
+"""A bound on the rest of a reply (ids, usage, finish reasons), per choice and once."""
+
+
+def reply_bound(body: dict[str, Any]) -> int:
+    """The most bytes a reply to ``body`` can need: each of its ``n`` choices carries at most the canvas
+    (``max_tokens``) and the prompt's ids. A reply over it is refused, never decoded whole."""
+    prompt = body.get("prompt")
+    prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt or ""))
+    tokens = int(body.get("max_tokens") or 0) + prompt_tokens
+    choices = int(body.get("n") or 1)
+    return REPLY_OVERHEAD_BYTES * (choices + 1) + choices * tokens * REPLY_BYTES_PER_TOKEN
+
+
 @attrs.frozen(kw_only=True)
 class CanvasAnswer:
     """One choice of a completion: the canvas's ids as vLLM returned them, and why it ended."""
@@ -107,10 +124,17 @@ def _object(value: object) -> dict[str, Any]:
 
 def read_reply(body: object, candidates: int) -> CompletionReply:
     """The reply of ``completion_body``'s request, checked: ``candidates`` choices with their token ids (the
-    request asked for them), in index order."""
+    request asked for them), in index order. ``ReplyError`` for anything else, whatever its shape."""
+    try:
+        return _read_reply(body, candidates)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ReplyError(f"a completions reply of the wrong shape ({exc})") from None
+
+
+def _read_reply(body: object, candidates: int) -> CompletionReply:
     reply = _object(body)
     if not isinstance(reply.get("choices"), list):
-        raise ReplyError(f"not a completions reply: {str(body)[:200]}")
+        raise ReplyError(f"not a completions reply: {str(body)[:200]!r}")
     choices = sorted((_object(choice) for choice in reply["choices"]), key=lambda choice: choice.get("index", 0))
     if len(choices) != candidates:
         raise ReplyError(f"asked for {candidates} choices, got {len(choices)}")

@@ -6,13 +6,14 @@ directory others can write refused before anything is sent."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,14 @@ from diffgemma_engine.request.canvas_ask import canvas_ask
 from diffgemma_engine.request.on_vllm import run_on_vllm
 from diffgemma_engine.shared import protocol
 from diffgemma_engine.vllm.client import VllmError, VllmServer, wait_until_healthy
-from diffgemma_engine.vllm.completions import CACHED_UNREPORTED, STEPS_UNREPORTED, completion_body, read_reply
+from diffgemma_engine.vllm.completions import (
+    CACHED_UNREPORTED,
+    STEPS_UNREPORTED,
+    completion_body,
+    read_reply,
+    reply_bound,
+)
+from tests.support.engine import EngineProcess, RawClient
 
 STANDIN = Path(__file__).resolve().parents[1] / "support" / "vllm_standin.py"
 
@@ -155,3 +163,117 @@ def test_serve_runtime_vllm_refuses_what_cannot_run(
         main(["serve", "--runtime", "vllm", "--socket", str(tmp_path / "e.sock"), *flags])
     assert exited.value.code == 2
     assert said in capsys.readouterr().err
+
+
+def _misbehave(server: VllmServer, *modes: str) -> None:
+    server.request("POST", "/standin/misbehave", {"modes": list(modes)})
+
+
+def _until_aborted(log: Path, mode: str) -> dict:
+    """The log's entry of the last request answered ``mode``, once the server has seen its client go."""
+    deadline = time.monotonic() + 30
+    while True:
+        entries = [entry for entry in _requests(log) if entry.get("mode") == mode]
+        if entries and entries[-1].get("aborted") is not None:
+            return entries[-1]
+        assert time.monotonic() < deadline, entries
+        time.sleep(0.1)
+
+
+def test_a_cancel_reaches_a_server_that_drips_its_reply(standin: tuple[VllmServer, Path], shipped: LoadedModel) -> None:
+    """Issue 41: a server that sends its head and then a byte now and then held the model thread (the cancel was not
+    looked at while the body came): the cancel is seen between bytes, and the connection closed aborts it."""
+    server, log = standin
+    _misbehave(server, "drip")
+    body = completion_body(canvas_ask(shipped, _infill())[0], model="default", served_canvas=shipped.canvas_length)
+    started = time.monotonic()
+
+    def stop() -> str | None:
+        return "cancelled" if time.monotonic() - started > 1.0 else None
+
+    reply, stopped = server.complete(body, should_stop=stop)
+    assert (reply, stopped) == (None, "cancelled")
+    assert _until_aborted(log, "drip")["aborted"] is True  # the server saw its client go
+
+
+def test_a_dripping_reply_has_an_overall_deadline(standin: tuple[VllmServer, Path], shipped: LoadedModel) -> None:
+    server, log = standin
+    _misbehave(server, "drip")
+    body = completion_body(canvas_ask(shipped, _infill())[0], model="default", served_canvas=shipped.canvas_length)
+    with pytest.raises(VllmError, match="did not finish its reply in time"):
+        server.complete(body, timeout_s=2.0)
+    assert _until_aborted(log, "drip")["aborted"] is True
+
+
+def test_a_reply_larger_than_the_canvas_can_need_is_refused_at_once(
+    standin: tuple[VllmServer, Path], shipped: LoadedModel
+) -> None:
+    """12 million token ids for a 32-token canvas were read and decoded whole (1.9 GB at its peak): the reply is
+    refused once it passes what the request can need, and the server sees the client go before it has sent it."""
+    server, log = standin
+    _misbehave(server, "huge")
+    body = completion_body(canvas_ask(shipped, _infill())[0], model="default", served_canvas=shipped.canvas_length)
+    with pytest.raises(VllmError, match=f"over {reply_bound(body)} bytes, more than the request can need"):
+        server.complete(body)
+    assert reply_bound(body) < 1024 * 1024
+    assert _until_aborted(log, "huge")["aborted"] is True
+
+
+@pytest.mark.parametrize("mode", ["garbage", "shape", "huge_error"])
+def test_a_refused_or_malformed_reply_is_one_line_saying_so(
+    mode: str, standin: tuple[VllmServer, Path], shipped: LoadedModel
+) -> None:
+    """Such a reply came back as ``internal`` with a Python exception's name, or quoted whole (5 MB): it is vLLM's
+    error (the worker's ``model_error``), one line, short, naming no Python class."""
+    server, _ = standin
+    _misbehave(server, mode)
+    with pytest.raises(VllmError) as raised:
+        run_on_vllm(shipped, _infill(), server, "default")
+    message = str(raised.value)
+    assert "\n" not in message and len(message) <= 400, message
+    assert not any(name in message for name in ("Error:", "Exception", "JSONDecodeError", "TypeError")), message
+
+
+async def test_a_dripping_reply_delays_no_other_document_past_its_deadline(
+    standin: tuple[VllmServer, Path], short_tmp: Path
+) -> None:
+    """Issue 41: one document's request to a vLLM that drips its reply held the engine's model thread, and another
+    document waited 102 s. The wait for the first ends at the second's deadline (a ``deadline`` stop, dropped in
+    vLLM before the second is sent), and the second is answered."""
+    server, log = standin
+    assert server.socket_path is not None
+    _misbehave(server, "drip")
+    extra = ["--runtime", "vllm", "--vllm-socket", str(server.socket_path)]
+    engine = EngineProcess(DEFAULT_MODEL_DIR, short_tmp / "engine.sock", short_tmp / "engine.log", extra)
+    try:
+        client = await RawClient.connect(engine.socket_path)
+        arrived = _arrivals(log)
+        await client.send(_infill(id="dripped", uri="file:///a.py"))
+        await asyncio.to_thread(_until, lambda: _arrivals(log) > arrived)  # the first is with vLLM
+        await client.send(_infill(id="other", uri="file:///b.py", deadline_ms=1500))
+        replies = {}
+        while len(replies) < 2:
+            reply = await client.receive(timeout=120)
+            assert isinstance(reply, protocol.Result), reply
+            replies[reply.id] = reply
+        assert replies["dripped"].stop is protocol.StopReason.DEADLINE and replies["dripped"].text == ""
+        assert replies["other"].stop is protocol.StopReason.EOS, replies["other"]
+        await client.close()
+    finally:
+        engine.stop()
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    dropped = max(i for i, entry in enumerate(entries) if entry.get("mode") == "drip")
+    assert entries[dropped]["aborted"] is True  # vLLM saw the first request's client go ...
+    assert any(entry.get("arrived") for entry in entries[dropped:])  # ... before the second arrived
+
+
+def _arrivals(log: Path) -> int:
+    """Requests that reached the stand-in valid."""
+    return sum(1 for line in log.read_text().splitlines() if '"arrived"' in line) if log.exists() else 0
+
+
+def _until(condition: Callable[[], bool], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

@@ -6,6 +6,9 @@ vLLM venv (tests/support/vllm_env.py), it listens on a Unix socket as ``vllm ser
 what vLLM refuses in vLLM's error shape, and answers with vLLM's own ``CompletionResponse``: each choice's ids are the
 request's seed canvas (a rewrite, unless ``--no-seed-echo``) or ``--answer-ids``, after ``--delay-s``
 (``POST /standin/delay`` changes it).
+``POST /standin/misbehave {"modes": [...]}`` makes the next requests (each admitted first) get what a broken or
+hostile server sends instead, one mode each: ``drip`` (a head, then a byte every 0.2 s), ``huge`` (12 million token
+ids), ``garbage`` (HTML), ``shape`` (JSON of the wrong shape), ``huge_error`` (a 5 MB error message).
 Every request is logged to ``--log`` (JSON lines) when it arrives valid, then with its verdict and whether its
 client went away before the answer (vLLM then aborts it).
 
@@ -62,6 +65,8 @@ def build_app(args: argparse.Namespace) -> web.Application:
             error = {"message": str(exc), "type": "BadRequestError", "param": None, "code": 400}
             return web.json_response({"error": error}, status=400)
         _log(args.log, {"arrived": True, "n": params.n})
+        if args.misbehave:  # the test's own knob: what a broken or hostile server sends instead of vLLM's reply
+            return await misbehave(request, body, args.misbehave.pop(0))
         try:
             await asyncio.sleep(args.delay_s)
         except asyncio.CancelledError:
@@ -85,6 +90,40 @@ def build_app(args: argparse.Namespace) -> web.Application:
         _log(args.log, {"body": body, "ok": True, "aborted": False, "extra_args": params.extra_args})
         return web.Response(text=response.model_dump_json(), content_type="application/json")
 
+    async def misbehave(request: web.Request, body: dict, mode: str) -> web.StreamResponse:
+        if mode == "garbage":
+            return web.Response(status=200, text="<html>upstream gateway\nerror</html>", content_type="text/html")
+        if mode == "shape":
+            return web.json_response({"choices": [{"index": "a", "token_ids": [1]}, {"index": 0}], "usage": []})
+        if mode == "huge_error":  # 5 MB of message, over many lines
+            message = ("Traceback (most recent call last):\n" + "x" * 100 + "\n") * 50_000
+            error = {"message": message, "type": "InternalServerError", "param": None, "code": 500}
+            return web.json_response({"error": error}, status=500)
+        stream = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        if mode == "drip":  # a reply that never ends: a byte every 0.2 s for up to a minute
+            stream.content_length = 1000  # within any bound: it never comes whole
+        await stream.prepare(request)
+        try:
+            if mode == "drip":
+                for _ in range(300):
+                    await stream.write(b" ")
+                    await asyncio.sleep(0.2)
+            else:  # "huge": 12 million token ids for any canvas
+                await stream.write(b'{"choices": [{"index": 0, "finish_reason": "length", "token_ids": [')
+                chunk = b"5," * 32768
+                for _ in range(12_000_000 // 32768):
+                    await stream.write(chunk)
+                await stream.write(b"5]}]}")
+        except (asyncio.CancelledError, ConnectionError):
+            _log(args.log, {"body": body, "ok": True, "aborted": True, "mode": mode})
+            raise
+        _log(args.log, {"body": body, "ok": True, "aborted": False, "mode": mode})
+        return stream
+
+    async def set_misbehave(request: web.Request) -> web.Response:  # the test's own knob, not vLLM's
+        args.misbehave.extend((await request.json())["modes"])
+        return web.Response(status=204)
+
     async def set_delay(request: web.Request) -> web.Response:  # the test's own knob, not vLLM's
         args.delay_s = float((await request.json())["delay_s"])
         return web.Response(status=204)
@@ -104,6 +143,7 @@ def build_app(args: argparse.Namespace) -> web.Application:
     app = web.Application()
     app.add_routes([web.post("/v1/completions", completions), web.get("/health", health), web.get("/version", version)])
     app.add_routes([web.post("/standin/delay", set_delay), web.post("/standin/exit", crash)])
+    app.add_routes([web.post("/standin/misbehave", set_misbehave)])
     return app
 
 
@@ -142,6 +182,7 @@ def as_vllm_serve(argv: list[str]) -> argparse.Namespace:
         canvas=served["canvas_length"],
         model=Path(served["model"]),
         prompt_tokens_details=served["enable_prompt_tokens_details"],
+        misbehave=[],
         log=log,
         answer_ids=os.environ.get("DIFFGEMMA_STANDIN_ANSWER_IDS", ""),
         delay_s=0.0,
@@ -162,4 +203,4 @@ if __name__ == "__main__":
     parser.add_argument("--delay-s", type=float, default=0.0)
     parser.add_argument("--seed-echo", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--enable-prompt-tokens-details", dest="prompt_tokens_details", action="store_true")
-    asyncio.run(serve(argparse.Namespace(**vars(parser.parse_args()), bound=None)))
+    asyncio.run(serve(argparse.Namespace(**vars(parser.parse_args()), bound=None, misbehave=[])))
