@@ -21,6 +21,7 @@ from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
+from diffgemma_engine.shared.urls import plain_http_elsewhere
 from diffgemma_lsp import __version__, stdio
 from diffgemma_lsp.backends.base import Backend, BackendState, EngineNotReady, EngineUnavailable
 from diffgemma_lsp.backends.connect import connect
@@ -47,7 +48,7 @@ from diffgemma_lsp.rewrite import (
     code_action,
     parse_arguments,
 )
-from diffgemma_lsp.settings import Settings, parse_settings, plain_http_elsewhere
+from diffgemma_lsp.settings import Settings, parse_settings
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,6 @@ two in sync).
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import typing
 import urllib.parse
@@ -186,20 +185,6 @@ def _check_patterns(value: tuple[str, ...]) -> None:
 def _check_url(value: str) -> None:
     if value and urllib.parse.urlsplit(value).scheme not in ("http", "https"):
         raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
-
-
-def plain_http_elsewhere(url: str) -> bool:
-    """Whether ``url`` sends text unencrypted to another machine (http://, not to a loopback address)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "http":
-        return False
-    host = parts.hostname or ""
-    if host == "localhost":
-        return False
-    try:
-        return not ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return True
 
 
 def _camel(name: str) -> str:

@@ -264,6 +264,7 @@ def runtime_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Run
         vllm_command=args.vllm_command,
         vllm_socket=args.vllm_socket,
         vllm_url=args.vllm_url,
+        vllm_plain_http=args.vllm_plain_http,
         vllm_model=args.vllm_model,
         api_key=os.environ.get("DIFFGEMMA_VLLM_API_KEY", ""),
     )
@@ -347,6 +348,11 @@ def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
     serve_parser.add_argument("--vllm-socket", type=Path, default=None, help="the Unix socket of `vllm serve --uds`")
     serve_parser.add_argument("--vllm-url", default="", help="the URL of a vLLM server, e.g. http://127.0.0.1:8000")
+    serve_parser.add_argument(
+        "--vllm-plain-http",
+        action="store_true",
+        help="allow an http:// --vllm-url on another machine (your code and the key unencrypted on the network)",
+    )
     serve_parser.add_argument("--vllm-model", default="", help="the served model's name (default: the one it serves)")
 
 

@@ -20,6 +20,7 @@ import attrs
 
 from ..errors import ModelLoadError
 from ..loading.placement import parse_devices
+from ..shared.urls import plain_http_elsewhere, redacted
 from ..vllm.client import VllmServer
 from ..vllm.process import VllmRuntime
 
@@ -48,6 +49,8 @@ class ServeOptions:
     vllm_command: str = ""
     vllm_socket: Path | None = None
     vllm_url: str = ""
+    vllm_plain_http: bool = False
+    """``--vllm-plain-http``: the user says plain http:// to another machine is what they want."""
     vllm_model: str = ""
     api_key: str = ""
 
@@ -133,6 +136,12 @@ def choose_runtime(options: ServeOptions, cuda_count: Callable[[], int] | None =
             raise RuntimeRefused(
                 "--vllm-command and --device are for a vLLM the engine starts; the one at --vllm-socket or "
                 "--vllm-url runs as it was started"
+            )
+        if plain_http_elsewhere(options.vllm_url) and not options.vllm_plain_http:
+            raise RuntimeRefused(
+                f"--vllm-url {redacted(options.vllm_url)}: completions would send your code (and the API key) "
+                "unencrypted to another machine; use https:// (a TLS proxy in front of vLLM), or add "
+                "--vllm-plain-http to send them anyway over a network you trust"
             )
         server = VllmServer(socket_path=options.vllm_socket, url=options.vllm_url, api_key=options.api_key)
         return RuntimeChoice(

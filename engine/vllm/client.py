@@ -8,6 +8,7 @@ request (its server aborts a request whose client went away). Standard library o
 
 from __future__ import annotations
 
+import base64
 import http.client
 import io
 import json
@@ -21,6 +22,7 @@ from typing import Any
 import attrs
 
 from ..shared.socket_paths import check_peer, check_socket_dir
+from ..shared.urls import redacted
 from .completions import reply_bound
 
 POLL_S = 0.05
@@ -102,7 +104,7 @@ class VllmServer:
             return _UnixConnection(self.socket_path, self.connect_timeout_s)
         parts = urllib.parse.urlsplit(self.url)
         kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        return kind(parts.netloc, timeout=self.connect_timeout_s)
+        return kind(parts.hostname or "", parts.port, timeout=self.connect_timeout_s)  # not the user:password
 
     def _path(self, endpoint: str) -> str:
         base = urllib.parse.urlsplit(self.url).path.rstrip("/") if self.socket_path is None else ""
@@ -112,8 +114,12 @@ class VllmServer:
         headers = {"Accept": "application/json", "Connection": "close"}  # the reply ends when the server closes
         if body is not None:
             headers["Content-Type"] = "application/json"
+        parts = urllib.parse.urlsplit(self.url) if self.socket_path is None else None
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        elif parts is not None and parts.password is not None:  # the URL's user:password, as HTTP basic auth
+            token = base64.b64encode(f"{parts.username or ''}:{parts.password}".encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
         return headers
 
     def request(
@@ -185,8 +191,8 @@ class VllmServer:
                 )
 
     def where(self) -> str:
-        """The server, as a message names it."""
-        return str(self.socket_path) if self.socket_path is not None else self.url
+        """The server, as a message or a log names it (a password in its URL redacted)."""
+        return str(self.socket_path) if self.socket_path is not None else redacted(self.url)
 
     def complete(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
@@ -149,8 +151,13 @@ def test_a_socket_others_can_reach_is_refused_before_anything_is_sent(tmp_path: 
         ([], "no `vllm` on PATH"),
         (["--vllm-socket", "/tmp/a.sock", "--vllm-url", "http://127.0.0.1:8000"], "give one"),
         (["--vllm-url", "http://127.0.0.1:8000", "--quantization", "int8"], "--quantization: options of the engine's"),
+        (["--vllm-url", "http://gpu-box:8000"], "unencrypted to another machine; use https://"),
+        (
+            ["--vllm-url", "http://me:hunter2@10.0.0.5:8000/v1"],
+            "--vllm-url http://me:***@10.0.0.5:8000/v1: completions",
+        ),
     ],
-    ids=["no-vllm", "two-servers", "own-loop-option"],
+    ids=["no-vllm", "two-servers", "own-loop-option", "plain-http-elsewhere", "password-redacted"],
 )
 def test_serve_runtime_vllm_refuses_what_cannot_run(
     flags: list[str], said: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
@@ -162,7 +169,8 @@ def test_serve_runtime_vllm_refuses_what_cannot_run(
     with pytest.raises(SystemExit) as exited:
         main(["serve", "--runtime", "vllm", "--socket", str(tmp_path / "e.sock"), *flags])
     assert exited.value.code == 2
-    assert said in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert said in err and "hunter2" not in err
 
 
 def _misbehave(server: VllmServer, *modes: str) -> None:
@@ -277,3 +285,61 @@ def _until(condition: Callable[[], bool], timeout_s: float = 60) -> None:
     while not condition():
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_plain_http_elsewhere_is_the_users_explicit_choice() -> None:
+    """Issue 41: ``--vllm-url http://other-host`` sent the key and the code in clear without a word; it is refused
+    (above) unless ``--vllm-plain-http`` says so; loopback and https need nothing."""
+    from diffgemma_engine.service.runtime_choice import Runtime, ServeOptions, choose_runtime
+
+    def chosen(url: str, plain: bool = False) -> str:
+        options = ServeOptions(runtime=Runtime.VLLM, engine_socket=Path("/tmp/e.sock"), vllm_url=url)
+        return choose_runtime(attrs.evolve(options, vllm_plain_http=plain), lambda: 0).reason
+
+    assert chosen("http://gpu-box:8000", plain=True) == "vLLM at http://gpu-box:8000 (attached)"
+    assert chosen("https://gpu-box:8443") == "vLLM at https://gpu-box:8443 (attached)"
+    assert chosen("http://127.0.0.1:8000") == "vLLM at http://127.0.0.1:8000 (attached)"
+
+
+@pytest.fixture
+def tcp_standin(vllm_python: Path, short_tmp: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """The stand-in on 127.0.0.1 (``vllm serve --port``): its port and process."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = short_tmp / "requests.jsonl"
+    command = [str(vllm_python), str(STANDIN), "--port", str(port), "--log", str(log), "--answer-ids", "5,6,1"]
+    command += ["--model", str(DEFAULT_MODEL_DIR), "--canvas", "32"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    yield port, process
+    process.kill()
+    process.wait()
+
+
+async def test_a_url_with_a_password_and_a_key_never_reach_the_log(
+    tcp_standin: tuple[int, subprocess.Popen[bytes]], short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41: a URL with a password was logged whole at INFO and the engine never became ready (the password
+    went into the host). It serves (the password sent as HTTP basic auth, the key as a bearer token), and neither
+    it nor the key is in the engine's log or its stats."""
+    port, standin = tcp_standin
+    monkeypatch.setenv("DIFFGEMMA_VLLM_API_KEY", "sk-never-logged-41")
+    url = f"http://team:pw-never-logged@127.0.0.1:{port}"
+    assert wait_until_healthy(VllmServer(url=url), 300, lambda: standin.poll() is None)
+    extra = ["--runtime", "vllm", "--vllm-url", url]
+    engine = EngineProcess(DEFAULT_MODEL_DIR, short_tmp / "engine.sock", short_tmp / "engine.log", extra)
+    try:
+        client = await RawClient.connect(engine.socket_path)
+        await client.send(_infill(id="1"))
+        result = await client.receive(timeout=120)
+        assert isinstance(result, protocol.Result) and result.stop is protocol.StopReason.EOS, result
+        await client.send(protocol.GetStats(id="stats"))
+        stats = await client.receive()
+        assert isinstance(stats, protocol.Stats)
+        assert f"http://team:***@127.0.0.1:{port}" in stats.device and "pw-never-logged" not in stats.device
+        await client.close()
+    finally:
+        engine.stop()
+    text = engine.log()
+    assert "canvases run by vLLM at http://team:***@" in text and "pw-never-logged" not in text
+    assert "sk-never-logged-41" not in text

@@ -80,7 +80,7 @@ def test_settings_cannot_send_another_secret_or_use_another_scheme() -> None:
 
 
 def test_plain_http_to_another_machine_is_told_apart() -> None:
-    from diffgemma_lsp.settings import plain_http_elsewhere
+    from diffgemma_engine.shared.urls import plain_http_elsewhere
 
     assert plain_http_elsewhere("http://gpu-box:8000/v1/completions")
     assert plain_http_elsewhere("http://10.0.0.5/v1/completions")

@@ -158,7 +158,10 @@ def bind(path: Path) -> socket.socket:
 async def serve(args: argparse.Namespace) -> None:
     runner = web.AppRunner(build_app(args), handler_cancellation=True)
     await runner.setup()
-    await web.SockSite(runner, args.bound or bind(args.socket)).start()
+    if args.port:  # vllm serve --port: HTTP on the loopback (a team's server, as --vllm-url reaches it)
+        await web.TCPSite(runner, "127.0.0.1", args.port).start()
+    else:
+        await web.SockSite(runner, args.bound or bind(args.socket)).start()
     print(f"standin: listening on {args.socket}", flush=True)
     await asyncio.Event().wait()
 
@@ -183,6 +186,7 @@ def as_vllm_serve(argv: list[str]) -> argparse.Namespace:
         model=Path(served["model"]),
         prompt_tokens_details=served["enable_prompt_tokens_details"],
         misbehave=[],
+        port=0,
         log=log,
         answer_ids=os.environ.get("DIFFGEMMA_STANDIN_ANSWER_IDS", ""),
         delay_s=0.0,
@@ -195,7 +199,8 @@ if __name__ == "__main__":
         asyncio.run(serve(as_vllm_serve(sys.argv[2:])))
         sys.exit(0)
     parser = argparse.ArgumentParser()
-    parser.add_argument("--socket", type=Path, required=True)
+    parser.add_argument("--socket", type=Path, default=None)
+    parser.add_argument("--port", type=int, default=0, help="listen on 127.0.0.1:PORT instead of --socket")
     parser.add_argument("--canvas", type=int, required=True)
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--log", type=Path, required=True)
