@@ -12,7 +12,7 @@ completion already shown, when the user typed what it suggested (``shown_complet
 ``prompt_reuse_share`` is the share of prompt tokens whose encoding came from the previous keystroke
 (``cached_tokens / prompt_tokens`` summed over the requests the engine served). ``--chat-order`` serves a chat
 checkpoint with that layout order (``suffix_first`` or ``in_place``), to measure what the order buys.
-The files are opened under their real paths with the standard library's folder as the workspace, so that the
+The files are opened in a copy of the standard library's Python files, the workspace, so that the
 workspace index (``--repo-context-tokens``, the setting's default; 0: off) is built from it before typing starts
 and its chunks go into every prompt, as a user's repository's would. Writes
 ``benchmarks/results/keystroke_replay.json``.
@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,10 +50,23 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
 
 
-def typing_sessions(files: int, seed: int) -> list[tuple[str, str, int]]:
-    """(uri, source, offset where typing starts) at the start of function bodies in stdlib files."""
-    rng = random.Random(seed)
+def stdlib_workspace(scratch: Path) -> Path:
+    """A copy of the standard library's Python files (site-packages aside) under ``scratch``: the workspace. The
+    library's own folder is often inside a git repository that ignores it (pyenv's ``versions/``), and ignored
+    files are never indexed (``repo/privacy.py``): served from there, the index held no file."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
+    workspace = scratch / "stdlib"
+    for path in stdlib.rglob("*.py"):
+        relative = path.relative_to(stdlib)
+        if relative.parts[0] != "site-packages" and "__pycache__" not in relative.parts:
+            (workspace / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, workspace / relative)
+    return workspace
+
+
+def typing_sessions(stdlib: Path, files: int, seed: int) -> list[tuple[str, str, int]]:
+    """(uri, source, offset where typing starts) at the start of function bodies in the files of ``stdlib``."""
+    rng = random.Random(seed)
     sessions = []
     for name in SOURCES[:files]:
         text = (stdlib / name).read_text()
@@ -107,9 +121,10 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
             "editHistoryTokens": args.edit_history_tokens,
             "repoContextTokens": args.repo_context_tokens,
         }
-        await lsp.initialize(options, root_uri=Path(sysconfig.get_paths()["stdlib"]).as_uri())
+        workspace = stdlib_workspace(runtime)
+        await lsp.initialize(options, root_uri=workspace.as_uri())
         request_id = 10
-        sessions = typing_sessions(args.files, args.seed)
+        sessions = typing_sessions(workspace, args.files, args.seed)
         # Warm up until the engine answers and the workspace index is built.
         lsp.open("file:///warm.py", "def f(x):\n    ")
         while True:
@@ -172,6 +187,7 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
         await lsp.stop()
         engine.terminate()
         engine.wait(10)
+        shutil.rmtree(runtime, ignore_errors=True)
     overhead = [total - own for total, own in zip(latencies, engine_ms, strict=True)]
     return {
         "model": str(args.model or "default"),
