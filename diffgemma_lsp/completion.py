@@ -55,6 +55,9 @@ def infill_edits(
     ]
 
 
+REWRITE_IN_FLIGHT = "a rewrite of this document is being computed; ask again once it is applied"
+
+
 class Completer:
     """Completions at a cursor, latest-wins per document (``owners``)."""
 
@@ -86,6 +89,8 @@ class Completer:
         """What the user would not share (``repo/privacy.py``): never in another file's prompt; a secret in none."""
         self.repo = LiveIndex(WorkspaceIndex(privacy=self.privacy))
         """The workspace index: definitions and similar code from the workspace's files."""
+        self.notify: Callable[[str], None] | None = None
+        """Tells the user why a completion they invoked is not asked for (the server's ``window/showMessage``)."""
 
     def private(self, uri: str) -> str | None:
         """Why the document ``uri`` must not go into another file's prompt by its path, or None
@@ -191,14 +196,14 @@ class Completer:
         if not settings.enable:
             return []
         document, context = self.context_at(uri, position, settings.context_tokens)
-        if self.refusal(uri, context.prefix, context.suffix) is not None:
-            return []
+        if (reason := self.refusal(uri, context.prefix, context.suffix)) is not None:
+            return self._refused(reason, automatic)
         source = document.source
         # the request's hold on the document while nothing is sent yet (a newer completion or a rewrite cancels it)
         marker: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         if not self.owners.claim(uri, Kind.COMPLETION, marker):
-            logger.info("no completion for %s: a rewrite of it is being computed", uri)
-            return []
+            logger.info("no completion for %s: %s", uri, REWRITE_IN_FLIGHT)
+            return self._refused(REWRITE_IN_FLIGHT, automatic)
         try:
             if candidates == 1 and (rest := self.shown.lookup(uri, source, context.offset)) is not None:
                 return [(context, rest)]  # the user is typing what we suggested: no model call
@@ -223,6 +228,12 @@ class Completer:
         if found:
             self.shown.remember(uri, source, context.offset, found[0][1])
         return found
+
+    def _refused(self, reason: str, automatic: bool) -> list[tuple[InfillContext, str]]:
+        """No completion, for ``reason``: the user who invoked it is told why (an automatic one stays quiet)."""
+        if not automatic and self.notify is not None:
+            self.notify(f"diffgemma: no completion: {reason}")
+        return []
 
     def _request(
         self, settings: Settings, uri: str, document: TextDocument, context: InfillContext, candidates: int

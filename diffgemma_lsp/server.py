@@ -89,6 +89,7 @@ class DiffgemmaServer(LanguageServer):
         """The rewrites in flight, one per document."""
         self.next_edits = NextEdits(self.completer)
         self.next_edits.notify = self.show_info
+        self.completer.notify = self.show_info
         self.completer.repo.on_progress = IndexProgress(self, self._supports_progress)
         """Next-edit suggestions: computed after a burst of edits or an accepted suggestion, one per document."""
         self._progress_token: str | None = None
