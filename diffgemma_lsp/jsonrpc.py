@@ -10,8 +10,10 @@ from collections.abc import Generator
 from concurrent.futures import Future
 from typing import Any
 
+from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 
 from diffgemma_lsp.document import LineWorkspace
 
@@ -29,7 +31,8 @@ class DiffgemmaProtocol(LanguageServerProtocol):
     ``$/cancelRequest`` cancels the generator's future, answers "cancelled", and never reaches the user's task,
     whose work goes on to its end (a rewrite's edit was applied after its cancel). It also keeps the future of
     every message it runs under an id of its own, a notification's included, in ``_request_futures`` and never
-    takes it out (about 2 KB per keystroke). Both are mended here, where pygls runs a handler.
+    takes it out (about 2 KB per keystroke). Both are mended here, where pygls runs a handler; and its ``shutdown``
+    no longer fails when a request is in flight (``lsp_shutdown``).
     """
 
     @property
@@ -72,6 +75,20 @@ class DiffgemmaProtocol(LanguageServerProtocol):
         """Take a done future out, later than its callbacks (pygls' shutdown cancels them while it iterates)."""
         if self._request_futures.get(msg_id) is future:
             del self._request_futures[msg_id]
+
+    @lsp_method(types.SHUTDOWN)
+    def lsp_shutdown(self, *args: Any) -> Generator[Any, Any, None]:
+        """pygls' ``lsp_shutdown``, over a snapshot of ``_request_futures``: pygls iterates the dict itself while it
+        cancels, and cancelling a generator's future (a rewrite's ``workspace/executeCommand``) runs pygls'
+        ``_send_handler_result`` at once, which takes it out of the dict: "dictionary changed size during
+        iteration", and the client's ``shutdown`` got an internal error (openlawlibrary/pygls#606, open)."""
+        if (user_handler := self.fm.features.get(types.SHUTDOWN)) is not None:
+            yield user_handler, args, None
+        current_id = self.msg_id  # the shutdown request's own future is not cancelled
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != current_id and not future.done():
+                future.cancel()
+        self._shutdown = True
 
     def _run_generator(
         self, future: Future[Any] | None, *, gen: Generator[Any, Any, Any], result_future: Future[Any]

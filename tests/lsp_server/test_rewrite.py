@@ -23,6 +23,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.base import OLD_ENGINE
+from diffgemma_lsp.completion import REWRITE_IN_FLIGHT
 from tests.support.fake_engine import Rewrites, serving
 from tests.support.lsp import Editor, capabilities, complete, rewrite, server_command, span
 
@@ -245,10 +246,23 @@ async def test_completions_of_the_document_wait_for_its_rewrite(isolated_env: Pa
         await in_flight(engine)
         assert list((await complete(s.client, URI, 1, 4)).items) == []
         assert len(engine.received) == 1  # the completion was not sent
+        told = [message.message for message in s.client.messages]
+        assert told == [f"diffgemma: no completion: {REWRITE_IN_FLIGHT}"]  # the user invoked it: told why
         engine.release.set()
         assert (await pending)["applied"] is True
         await complete(s.client, URI, 1, 4)
         assert len(engine.received) == 2  # and afterwards it is
+
+
+async def test_shutdown_while_a_rewrite_is_in_flight_is_answered(isolated_env: Path, engine: Rewrites) -> None:
+    """pygls cancelled the in-flight command while iterating the dict it took it out of: the shutdown request got
+    "dictionary changed size during iteration" (the session's exit raised it)."""
+    async with session(isolated_env, engine) as s:
+        pending = asyncio.ensure_future(rewrite(s.client, URI, SELECTED, 1))
+        await in_flight(engine)
+    with contextlib.suppress(JsonRpcException, asyncio.CancelledError):
+        await pending  # cancelled by the shutdown: whatever it answered, nothing was applied
+    assert s.editor.edits == []
 
 
 @pytest.mark.parametrize(
