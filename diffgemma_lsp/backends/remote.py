@@ -25,6 +25,7 @@ import attrs
 
 from diffgemma_engine.shared import protocol
 from diffgemma_engine.shared.prompt import chat_user_text, parts_of
+from diffgemma_engine.shared.session_key import SESSION_HEADER, session_key
 from diffgemma_lsp.backends.base import (
     BackendState,
     EngineRequestError,
@@ -146,7 +147,9 @@ class OpenAIBackend(StateReporter):
         started = time.perf_counter()
         self._pending += 1
         try:
-            async with self._session.post(self.url, json=self.request_body(request), timeout=timeout) as response:
+            headers = {SESSION_HEADER: session_key(request.uri)}  # a cache-aware router keeps the file on one replica
+            post = self._session.post(self.url, json=self.request_body(request), timeout=timeout, headers=headers)
+            async with post as response:
                 body = bytearray()
                 async for chunk in response.content.iter_chunked(1 << 16):
                     body += chunk

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from ..canvas.loop import StopCheck
 from ..loading.model import LoadedModel
 from ..shared import protocol
+from ..shared.session_key import session_key
 from ..vllm.client import VllmError, VllmServer, one_line
 from ..vllm.completions import CACHED_UNREPORTED, STEPS_UNREPORTED, ReplyError, completion_body, read_reply
 from .canvas_ask import canvas_ask
@@ -47,7 +48,7 @@ def run_on_vllm(
         return protocol.StopReason.DEADLINE.value if limit is not None and time.monotonic() >= limit else None
 
     started = time.perf_counter()
-    reply, stopped = server.complete(body, cancelled)
+    reply, stopped = server.complete(body, cancelled, session=session_key(request.uri))
     denoise_ms = (time.perf_counter() - started) * 1000.0
     if stopped is not None:
         timings = protocol.Timings(tokenize_ms=round(laid.tokenize_ms, 3), denoise_ms=round(denoise_ms, 3))

@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from ..shared.session_key import SESSION_HEADER
 from ..shared.socket_paths import check_peer, check_socket_dir
 from ..shared.urls import redacted
 from .completions import reply_bound
@@ -130,6 +131,7 @@ class VllmServer:
         should_stop: Callable[[], str | None] | None = None,
         max_reply_bytes: int = MAX_REPLY_BYTES,
         timeout_s: float = REPLY_TIMEOUT_S,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, Any, str | None]:
         """(status, the JSON reply, None), or (0, None, the reason) when ``should_stop`` said stop first: the
         connection is then closed, which aborts the request in vLLM. ``VllmError`` when vLLM cannot be reached, its
@@ -139,7 +141,8 @@ class VllmServer:
         connection = self._connection()
         deadline = time.monotonic() + timeout_s
         try:
-            connection.request(method, self._path(endpoint), body=body, headers=self._headers(body))
+            all_headers = {**self._headers(body), **(headers or {})}
+            connection.request(method, self._path(endpoint), body=body, headers=all_headers)
             assert connection.sock is not None
             connection.sock.settimeout(POLL_S)
             reply = self._read(connection.sock, should_stop, max_reply_bytes, deadline)
@@ -199,11 +202,18 @@ class VllmServer:
         body: dict[str, Any],
         should_stop: Callable[[], str | None] | None = None,
         timeout_s: float = REPLY_TIMEOUT_S,
+        session: str = "",
     ) -> tuple[Any, str | None]:
         """``POST /v1/completions``: (the reply, None), or (None, the reason it was stopped). ``VllmError`` with
         vLLM's own message when it refuses the request."""
         status, reply, stopped = self.request(
-            "POST", "/v1/completions", body, should_stop, max_reply_bytes=reply_bound(body), timeout_s=timeout_s
+            "POST",
+            "/v1/completions",
+            body,
+            should_stop,
+            max_reply_bytes=reply_bound(body),
+            timeout_s=timeout_s,
+            headers={SESSION_HEADER: session} if session else None,  # a cache-aware router keeps it on one replica
         )
         if stopped is not None:
             return None, stopped

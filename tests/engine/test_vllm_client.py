@@ -25,6 +25,7 @@ from diffgemma_engine.loading.model import LoadedModel, load_model
 from diffgemma_engine.request.canvas_ask import canvas_ask
 from diffgemma_engine.request.on_vllm import run_on_vllm
 from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared.session_key import session_key
 from diffgemma_engine.vllm.client import VllmError, VllmServer, wait_until_healthy
 from diffgemma_engine.vllm.completions import (
     CACHED_UNREPORTED,
@@ -343,3 +344,16 @@ async def test_a_url_with_a_password_and_a_key_never_reach_the_log(
     text = engine.log()
     assert "canvases run by vLLM at http://team:***@" in text and "pw-never-logged" not in text
     assert "sk-never-logged-41" not in text
+
+
+def test_each_request_to_vllm_carries_a_stable_session_key(
+    standin: tuple[VllmServer, Path], shipped: LoadedModel
+) -> None:
+    """Issue 41: the engine's requests to vLLM carry ``x-session-id`` (this user's file, hashed), the same for each
+    request of a file: a cache-aware router in front of a team's replicas keeps its prompt head on one."""
+    server, log = standin
+    for uri in ("file:///w/a.py", "file:///w/a.py", "file:///w/b.py"):
+        run_on_vllm(shipped, _infill(uri=uri), server, "default")
+    arrived = [json.loads(line) for line in log.read_text().splitlines() if '"arrived"' in line][-3:]
+    first, again, other = (entry["session"] for entry in arrived)
+    assert first == again == session_key("file:///w/a.py") != other == session_key("file:///w/b.py")

@@ -133,3 +133,29 @@ def test_remote_request_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
     assert OpenAIBackend("http://x", api_key_env="MY_KEY")._headers() == {"Authorization": "Bearer k1"}
     monkeypatch.delenv("MY_KEY")
     assert OpenAIBackend("http://x", api_key_env="MY_KEY")._headers() == {}
+
+
+async def test_each_request_carries_a_stable_session_key_per_user_and_file() -> None:
+    """Issue 41: ``backend: openai`` in front of a team's replicas: every request says which user's file it is
+    (``x-session-id``, a hash naming neither), the same for each request of a file, so that a cache-aware router
+    keeps its prompt head on one replica."""
+    from aiohttp import web
+
+    from diffgemma_engine.shared.session_key import SESSION_HEADER, session_key
+    from tests.support.openai_endpoint import serving_route
+
+    seen: list[str | None] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append(request.headers.get(SESSION_HEADER))
+        return web.json_response({"model": "m", "choices": [{"index": 0, "text": "x", "finish_reason": "stop"}]})
+
+    async with serving_route("/v1/completions", answer) as url:
+        backend = OpenAIBackend(url)
+        try:
+            for uri in ("file:///w/a.py", "file:///w/a.py", "file:///w/b.py"):
+                await backend.infill(protocol.Infill(id="1", uri=uri, prefix="def f():\n"))
+        finally:
+            await backend.close()
+    assert seen[0] == seen[1] == session_key("file:///w/a.py") != seen[2] == session_key("file:///w/b.py")
+    assert session_key("file:///w/a.py", user="someone-else") != seen[0] and "a.py" not in str(seen[0])

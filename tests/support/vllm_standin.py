@@ -64,7 +64,7 @@ def build_app(args: argparse.Namespace) -> web.Application:
             _log(args.log, {"body": body, "ok": False, "error": str(exc)})
             error = {"message": str(exc), "type": "BadRequestError", "param": None, "code": 400}
             return web.json_response({"error": error}, status=400)
-        _log(args.log, {"arrived": True, "n": params.n})
+        _log(args.log, {"arrived": True, "n": params.n, "session": request.headers.get("x-session-id")})
         if args.misbehave:  # the test's own knob: what a broken or hostile server sends instead of vLLM's reply
             return await misbehave(request, body, args.misbehave.pop(0))
         try:
