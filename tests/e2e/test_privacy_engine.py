@@ -17,11 +17,16 @@ from transformers import AutoTokenizer
 from diffgemma_engine.shared import protocol
 from diffgemma_engine.shared.prompt import layout_for, parts_of
 from tests.e2e.test_rewrite import until_ready
-from tests.lsp_server.test_privacy import MAIN, MARKERS
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.fake_engine import relaying, serving
 from tests.support.lsp import complete, inline_complete, open_document, replace_text, server_command, span, start_client
-from tests.support.private_workspace import PRIVATE_FILES, workspace  # noqa: F401  (the fixture)
+from tests.support.private_workspace import (  # noqa: F401  (workspace: the fixture)
+    MAIN,
+    MARKERS,
+    PRIVATE_FILES,
+    with_main_and_credentials,
+    workspace,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -32,12 +37,7 @@ async def test_no_secret_is_in_the_prompt_a_real_engine_renders_in_either_layout
     random_model_dir: Path,
     release_tokenizer: Any,
 ) -> None:
-    home = workspace.parent.parent / "home"
-    (home / ".aws").mkdir(parents=True)
-    credentials = home / ".aws" / "credentials"
-    credentials.write_text("[default]\naws_secret_access_key = credentials-at-home\n")
-    (workspace / "main.py").write_text(MAIN)
-    (workspace / "helpers.py").write_text("def shared_helper():\n    return 2\n")
+    credentials = with_main_and_credentials(workspace)
     run = isolated_env / "run"
     run.mkdir(mode=0o700, exist_ok=True)
     engine = EngineProcess(random_model_dir, run / "engine.sock", isolated_env / "engine.log")

@@ -17,34 +17,15 @@ from lsprotocol import types
 from diffgemma_engine.shared import protocol
 from tests.support.fake_engine import answering_empty, serving
 from tests.support.lsp import complete, open_document, replace_text, server_command, span, start_client
-from tests.support.private_workspace import PRIVATE_FILES, workspace  # noqa: F401  (the fixture)
+from tests.support.private_workspace import (  # noqa: F401  (workspace: the fixture)
+    MAIN,
+    MARKERS,
+    PRIVATE_FILES,
+    with_main_and_credentials,
+    workspace,
+)
 
 pytestmark = pytest.mark.e2e
-NAMES = [
-    "ignored_by_parent",
-    "excluded_by_info",
-    "ignored_globally",
-    "in_an_ignored_folder",
-    "hidden_file",
-    "in_a_hidden_folder",
-    "key_holder",
-    "aws_holder",
-    "named_by_the_setting",
-    "outside_the_workspace",
-]
-"""The definitions of the private files: the code in main.py calls each (the workspace context looks them up)."""
-MARKERS = [
-    *(f"def {name}" for name in NAMES),
-    "dotenv-secret",
-    "production-secret",
-    "b3BlbnNzaC1rZXktdjEAAAAA",
-    "pem-secret",
-    "key-file-secret",
-    "aws-secret",
-    "EDITED_IN_THE_EDITOR",
-    "credentials-at-home",
-]
-MAIN = "def total():\n" + "".join(f"    {name}()\n" for name in [*NAMES, "shared_helper"]) + "    return "
 LAST = MAIN.count("\n")
 """The line of ``return``, where completions are asked."""
 
@@ -57,12 +38,7 @@ async def test_no_private_file_reaches_a_prompt_opened_edited_or_watched(
     isolated_env: Path,
     workspace: Path,  # noqa: F811
 ) -> None:
-    home = workspace.parent.parent / "home"
-    (home / ".aws").mkdir(parents=True)
-    credentials = home / ".aws" / "credentials"
-    credentials.write_text("[default]\naws_secret_access_key = credentials-at-home\n")
-    (workspace / "main.py").write_text(MAIN)
-    (workspace / "helpers.py").write_text("def shared_helper():\n    return 2\n")
+    credentials = with_main_and_credentials(workspace)
     socket_dir = isolated_env / "run"
     socket_dir.mkdir(mode=0o700)
     received: list[protocol.Infill] = []

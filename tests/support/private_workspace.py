@@ -61,3 +61,42 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (app / "linked.py").symlink_to(outside)
     os.mkfifo(app / "pipe.py")
     return app
+
+
+NAMES = [
+    "ignored_by_parent",
+    "excluded_by_info",
+    "ignored_globally",
+    "in_an_ignored_folder",
+    "hidden_file",
+    "in_a_hidden_folder",
+    "key_holder",
+    "aws_holder",
+    "named_by_the_setting",
+    "outside_the_workspace",
+]
+"""The definitions of the private files: the code in main.py calls each (the workspace context looks them up)."""
+MARKERS = [
+    *(f"def {name}" for name in NAMES),
+    "dotenv-secret",
+    "production-secret",
+    "b3BlbnNzaC1rZXktdjEAAAAA",
+    "pem-secret",
+    "key-file-secret",
+    "aws-secret",
+    "EDITED_IN_THE_EDITOR",
+    "credentials-at-home",
+]
+MAIN = "def total():\n" + "".join(f"    {name}()\n" for name in [*NAMES, "shared_helper"]) + "    return "
+
+
+def with_main_and_credentials(workspace: Path) -> Path:
+    """``main.py`` (``MAIN``) and a shared helper in ``workspace``, and a credentials file in the home folder beside
+    the repository (outside the workspace); the credentials file's path."""
+    home = workspace.parent.parent / "home"
+    (home / ".aws").mkdir(parents=True)
+    credentials = home / ".aws" / "credentials"
+    credentials.write_text("[default]\naws_secret_access_key = credentials-at-home\n")
+    (workspace / "main.py").write_text(MAIN)
+    (workspace / "helpers.py").write_text("def shared_helper():\n    return 2\n")
+    return credentials
