@@ -5,6 +5,7 @@ ids and timings, and with ``-v`` document text."""
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -28,13 +29,21 @@ def private_folder(folder: Path) -> Path:
     return folder
 
 
-def private_file_handler(path: Path | str) -> logging.FileHandler:
+MAX_LOG_BYTES = 10 * 1024 * 1024
+"""A log file's size when it is rotated (``engine.log`` -> ``engine.log.1``): a resident process logs a line or two
+per request, and the language server's log is written by default, so without a bound it grew for good."""
+LOG_BACKUPS = 2
+"""The rotated files kept beside the current one."""
+
+
+def private_file_handler(path: Path | str, max_bytes: int = MAX_LOG_BYTES) -> logging.FileHandler:
     """A handler appending to ``path`` (``~`` expanded, its folder made private), the file created 0600 if it is
-    new; ``OSError`` where it cannot be written (a folder of that name, no permission)."""
+    new and rotated past ``max_bytes`` (:data:`LOG_BACKUPS` kept); ``OSError`` where it cannot be written (a folder
+    of that name, no permission)."""
     path = Path(path).expanduser()
     private_folder(path.parent)
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-    return logging.FileHandler(path)
+    return logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes, backupCount=LOG_BACKUPS)
 
 
 def setup_logging(
