@@ -41,6 +41,8 @@ class IndexProgress:
             self._end()
         elif self._token is not None:
             self._report()
+        elif self._finished and self._starting.done():
+            self._reset()  # the client refused this build's progress: the next build asks again
 
     def _message(self) -> tuple[str, int]:
         done, found = self._latest
@@ -52,6 +54,8 @@ class IndexProgress:
             await self.server.work_done_progress.create_async(token)
         except Exception:  # the client refused: the status still says how far the build got
             logger.debug("client refused work done progress", exc_info=True)
+            if self._finished:
+                self._reset()  # the build ended while the client answered: the next one asks again
             return
         message, percentage = self._message()
         self.server.work_done_progress.begin(

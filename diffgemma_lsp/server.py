@@ -88,10 +88,10 @@ class DiffgemmaServer(LanguageServer):
         self.rewriter = Rewriter(self.completer)
         """The rewrites in flight, one per document."""
         self.next_edits = NextEdits(self.completer)
+        """Next-edit suggestions: computed after a burst of edits or an accepted suggestion, one per document."""
         self.next_edits.notify = self.show_info
         self.completer.notify = self.show_info
         self.completer.repo.on_progress = IndexProgress(self, self._supports_progress)
-        """Next-edit suggestions: computed after a burst of edits or an accepted suggestion, one per document."""
         self._progress_token: str | None = None
         self._outage_reported = False
         self._backend_wait: asyncio.Future[None] | None = None
