@@ -70,8 +70,14 @@ def _languages_toml(command: list[str], settings: dict[str, object]) -> str:
     )
 
 
+TMUX_SERVER = f"dg-test-{os.getpid()}"
+"""This test process's own tmux server (``-L``): on the default one, an existing server would start Helix in its
+environment, without this session's mark (so what it left behind went unseen), and the session-end check would
+take a server others use for this session's."""
+
+
 def _tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=10).stdout
+    return subprocess.run(["tmux", "-L", TMUX_SERVER, *args], capture_output=True, text=True, timeout=10).stdout
 
 
 def _wait_for(session: str, text: str, timeout: float, keys: tuple[str, ...] = ()) -> str:
