@@ -67,10 +67,10 @@ def test_auto_without_vllm_is_the_own_loop(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_a_socket_or_url_attaches(tmp_path: Path) -> None:
-    choice = choose_runtime(_options(vllm_url="http://gpu:8000", api_key="k", vllm_model="dg"), cuda_count=lambda: 0)
+    choice = choose_runtime(_options(vllm_url="https://gpu:8000", api_key="k", vllm_model="dg"), cuda_count=lambda: 0)
     assert choice.vllm is not None and choice.vllm.executable is None
     server = choice.vllm.server
-    assert (server.url, server.api_key, choice.vllm.model_name) == ("http://gpu:8000", "k", "dg")
+    assert (server.url, server.api_key, choice.vllm.model_name) == ("https://gpu:8000", "k", "dg")
     socket_choice = choose_runtime(_options(runtime=Runtime.VLLM, vllm_socket=tmp_path / "v.sock"))
     assert socket_choice.vllm is not None and socket_choice.vllm.server.socket_path == tmp_path / "v.sock"
 
