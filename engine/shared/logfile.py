@@ -30,8 +30,8 @@ def private_folder(folder: Path) -> Path:
 
 
 MAX_LOG_BYTES = 10 * 1024 * 1024
-"""A log file's size when it is rotated (``engine.log`` -> ``engine.log.1``): a resident process logs a line or two
-per request, and the language server's log is written by default, so without a bound it grew for good."""
+"""A log file's size when it is rotated (renamed with a ``.1`` suffix, a new one begun): a resident process logs a
+line or two per request, and the language server's log is written by default, so without a bound it grew for good."""
 LOG_BACKUPS = 2
 """The rotated files kept beside the current one."""
 
