@@ -16,8 +16,8 @@ from pathlib import Path
 import attrs
 from tree_sitter import Node
 
-from diffgemma_lsp.repo import grammars
-from diffgemma_lsp.repo.grammars import language_of_path
+from diffgemma_lsp import grammars
+from diffgemma_lsp.grammars import language_of_path
 from diffgemma_lsp.repo.index import WorkspaceIndex
 
 JS_SUFFIXES = ("", ".ts", ".tsx", ".js", ".jsx", ".mjs", "/index.ts", "/index.js")

@@ -9,7 +9,7 @@ case the user has made the first ``k`` hunks (``k`` from 1 to the last but one),
 end of the last one; what they do next is hunk ``k + 1``. Up to ``--n`` cases, spread over the commits (seeded).
 
 Each case is the request the language server sends for ``diffgemma/nextEdit`` there, built by its own code
-(``diffgemma_lsp.next_edit.next_edit_request``: the window of ``nextEditLines`` each way fitted to the model's
+(``diffgemma_lsp.features.next_edit.next_edit_request``: the window of ``nextEditLines`` each way fitted to the model's
 canvas, ``nextEditStrength`` renoised, the made hunks in the prompt as the edit history renders them), served
 in-process by the engine's ``run_infill`` and post-processed as the server does (``suggested_window``). Outcomes:
 
@@ -53,8 +53,8 @@ from diffgemma_engine.shared.prompt import EDITS_CHUNK_NAME
 from diffgemma_lsp.document import LineDocument
 from diffgemma_lsp.edit_history import Hunk, render
 from diffgemma_lsp.extra_context import file_name
-from diffgemma_lsp.next_edit import next_edit_request, suggested_window
-from diffgemma_lsp.rewrite import Selection
+from diffgemma_lsp.features.next_edit import next_edit_request, suggested_window
+from diffgemma_lsp.features.selection import Selection
 from diffgemma_lsp.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]

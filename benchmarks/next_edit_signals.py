@@ -77,7 +77,7 @@ def measure(loaded: LoadedModel, asked: Asked, seed: int) -> dict[str, object] |
 def checkpoint_requests(uri: str) -> list[Asked]:
     """The next-edit checkpoint's own requests (tests/support/next_edits.py), with their windows."""
     from diffgemma_lsp.document import LineDocument
-    from diffgemma_lsp.next_edit import next_edit_request
+    from diffgemma_lsp.features.next_edit import next_edit_request
     from tests.support.next_edits import FOLLOWED, RENAMED, next_edit_requests
 
     document = LineDocument(uri, RENAMED, version=2, language_id="python")

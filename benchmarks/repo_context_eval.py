@@ -14,7 +14,7 @@ Identifier recall is the share of those lines where the assembled context holds 
 line) in a chunk of the file that defines it, at the default budgets (``Settings``):
 
 - ``index``: what the language server sends: the ring buffer of recent files, then the index's chunks
-  (``Completer.context_chunks``, the code the server runs);
+  (``Session.context_chunks``, the code the server runs);
 - ``ring``: the ring buffer alone at its budget (``extraContextTokens``), the context before the index;
 - ``ring_same_budget``: the ring buffer alone given both budgets (``extraContextTokens`` + ``repoContextTokens``).
 
@@ -46,12 +46,12 @@ from benchmarks.cursor_cases import cases_of
 from benchmarks.machine import machine_report
 from benchmarks.repo_sources import BY_NAME, SOURCES, Source, SourceUnavailable, workspace
 from benchmarks.report import RESULTS, write_report
-from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.document import LineDocument
+from diffgemma_lsp.grammars import language_of_path
 from diffgemma_lsp.repo.assembly import CURSOR_DEFINITION, DEFINITION, RECENT_FILE
 from diffgemma_lsp.repo.definitions import Definition
-from diffgemma_lsp.repo.grammars import language_of_path
 from diffgemma_lsp.repo.index import WorkspaceIndex
+from diffgemma_lsp.session import Session
 from diffgemma_lsp.settings import Settings
 
 DEFAULT_PACKAGES = ("pygls", "cattrs", "aiohttp", "huggingface_hub", "accelerate")
@@ -141,28 +141,28 @@ def evaluate(name: str, work: Path, lines: int, seed: int, opened: int) -> dict[
         cut = all_lines[line][:column]
         uri = path.as_uri()
         documents: dict[str, LineDocument] = {}
-        completer = Completer(lambda: None, documents.get, lambda: None)
-        completer.repo.index = index
-        completer.repo.context.index = index
+        session = Session(documents.get)
+        session.repo.index = index
+        session.repo.context.index = index
         others = [other for other in sources if other != path]
         for other in random.Random(seed * 1000 + number).sample(others, min(opened, len(others))):
-            completer.extra.add(other.as_uri(), other.read_text(encoding="utf-8", errors="replace"))
+            session.extra.add(other.as_uri(), other.read_text(encoding="utf-8", errors="replace"))
         for typed in range(len(cut) - len(cut.lstrip()), len(cut) + 1):  # the line typed, a character at a time
             document = LineDocument(
                 uri, "".join([*all_lines[:line], cut[:typed], "\n", *all_lines[line + 1 :]]), 1, "python"
             )
             documents[uri] = document
             started = time.perf_counter()
-            chunks = completer.context_chunks(settings, uri, line)
+            chunks = session.context_chunks(settings, uri, line)
             (keystroke_ms if typed > len(cut) - len(cut.lstrip()) else first_ms).append(
                 (time.perf_counter() - started) * 1000
             )
         relative = Path(definition.path).relative_to(root).as_posix()
         hits["index"] += held(chunks, definition, relative, {DEFINITION, RECENT_FILE})
         hits["index_definitions_only"] += held(chunks, definition, relative, {DEFINITION})
-        hits["ring"] += held(completer.context_chunks(ring_only, uri, line), definition, relative, {RECENT_FILE})
+        hits["ring"] += held(session.context_chunks(ring_only, uri, line), definition, relative, {RECENT_FILE})
         hits["ring_same_budget"] += held(
-            completer.context_chunks(ring_same, uri, line), definition, relative, {RECENT_FILE}
+            session.context_chunks(ring_same, uri, line), definition, relative, {RECENT_FILE}
         )
     total = max(len(chosen), 1)
     return {
@@ -229,15 +229,15 @@ def _evaluate_cursor(source: Source, root: Path, go_module: str, count: int, see
         uri = case.path.as_uri()
         language = language_of_path(case.path) or ""
         documents: dict[str, LineDocument] = {}
-        completer = Completer(lambda: None, documents.get, lambda: None)
-        completer.repo.index = index
-        completer.repo.context.index = index
+        session = Session(documents.get)
+        session.repo.index = index
+        session.repo.context.index = index
         indent = len(cut) - len(cut.lstrip())
         for typed in range(indent, len(cut) + 1):  # the line typed, a character at a time
             text = "".join([*all_lines[: case.line], cut[:typed], "\n", *all_lines[case.line + 1 :]])
             documents[uri] = LineDocument(uri, text, 1, language)
             started = time.perf_counter()
-            chunks = completer.context_chunks(settings, uri, case.line, utf16_length(cut[:typed]))
+            chunks = session.context_chunks(settings, uri, case.line, utf16_length(cut[:typed]))
             (keystroke_ms if typed > indent else first_ms).append((time.perf_counter() - started) * 1000)
         relative = index.relative(str(case.defined_in))
         holding = [chunk for chunk in chunks if chunk.path == relative and case.header in chunk.text]

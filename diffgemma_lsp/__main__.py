@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     level = "debug" if args.verbose else os.environ.get("DIFFGEMMA_LOG_LEVEL", "info")
     setup_logging(server, level, args.log_file)
     if args.engine_socket is not None:
-        server.engine_socket = args.engine_socket.expanduser()
+        server.link.engine_socket = args.engine_socket.expanduser()
     if args.model is not None:
         server.cli_model = args.model
         server.apply_settings(None)

@@ -13,10 +13,10 @@ from pathlib import Path
 import attrs
 from lsprotocol import types
 
-from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.context import build_context
 from diffgemma_lsp.document import LineDocument
-from diffgemma_lsp.repo.grammars import language_of_path
+from diffgemma_lsp.grammars import language_of_path
+from diffgemma_lsp.session import Session
 from diffgemma_lsp.settings import Settings
 
 
@@ -61,8 +61,8 @@ def main(argv: list[str]) -> int:
     workspace = (args.workspace or _workspace_of(file)).resolve()
     uri = file.as_uri()
     document = LineDocument(uri, text, version=1, language_id=language_of_path(file) or "")
-    completer = Completer(lambda: None, lambda asked: document if asked == uri else None, lambda: None)
-    completer.repo.index.build([workspace])
+    session = Session(lambda asked: document if asked == uri else None)
+    session.repo.index.build([workspace])
     lines = text.splitlines()
     if line > max(len(lines), 1):
         print(f"diffgemma-lsp context: {file} has {len(lines)} lines", file=sys.stderr)
@@ -71,9 +71,9 @@ def main(argv: list[str]) -> int:
     position = types.Position(line=line - 1, character=len(before.encode("utf-16-le")) // 2)
     settings = Settings()
     context = build_context(document, position, settings.context_tokens)
-    refused = completer.refusal(uri, context.prefix, context.suffix)
-    chunks = completer.context_chunks(settings, uri, position.line, position.character) if refused is None else []
-    index = completer.repo.index
+    refused = session.refusal(uri, context.prefix, context.suffix)
+    chunks = session.context_chunks(settings, uri, position.line, position.character) if refused is None else []
+    index = session.repo.index
     left_out = [{"path": index.relative(entry.path), "reason": entry.reason} for entry in index.left_out]
     if args.json:
         chunk_list = [attrs.asdict(chunk) for chunk in chunks]

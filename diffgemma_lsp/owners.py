@@ -9,8 +9,8 @@ server sends one at a time for each document, and decides here which one that is
 - a next edit, whether the server computes it ahead or an editor asks for it on its own (Neovim 300 ms after a
   change), never stops a completion or a rewrite: it is "no edit" while one is in flight.
 
-Requests of the same kind: the newer wins. ``DocumentOwners.claim`` applies the rule, and every feature that sends
-a request for a document (``completion.py``, ``rewrite.py``, ``next_edit.py``) goes through it.
+Requests of the same kind: the newer wins. ``DocumentOwners.claim`` applies the rule; the session holds the one map
+(``session.py``), and every feature that sends a request for a document (``features/``) goes through it.
 """
 
 from __future__ import annotations
@@ -33,6 +33,16 @@ class Kind(enum.IntEnum):
     REWRITE = 2
     """A rewrite of a selection: the user asked for it and waits for it."""
 
+    @property
+    def label(self) -> str:
+        """What the user calls it: "next edit", "completion", "rewrite"."""
+        return self.name.lower().replace("_", " ")
+
+
+def superseded(kind: Kind) -> str:
+    """Why a request stopped when a newer one of ``kind`` took its document."""
+    return f"superseded by a newer {kind.label} of this document"
+
 
 @attrs.define(eq=False)
 class Owner:
@@ -41,8 +51,8 @@ class Owner:
     kind: Kind
     work: asyncio.Future[Any]
     """The request's work: done, it owns the document no more."""
-    stop: Callable[[], object]
-    """Stops the request (its answer says it was superseded)."""
+    stop: Callable[[str], object]
+    """Stops the request, saying why (its answer says so)."""
 
 
 class DocumentOwners:
@@ -51,17 +61,19 @@ class DocumentOwners:
     def __init__(self) -> None:
         self._owners: dict[str, Owner] = {}
 
-    def claim(self, uri: str, kind: Kind, work: asyncio.Future[Any], stop: Callable[[], object] | None = None) -> bool:
-        """Make ``work`` (a request of ``kind``) the owner of ``uri``: the owner before it is stopped, unless it
-        outranks ``kind``; then nothing changes and the answer is False. ``work`` leaves when it is done; ``stop``
-        stops it (default: cancels it)."""
+    def claim(
+        self, uri: str, kind: Kind, work: asyncio.Future[Any], stop: Callable[[str], object] | None = None
+    ) -> bool:
+        """Make ``work`` (a request of ``kind``) the owner of ``uri``: the owner before it is stopped (``superseded``),
+        unless it outranks ``kind``; then nothing changes and the answer is False. ``work`` leaves when it is done;
+        ``stop`` stops it, given why (default: cancels it)."""
         current = self._current(uri)
         if current is not None and current.kind > kind:
             return False
-        owner = Owner(kind, work, stop or work.cancel)
+        owner = Owner(kind, work, stop or (lambda _why: work.cancel()))
         self._owners[uri] = owner
         if current is not None:
-            current.stop()
+            current.stop(superseded(kind))
         work.add_done_callback(lambda _: self._release(uri, owner))
         return True
 
@@ -81,10 +93,10 @@ class DocumentOwners:
         owner = self._current(uri)
         return owner.kind if owner is not None else None
 
-    def stop(self, uri: str) -> None:
-        """Stop whatever is in flight for ``uri`` (a document closed or opened anew)."""
+    def stop(self, uri: str, reason: str) -> None:
+        """Stop whatever is in flight for ``uri`` (a document closed or opened anew: ``reason``)."""
         if (owner := self._owners.pop(uri, None)) is not None:
-            owner.stop()
+            owner.stop(reason)
 
     def __len__(self) -> int:
         return sum(not owner.work.done() for owner in self._owners.values())

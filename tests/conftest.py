@@ -188,7 +188,8 @@ def _checkpoint_path(name: str) -> Path:
         ROOT / "tests/support/release_format.py",
         ROOT / "tests/support/next_edits.py",
         ROOT / "diffgemma_lsp/edit_history.py",  # the next-edit checkpoint answers the request the server builds
-        ROOT / "diffgemma_lsp/next_edit.py",
+        ROOT / "diffgemma_lsp/features/next_edit.py",
+        ROOT / "diffgemma_lsp/features/selection.py",
         ROOT / "tests/data/release/config.json",
         ROOT / "tests/data/release/generation_config.json",
         ROOT / "engine/training/configs.py",

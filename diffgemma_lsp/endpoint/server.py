@@ -29,7 +29,6 @@ from diffgemma_lsp import __version__
 from diffgemma_lsp.backends.base import BackendState, EngineRequestError, EngineUnavailable
 from diffgemma_lsp.backends.connect import EngineSettings, local_backend
 from diffgemma_lsp.backends.local import EngineClient
-from diffgemma_lsp.completion import infill_edits
 from diffgemma_lsp.endpoint.http_guard import (
     ConnectionGuard,
     GuardedSite,
@@ -47,6 +46,7 @@ from diffgemma_lsp.endpoint.wire import (
     parse_completion_request,
 )
 from diffgemma_lsp.fim_formats import split_prompt
+from diffgemma_lsp.postprocess import infill_edits
 from diffgemma_lsp.settings import QUANTIZATIONS
 
 logger = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         status = 429 if exc.error.code is protocol.ErrorCode.BUSY else 400
         raise ApiError(status, f"the engine refused the request: {exc.error.message}") from None
     choices: list[tuple[str, str]] = []
-    for edit in infill_edits(engine, infill, result, ""):
+    for edit in infill_edits(engine.layout, infill, result, ""):
         # This API cannot replace text: pure text to insert at the cursor.
         text, stopped = cut_at_stop(edit.insertion(suffix) if edit is not None else "", wanted.stop)
         text, shortened = cut_to_tokens(text, wanted.max_tokens if engine.layout is protocol.Layout.CHAT else None)

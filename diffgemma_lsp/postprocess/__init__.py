@@ -35,14 +35,16 @@ No pygls or torch here: the server builds the LSP items.
 
 A rewrite's answer replaces a selection instead: :func:`postprocess_replacement` (:mod:`.replacement`) runs the
 same filters adapted to that (the indentation fitted to the selection, the cuts only where the selection itself
-passes them, the whitespace at both ends the selection's).
+passes them, the whitespace at both ends the selection's). :func:`infill_edits` (:mod:`.candidates`) runs
+:func:`postprocess` on each candidate of a backend's answer.
 
 Imports run one way: replacement -> pipeline -> indentation -> {scope, repeats, brackets} -> cursor -> syntax
 -> languages
 (pipeline and replacement also use each filter and answer directly).
 """
 
+from diffgemma_lsp.postprocess.candidates import infill_edits
 from diffgemma_lsp.postprocess.pipeline import Edit, postprocess
 from diffgemma_lsp.postprocess.replacement import postprocess_replacement
 
-__all__ = ["Edit", "postprocess", "postprocess_replacement"]
+__all__ = ["Edit", "infill_edits", "postprocess", "postprocess_replacement"]

@@ -9,7 +9,7 @@ verbatim string, a Python f-string with quotes inside, a Ruby ``if`` modifier), 
 is scanned as before, from outside any string. The model's text after the cursor is still scanned, from the state
 found here: it is a fragment, which a parser reads worse than a scanner.
 
-Pure apart from the grammar wheels (``diffgemma_lsp.repo.grammars``; none is downloaded).
+Pure apart from the grammar wheels (``diffgemma_lsp.grammars``; none is downloaded).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import sys
 import attrs
 from tree_sitter import Node, Parser, Query, QueryCursor
 
+from diffgemma_lsp import grammars
 from diffgemma_lsp.postprocess.languages import PAIRS, Blocks, Language, State, Token, scan, scan_line
-from diffgemma_lsp.repo import grammars
 
 logger = logging.getLogger(__name__)
 OPAQUE = frozenset(

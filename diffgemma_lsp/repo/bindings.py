@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 from tree_sitter import Node
 
-from diffgemma_lsp.repo import grammars
+from diffgemma_lsp import grammars
 from diffgemma_lsp.repo.imports import JS_LANGUAGES
 
 EVERYTHING = "*"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import attrs
 from tree_sitter import Node
 
-from diffgemma_lsp.repo import grammars
+from diffgemma_lsp import grammars
 
 MAX_LINE_CHARS = 1_000
 """A longer line (minified code) is not read."""

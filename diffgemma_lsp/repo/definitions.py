@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import attrs
 from tree_sitter import Node, QueryCursor
 
-from diffgemma_lsp.repo import grammars
+from diffgemma_lsp import grammars
 
 SIGNATURE_LINES = 6
 """Lines of a header at most: a longer one is its first line."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import attrs
 import pathspec
 
-from diffgemma_lsp.repo.grammars import language_of_path
+from diffgemma_lsp.grammars import language_of_path
 from diffgemma_lsp.repo.privacy import HIDDEN, IGNORED, Privacy, git_listing, gitignore_of
 
 MAX_FILE_BYTES = 512 * 1024

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import attrs
 
+from diffgemma_lsp.grammars import OverBudget, language_of_path
 from diffgemma_lsp.repo import files
 from diffgemma_lsp.repo.definitions import Definition, definitions_of
-from diffgemma_lsp.repo.grammars import OverBudget, language_of_path
 from diffgemma_lsp.repo.privacy import SECRET_TEXT, Privacy, secret_text
 from diffgemma_lsp.repo.snippets import WINDOW_LINES, Snippet, SnippetIndex, windows_of
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 from tree_sitter import Node
 
-from diffgemma_lsp.repo import grammars
+from diffgemma_lsp import grammars
 
 MAX_LINES = 80
 TYPE_WRAPPERS = frozenset({"type", "type_annotation", "pointer_type", "unary_expression"})

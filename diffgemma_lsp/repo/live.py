@@ -17,9 +17,9 @@ from typing import TypeVar
 
 from pygls.uris import to_fs_path
 
+from diffgemma_lsp.grammars import GRAMMARS, language_of_path
 from diffgemma_lsp.repo import files
 from diffgemma_lsp.repo.assembly import ContextChunk, RepoContext
-from diffgemma_lsp.repo.grammars import GRAMMARS, language_of_path
 from diffgemma_lsp.repo.index import WorkspaceIndex
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from diffgemma_lsp.next_edit import APPLY_TITLE
+from diffgemma_lsp.features.next_edit import APPLY_TITLE
 from tests.e2e.test_lsp_engine import lsp_session
 from tests.e2e.test_rewrite import until_ready
 from tests.support.lsp import Editor, span

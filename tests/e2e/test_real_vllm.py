@@ -28,7 +28,7 @@ from lsprotocol import types
 from pytest_lsp import LanguageClient
 
 from diffgemma_engine.shared import protocol
-from diffgemma_lsp.rewrite import REFILLED
+from diffgemma_lsp.features.rewrite import REFILLED
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.lsp import Editor, RawLsp, complete, inline_complete, rewrite, server_command, span, start_client
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX

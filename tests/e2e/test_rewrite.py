@@ -15,7 +15,7 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from diffgemma_lsp.rewrite import REFILLED
+from diffgemma_lsp.features.rewrite import REFILLED
 from tests.e2e.test_lsp_engine import _kill_engine, lsp_session
 from tests.e2e.test_remote_backend import KEY_ENV, endpoint, remote_settings
 from tests.support.lsp import READY_TIMEOUT_S, Editor, rewrite, server_command, span, start_client

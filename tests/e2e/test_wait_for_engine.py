@@ -18,9 +18,9 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
+from diffgemma_lsp.backend_link import WAIT_TITLE
 from diffgemma_lsp.backends.base import EngineNotReady
 from diffgemma_lsp.backends.local import EngineClient
-from diffgemma_lsp.server import WAIT_TITLE
 from tests.e2e.test_rewrite import RIGHT, SELECTED, URI, WRONG_MIDDLE, status
 from tests.support.engine import EngineProcess
 from tests.support.lsp import Editor, complete, inline_complete, rewrite, server_command, start_client

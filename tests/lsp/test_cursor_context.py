@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.document import LineDocument
 from diffgemma_lsp.repo.assembly import CURSOR_DEFINITION, RepoContext
 from diffgemma_lsp.repo.bindings import Binding, bindings_of
 from diffgemma_lsp.repo.cursor_names import chains_at
 from diffgemma_lsp.repo.imports import import_statements
 from diffgemma_lsp.repo.index import WorkspaceIndex
+from diffgemma_lsp.session import Session
 from diffgemma_lsp.settings import Settings
 
 HELPERS = '''\
@@ -226,18 +226,18 @@ def test_the_definitions_at_the_cursor_come_last_and_leave_the_chunks_before_the
     _workspace(tmp_path, {"pkg/__init__.py": "", "pkg/helpers.py": HELPERS, "pkg/jobs.py": JOBS})
     uri = (tmp_path / "pkg" / "jobs.py").as_uri()
     documents: dict[str, LineDocument] = {}
-    completer = Completer(lambda: None, documents.get, lambda: None)
-    completer.repo.index.build([tmp_path])
+    session = Session(documents.get)
+    session.repo.index.build([tmp_path])
     lines = JOBS.splitlines(True)
     settings = Settings()
     seen = []
     for typed in ("    x = 1", "    x = helpers.Retry("):
         documents[uri] = LineDocument(uri, "".join([*lines[:13], typed, "\n", *lines[14:]]), 1, "python")
-        seen.append(completer.context_chunks(settings, uri, 13, len(typed)))
+        seen.append(session.context_chunks(settings, uri, 13, len(typed)))
     before, after = seen
     assert [chunk.origin for chunk in after][-1] == CURSOR_DEFINITION and "class Retry:" in after[-1].text
     assert after[: len(before)] == before  # what precedes them is the same as before the name was typed
-    assert completer.context_chunks(settings, uri, 13) == before  # no cursor column: none
+    assert session.context_chunks(settings, uri, 13) == before  # no cursor column: none
 
 
 def test_a_class_whose_init_does_not_fit_comes_alone(tmp_path: Path) -> None:

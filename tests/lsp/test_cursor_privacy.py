@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_lsp.completion import Completer
 from diffgemma_lsp.document import LineDocument
 from diffgemma_lsp.repo.assembly import CURSOR_DEFINITION
 from diffgemma_lsp.server import DiffgemmaServer
+from diffgemma_lsp.session import Session
 from diffgemma_lsp.settings import Settings
 from tests.support.private_workspace import PRIVATE_FILES, workspace  # noqa: F401  (the fixture)
 
@@ -30,26 +30,26 @@ PRIVATE_NAMES = {
 """Each private Python file of the workspace and the function it defines."""
 
 
-def _cursor_chunks(completer: Completer, folder: Path, typed: str) -> list[str]:
+def _cursor_chunks(session: Session, folder: Path, typed: str) -> list[str]:
     use = folder / "use.py"
     text = f"import main\n\n\ndef use():\n{typed}\n"
     documents = {use.as_uri(): LineDocument(use.as_uri(), text, 1, "python")}
-    completer.open_document = documents.get  # type: ignore[method-assign]
+    session.open_document = documents.get  # type: ignore[method-assign]
     settings = Settings(private_files=("customer_*",))
-    completer.repo.context.forget(str(use))  # the names resolved earlier on the line are not kept
+    session.repo.context.forget(str(use))  # the names resolved earlier on the line are not kept
     line = text.count("\n") - 1
-    chunks = completer.context_chunks(settings, use.as_uri(), line, len(typed.splitlines()[-1]))
+    chunks = session.context_chunks(settings, use.as_uri(), line, len(typed.splitlines()[-1]))
     return [chunk.path for chunk in chunks if chunk.origin == CURSOR_DEFINITION]
 
 
-def _completer(folder: Path, patterns: tuple[str, ...]) -> Completer:
-    """The server's completer, its index built with the ``privateFiles`` ``patterns``, then the setting changed to
+def _session(folder: Path, patterns: tuple[str, ...]) -> Session:
+    """The server's session, its index built with the ``privateFiles`` ``patterns``, then the setting changed to
     ``customer_*`` as the editor changes it (``workspace/didChangeConfiguration``)."""
     server = DiffgemmaServer()
     server.apply_settings({"privateFiles": list(patterns)})
-    server.completer.repo.index.build([folder])
+    server.session.repo.index.build([folder])
     server.apply_settings({"privateFiles": ["customer_*"]})
-    return server.completer
+    return server.session
 
 
 @pytest.mark.parametrize("patterns_when_built", [("customer_*",), ()])
@@ -60,12 +60,12 @@ def test_no_definition_at_the_cursor_comes_from_a_private_file(
     """Built with the ``privateFiles`` patterns, or given them after the index was built (the setting changed)."""
     assert set(PRIVATE_NAMES) <= {*PRIVATE_FILES, "linked.py"}
     (workspace / "use.py").write_text("")
-    completer = _completer(workspace, patterns_when_built)
-    assert _cursor_chunks(completer, workspace, "    x = main.shared_function(") == ["main.py"]  # it can fail
+    session = _session(workspace, patterns_when_built)
+    assert _cursor_chunks(session, workspace, "    x = main.shared_function(") == ["main.py"]  # it can fail
     for path, name in PRIVATE_NAMES.items():
         module = path.removesuffix(".py").replace("/", ".")
         for typed in (f"    x = {name}(", f"    import {module}\n    x = {module}.{name}("):
-            assert _cursor_chunks(completer, workspace, typed) == [], (path, typed)
+            assert _cursor_chunks(session, workspace, typed) == [], (path, typed)
 
 
 def test_a_privatefiles_pattern_given_while_the_index_builds_keeps_what_it_names_out(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ def test_a_privatefiles_pattern_given_while_the_index_builds_keeps_what_it_names
     for name in ("a_first.py", "customer_data.py", "customer_more.py", "z_last.py"):
         (tmp_path / name).write_text(f"def {name.removesuffix('.py')}(): pass\n")
     server = DiffgemmaServer()
-    index = server.completer.repo.index
+    index = server.session.repo.index
 
     def progress(done: int, found: int) -> None:
         if done == 1:

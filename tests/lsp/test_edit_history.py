@@ -149,38 +149,39 @@ def test_each_document_has_its_history_and_a_closed_one_has_none() -> None:
 
 def test_the_completer_sends_the_edits_after_the_other_files_within_their_budget() -> None:
     from diffgemma_engine.shared.prompt import EDITS_CHUNK_NAME, chat_file_block
-    from diffgemma_lsp.completion import Completer
+    from diffgemma_lsp.session import Session
     from diffgemma_lsp.settings import Settings
 
     clock = Clock()
     documents: dict[str, LineDocument] = {}
-    completer = Completer(lambda: None, documents.get, lambda: None)
-    completer.history = EditHistory(clock)
-    other = documents["file:///work/other.py"] = _document(completer.history, "x = 1\n", "file:///work/other.py")
-    completer.extra.add(other.uri, other.source)
-    document = documents[URI] = _document(completer.history)
+    session = Session(documents.get)
+    session.history = EditHistory(clock)
+    other = documents["file:///work/other.py"] = _document(session.history, "x = 1\n", "file:///work/other.py")
+    session.extra.add(other.uri, other.source)
+    document = documents[URI] = _document(session.history)
     _type(document, 0, 4, 8, "surface")
     clock.now += BURST_GAP_S
-    chunks = completer.extra_chunks(Settings(), URI, 0)
+    chunks = session.extra_chunks(Settings(), URI, 0)
     assert [chunk.filename for chunk in chunks] == ["other.py", EDITS_CHUNK_NAME]
     assert "+def surface(width, height):" in chunks[-1].text
     chat = chat_file_block(chunks[-1].filename, chunks[-1].text, "python")  # the chat layout shows it as a diff
     assert chat.startswith("The user's recent edits:\n```diff\n--- a/calc.py\n")
-    assert [chunk.filename for chunk in completer.extra_chunks(Settings(edit_history_tokens=0), URI, 0)] == ["other.py"]
+    assert [chunk.filename for chunk in session.extra_chunks(Settings(edit_history_tokens=0), URI, 0)] == ["other.py"]
 
 
 async def test_a_debounced_completion_with_no_backend_leaves_nothing_in_flight() -> None:
     """The debounce's marker said "a completion is in flight" for good when nothing was sent (no backend): next
     edits on a pause were then never computed for the document."""
-    from diffgemma_lsp.completion import Completer
+    from diffgemma_lsp.features.completion import Completions
+    from diffgemma_lsp.session import Session
     from diffgemma_lsp.settings import Settings
 
     documents: dict[str, LineDocument] = {}
-    completer = Completer(lambda: None, documents.get, lambda: None)
-    documents[URI] = _document(completer.history)
+    session = Session(documents.get)
+    documents[URI] = _document(session.history)
     position = types.Position(line=0, character=4)
-    assert await completer.complete(Settings(debounce_ms=5), URI, position, automatic=True) == []
-    assert completer.owners.kind(URI) is None
+    assert await Completions(session).complete(Settings(debounce_ms=5), URI, position, automatic=True) == []
+    assert session.inflight.kind(URI) is None
 
 
 def test_a_document_is_edited_from_its_first_change_until_what_was_done_is_undone() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from diffgemma_lsp import grammars
 from diffgemma_lsp.postprocess import syntax
 from diffgemma_lsp.postprocess.languages import language_for, pair_tokens, scan
 from diffgemma_lsp.postprocess.syntax import LINE_COMMENT, DocumentScan, scan_document
-from diffgemma_lsp.repo import grammars
 
 
 def read(before: str, after: str, language_id: str) -> DocumentScan:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from diffgemma_lsp import grammars
 from diffgemma_lsp.postprocess import syntax
 from diffgemma_lsp.postprocess.languages import language_for
-from diffgemma_lsp.repo import definitions, grammars
+from diffgemma_lsp.repo import definitions
 from diffgemma_lsp.repo.index import WorkspaceIndex
 
 

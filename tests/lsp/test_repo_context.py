@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_lsp.repo import assembly, grammars, live
+from diffgemma_lsp import grammars
+from diffgemma_lsp.repo import assembly, live
 from diffgemma_lsp.repo.assembly import DEFINITION, SNIPPET, RepoContext, identifiers_near
 from diffgemma_lsp.repo.definitions import definitions_of
 from diffgemma_lsp.repo.files import MAX_FILE_BYTES, read_source, workspace_files
@@ -309,7 +310,7 @@ def test_the_grammars_load_and_parse_with_the_network_unreachable() -> None:
             raise OSError("network unreachable (test)")
         socket.socket.connect = refuse
         socket.create_connection = refuse
-        from diffgemma_lsp.repo import grammars
+        from diffgemma_lsp import grammars
         from diffgemma_lsp.repo.definitions import definitions_of
         from diffgemma_lsp.postprocess import postprocess
         for language in grammars.GRAMMARS:

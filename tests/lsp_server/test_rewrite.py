@@ -23,7 +23,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.base import OLD_ENGINE
-from diffgemma_lsp.completion import REWRITE_IN_FLIGHT
+from diffgemma_lsp.features.completion import REWRITE_IN_FLIGHT
 from tests.support.fake_engine import Rewrites, serving
 from tests.support.lsp import Editor, capabilities, complete, rewrite, server_command, span
 

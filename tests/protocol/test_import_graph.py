@@ -91,7 +91,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_is_read() -> None:
     graph = import_graph()
     assert "diffgemma_engine.canvas.step" in graph["diffgemma_engine.canvas.denoise"]
-    assert "diffgemma_lsp.completion" in graph["diffgemma_lsp.server"]
+    assert "diffgemma_lsp.features.completion" in graph["diffgemma_lsp.server"]
 
 
 def test_cycles_are_found() -> None:
@@ -153,3 +153,35 @@ def test_the_engine_folders_import_downward() -> None:
             other = target.split(".")[1] if target.startswith("diffgemma_engine.") else None
             if other in order:
                 assert order.index(other) >= order.index(layer), (module, target)
+
+
+FEATURES = "diffgemma_lsp.features"
+
+
+def test_no_feature_imports_another_and_only_the_server_imports_features() -> None:
+    """Issue 44: completion, rewrite and next edit stand side by side over the session; what rewrite and next edit
+    share is ``features/selection.py``, which imports no feature either. ``server.py`` is the one module that
+    imports ``features/`` (of the language server's package: the benchmarks measure their pure parts)."""
+    graph = import_graph()
+    features = {module for module in graph if module.startswith(f"{FEATURES}.")}
+    assert {f"{FEATURES}.{name}" for name in ("completion", "rewrite", "next_edit", "selection")} <= features
+    for module, targets in graph.items():
+        reached = {target for target in targets if target.startswith(f"{FEATURES}.")}
+        if module in features:
+            allowed = {f"{FEATURES}.selection"} if module != f"{FEATURES}.selection" else set()
+            assert reached <= allowed, (module, reached - allowed)
+        elif module.startswith("diffgemma_lsp") and module not in (FEATURES, "diffgemma_lsp.server"):
+            assert not reached and FEATURES not in targets, (module, reached)
+
+
+def test_the_session_imports_no_feature_and_postprocess_no_repo() -> None:
+    """The session is what the features share: it imports none of them (nor the server). The post-processing
+    filters read the grammars (``diffgemma_lsp/grammars.py``, below both), never the workspace index's ``repo/``."""
+    graph = import_graph()
+    for module, targets in graph.items():
+        if module in ("diffgemma_lsp.session", "diffgemma_lsp.backend_link", "diffgemma_lsp.owners"):
+            assert not [target for target in targets if target.startswith(FEATURES)], module
+            assert "diffgemma_lsp.server" not in targets, module
+        if module.startswith("diffgemma_lsp.postprocess"):
+            assert not [target for target in targets if target.startswith("diffgemma_lsp.repo")], (module, targets)
+    assert "diffgemma_lsp.grammars" in graph["diffgemma_lsp.postprocess.syntax"]

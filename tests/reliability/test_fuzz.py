@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from diffgemma_engine.shared import protocol
-from diffgemma_lsp.rewrite import REWRITE_COMMAND
+from diffgemma_lsp.features.rewrite import REWRITE_COMMAND
 from tests.e2e.test_lsp_engine import _kill_engine
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.lsp import RawLsp, server_command

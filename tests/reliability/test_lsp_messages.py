@@ -16,7 +16,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
 
 from diffgemma_engine.shared import protocol
-from diffgemma_lsp.rewrite import REWRITE_COMMAND
+from diffgemma_lsp.features.rewrite import REWRITE_COMMAND
 from tests.e2e.test_lsp_engine import _kill_engine, lsp_session
 from tests.e2e.test_rewrite import SELECTED, URI, WRONG_MIDDLE, status, until_ready
 from tests.support.engine import RawClient

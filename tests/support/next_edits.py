@@ -8,7 +8,7 @@ from diffgemma_lsp.context import CHARS_PER_TOKEN
 from diffgemma_lsp.document import LineDocument
 from diffgemma_lsp.edit_history import BURST_GAP_S, EditHistory, render
 from diffgemma_lsp.extra_context import file_name
-from diffgemma_lsp.next_edit import next_edit_request
+from diffgemma_lsp.features.next_edit import next_edit_request
 from diffgemma_lsp.settings import Settings
 
 AREA = "def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n"

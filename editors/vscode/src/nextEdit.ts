@@ -4,7 +4,7 @@
  */
 import type { LspPosition, LspRange } from './rewrite';
 
-/** The server's request (diffgemma_lsp/next_edit.py). */
+/** The server's request (diffgemma_lsp/features/next_edit.py). */
 export const NEXT_EDIT_METHOD = 'diffgemma/nextEdit';
 
 export interface LspTextEdit {

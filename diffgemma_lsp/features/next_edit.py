@@ -23,9 +23,8 @@ the draws' agreement is what separated real edits from noise.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 from lsprotocol import types
@@ -34,14 +33,26 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
 from diffgemma_engine.shared import protocol, socket_paths
-from diffgemma_lsp.backends.base import EngineRequestError, EngineUnavailable, RewriteUnsupported
-from diffgemma_lsp.completion import Completer
+from diffgemma_lsp.backends.base import RewriteUnsupported
 from diffgemma_lsp.context import PositionError
 from diffgemma_lsp.document import split_lines
 from diffgemma_lsp.edit_history import BURST_GAP_S
+from diffgemma_lsp.features.selection import (
+    Selection,
+    applied,
+    build_request,
+    computed_on,
+    edit_window,
+    holds,
+    invalid_params,
+    line_edits,
+    lsp_integer,
+    read_selection,
+    versioned_edit,
+)
 from diffgemma_lsp.owners import Kind
 from diffgemma_lsp.postprocess import postprocess_replacement
-from diffgemma_lsp.rewrite import Selection, build_request, computed_on, holds, read_selection
+from diffgemma_lsp.session import Session
 from diffgemma_lsp.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -87,7 +98,7 @@ class NextEditArguments:
 
 
 def _fail(message: str) -> JsonRpcInvalidParams:
-    return JsonRpcInvalidParams(f"{NEXT_EDIT_METHOD}: {message}"[:400])
+    return invalid_params(NEXT_EDIT_METHOD, message)
 
 
 def _field(raw: object, name: str) -> object:
@@ -98,10 +109,6 @@ def _field(raw: object, name: str) -> object:
     return getattr(raw, name, None)
 
 
-def _integer(value: object, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
 def parse_arguments(params: object) -> NextEditArguments:
     """The request's params, or an InvalidParams error that says what is wrong with them."""
     document = _field(params, "textDocument")
@@ -110,47 +117,16 @@ def parse_arguments(params: object) -> NextEditArguments:
     line, character = _field(position, "line"), _field(position, "character")
     if not isinstance(uri, str) or not uri:
         raise _fail(f"textDocument.uri must be the document's URI, got {uri!r}")
-    if not _integer(version, INTEGER_MIN_VALUE, INTEGER_MAX_VALUE):
+    if not lsp_integer(version, INTEGER_MIN_VALUE, INTEGER_MAX_VALUE):
         raise _fail(f"textDocument.version must be the document's version, an integer, got {version!r}")
-    if not (_integer(line, 0, UINTEGER_MAX_VALUE) and _integer(character, 0, UINTEGER_MAX_VALUE)):
+    if not (lsp_integer(line, 0, UINTEGER_MAX_VALUE) and lsp_integer(character, 0, UINTEGER_MAX_VALUE)):
         raise _fail(f"position needs a line and a character, both integers of 0 or more, got {position!r}")
-    assert isinstance(version, int) and isinstance(line, int) and isinstance(character, int)
     return NextEditArguments(uri=uri, version=version, position=types.Position(line=line, character=character))
 
 
 CHARS_PER_CANVAS_TOKEN = 2.5
 """Characters a window may hold per token of the model's canvas: fewer than code averages (about 3.5), so that a
 window of dense code still fits with its end-of-sequence token (the engine refuses one that does not)."""
-
-
-def edit_window(document: TextDocument, line: int, lines_each_way: int, max_chars: int | None = None) -> types.Range:
-    """Whole lines around ``line``: ``lines_each_way`` above and below it, within the document (the end is the
-    start of the line after the window, or the document's end), then, while the window holds more than
-    ``max_chars`` characters, less the line farthest from ``line`` (``line`` itself stays)."""
-    lines = document.lines
-    last = max(0, len(lines) - 1)
-    line = min(line, last)
-    first, end = max(0, line - lines_each_way), min(last, line + lines_each_way) + 1
-    if max_chars is not None:
-        size = sum(len(text) for text in lines[first:end])
-        while size > max_chars and end - first > 1:
-            if line - first > end - 1 - line:
-                size -= len(lines[first])
-                first += 1
-            else:
-                end -= 1
-                size -= len(lines[end])
-    if end < len(lines):
-        return types.Range(start=types.Position(line=first, character=0), end=types.Position(line=end, character=0))
-    # the window reaches the document's end: end at its last character (in the client's units)
-    tail = lines[-1] if lines else ""
-    ends_with_break = tail.endswith(("\n", "\r"))
-    end_position = (
-        types.Position(line=len(lines), character=0)
-        if ends_with_break
-        else types.Position(line=last, character=document.position_codec.client_num_units(tail))
-    )
-    return types.Range(start=types.Position(line=first, character=0), end=end_position)
 
 
 def next_edit_request(
@@ -168,7 +144,7 @@ def next_edit_request(
     try:
         window = read_selection(
             document, edit_window(document, line, settings.next_edit_lines, max_chars), settings.context_tokens
-        )
+        )  # never empty: whole lines, and the document is not
     except (JsonRpcInvalidParams, PositionError):
         return None
     request = build_request(window, settings, NEXT_EDIT_INSTRUCTION, extra, request_id, settings.next_edit_strength)
@@ -188,26 +164,6 @@ def suggested_window(window: Selection, answers: Sequence[str], instruct: bool) 
     }
     text = windows.pop() if len(windows) == 1 else None
     return None if text is None or text == window.text else text
-
-
-def line_edits(window: Selection, new_text: str) -> list[types.TextEdit]:
-    """The window's old lines against ``new_text``'s, as whole-line ``TextEdit``s in the document's positions (the
-    smallest set ``difflib`` finds); none when nothing changed."""
-    old, new = split_lines(window.text), split_lines(new_text)
-    first = window.range.start.line
-
-    def position(index: int) -> types.Position:
-        if index >= len(old):
-            return window.range.end  # the window's end: past its last line
-        return types.Position(line=first + index, character=0)
-
-    edits = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
-        if tag != "equal":
-            edits.append(
-                types.TextEdit(range=types.Range(start=position(i1), end=position(i2)), new_text="".join(new[j1:j2]))
-            )
-    return edits
 
 
 @attrs.frozen(kw_only=True)
@@ -235,18 +191,7 @@ class Suggestion:
 
     def workspace_edit(self, versioned: bool) -> types.WorkspaceEdit:
         """The edits as one workspace edit: for this version only where the client takes versioned edits."""
-        if not versioned:
-            return types.WorkspaceEdit(changes={self.window.uri: list(self.edits)})
-        document = types.OptionalVersionedTextDocumentIdentifier(uri=self.window.uri, version=self.window.version)
-        return types.WorkspaceEdit(
-            document_changes=[types.TextDocumentEdit(text_document=document, edits=list(self.edits))]
-        )
-
-
-def _applied(lines: Sequence[str], window: types.Range, text: str) -> str:
-    """The document of ``lines`` with its window of whole lines (``edit_window``'s) replaced by ``text``."""
-    after = lines[window.end.line :] if window.end.character == 0 else []
-    return "".join([*lines[: window.start.line], text, *after])
+        return versioned_edit(self.window.uri, self.window.version, list(self.edits), versioned)
 
 
 def _inside(position: types.Position, window: types.Range) -> bool:
@@ -278,11 +223,11 @@ class Prefetch:
 
 
 class NextEdits:
-    """Suggests next edits with the completer's backend, documents and context; keeps the last one per document,
-    and computes the one after it as soon as it is accepted."""
+    """Suggests next edits over the session; keeps the last one per document, and computes the one after it as soon
+    as it is accepted."""
 
-    def __init__(self, completer: Completer) -> None:
-        self.completer = completer
+    def __init__(self, session: Session) -> None:
+        self.session = session
         self.ready: dict[str, Suggestion] = {}
         """Per document uri, the last suggestion (offered by the code action while the text is the same)."""
         self.prefetched: dict[str, Prefetch] = {}
@@ -294,8 +239,8 @@ class NextEdits:
         edit): after them the text is compared no more."""
         self._unsure = 0
         """Next edits the draws disagreed on since the last one suggested."""
-        self.notify: Callable[[str], None] | None = None
-        """Tells the user something once (the server's ``window/showMessage``): why no next edit appears."""
+        self._told_unsure = False
+        """Whether the user was told why no next edit appears (once per server)."""
 
     def forget(self, uri: str) -> None:
         """A document closed or opened anew: its suggestion, and what is computed ahead for it, go."""
@@ -317,7 +262,7 @@ class NextEdits:
         self._drop_prefetch(uri)
         if (pending := self._bursts.pop(uri, None)) is not None:
             pending.cancel()
-        document = self.completer.open_document(uri)
+        document = self.session.open_document(uri)
         if document is None or not settings.next_edit_enabled:
             return
         if self._accepted(uri, document):
@@ -345,11 +290,10 @@ class NextEdits:
 
     def _burst_ended(self, settings: Settings, uri: str, version: int | None, line: int) -> None:
         self._bursts.pop(uri, None)
-        completer = self.completer
-        document = completer.open_document(uri)
+        document = self.session.open_document(uri)
         if document is None or document.version != version:
             return  # changed since
-        if completer.shown.showing(uri, document.source):
+        if self.session.shown.showing(uri, document.source):
             return  # a completion is on screen there: one suggestion at a time
         self._prefetch(settings, uri, document, line)
 
@@ -361,6 +305,19 @@ class NextEdits:
         task.add_done_callback(_settled)
         self.prefetched[uri] = Prefetch(version=version, source=document.source, line=line, task=task)
 
+    async def request(self, settings: Settings, params: object) -> dict[str, object] | None:
+        """``diffgemma/nextEdit``: the edit that follows the recent ones, in a window around the position, for the
+        version asked (``{"uri", "version", "edits"}``), or null when there is none; waits for an engine that is
+        still loading, as an explicit request does."""
+        arguments = parse_arguments(params)
+        link = self.session.link
+        if link is not None and settings.next_edit_enabled and self.session.open_document(arguments.uri) is not None:
+            if (gave_up := await link.until_ready()) is not None:
+                link.gave_up_waiting("next edit", gave_up)
+                return None
+        suggestion = await self.suggest(settings, arguments)
+        return suggestion.answer() if suggestion is not None else None
+
     async def suggest(self, settings: Settings, args: NextEditArguments) -> Suggestion | None:
         """The next edit at ``args.position``, or None: off, another version, a document not edited since it was
         opened, no backend or one that cannot rewrite, the engine's refusal, a window that came back unchanged, a
@@ -369,7 +326,7 @@ class NextEdits:
         still being computed."""
         prefetch = self.prefetched.get(args.uri)
         if prefetch is not None:
-            document = self.completer.open_document(args.uri)
+            document = self.session.open_document(args.uri)
             near = abs(prefetch.line - args.position.line) <= settings.next_edit_lines
             if near and prefetch.version == args.version and holds(document, prefetch.version, prefetch.source):
                 try:
@@ -387,63 +344,56 @@ class NextEdits:
             return None
 
     async def _compute(self, settings: Settings, args: NextEditArguments) -> Suggestion | None:
-        """The next edit at ``args.position`` (see :meth:`suggest`); ``Interrupted`` when the engine answered that
-        it was cancelled or superseded."""
-        completer = self.completer
-        document = completer.open_document(args.uri)
+        """The next edit at ``args.position`` (see :meth:`suggest`); ``Interrupted`` when it was not sent, or was
+        cancelled or superseded (here or in the engine)."""
+        session = self.session
+        document = session.open_document(args.uri)
         if document is None:
             raise _fail(f"{args.uri} is not open: send textDocument/didOpen first")
         if not settings.next_edit_enabled or (document.version or 0) != args.version:
             return None
-        if not completer.history.edited(args.uri):
+        if not session.history.edited(args.uri):
             return None  # nothing the user did calls for an edit: the model is not asked
-        backend = completer.backend()
+        backend = session.backend()
         if backend is None:
             return None
-        extra = completer.extra_chunks(settings, args.uri, args.position.line, args.position.character)
+        extra = session.extra_chunks(settings, args.uri, args.position.line, args.position.character)
         canvas = settings.canvas_length or backend.canvas_length
         asked = next_edit_request(document, args.position.line, settings, canvas, extra, backend.new_id())
         if asked is None:
             return None  # an empty document: nothing to edit
         window, request = asked
-        if completer.refusal(args.uri, window.prefix, window.text, window.suffix) is not None:
+        if session.refusal(args.uri, window.prefix, window.text, window.suffix) is not None:
             return None
         try:
-            call = asyncio.ensure_future(backend.infill(backend.as_rewrite(request)))
-            if not completer.owners.claim(args.uri, Kind.NEXT_EDIT, call):
-                call.cancel()  # never sent: a completion or a rewrite the user asked for goes first
-                raise Interrupted("a completion or a rewrite of the document is being computed")
-            result = await call
-        except (RewriteUnsupported, EngineUnavailable, EngineRequestError) as exc:
+            request = backend.as_rewrite(request)
+        except RewriteUnsupported as exc:
             logger.info("no next edit for %s: %s", args.uri, exc)
             return None
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # the request was cancelled
-            raise Interrupted("superseded by a completion or a rewrite") from None
-        completer.answered()
-        if result.stop in (protocol.StopReason.CANCELLED, protocol.StopReason.SUPERSEDED):
-            raise Interrupted(result.stop.value)
-        answers = [result.text, *result.alternatives]
+        reply = await session.ask(backend, request, Kind.NEXT_EDIT)
+        if reply.interrupted:  # a completion or a rewrite of the document went first
+            raise Interrupted(reply.failure.value if reply.failure is not None else "stopped by the engine")
+        if reply.result is None:
+            return None  # timed out, unavailable or refused (logged)
+        answers = [reply.result.text, *reply.result.alternatives]
         text = suggested_window(window, answers, instruct=backend.layout is protocol.Layout.CHAT)
-        if text is None and result.alternatives:  # the other draws' texts that differ from the first
+        if text is None and reply.result.alternatives:  # the other draws' texts that differ from the first
             self._draws_disagreed(backend.model_id, settings.next_edit_draws)
-        if text is None or not computed_on(window, completer.open_document(args.uri)):
+        if text is None or not computed_on(window, session.open_document(args.uri)):
             return None
         self._unsure = 0
         edits = line_edits(window, text)
         if not edits:
             return None
-        suggestion = Suggestion(window=window, edits=edits, result=_applied(document.lines, window.range, text))
+        suggestion = Suggestion(window=window, edits=edits, result=applied(document.lines, window.range, text))
         self._offer(args.uri, suggestion)
         return suggestion
 
     def _draws_disagreed(self, model_id: str, draws: int) -> None:
         self._unsure += 1
-        if self._unsure == UNSURE_NOTICE_AFTER and self.notify is not None:
-            notify, self.notify = self.notify, None  # once per server
-            notify(unsure_notice(model_id, draws))
+        if self._unsure == UNSURE_NOTICE_AFTER and not self._told_unsure:
+            self._told_unsure = True  # once per server
+            self.session.show_info(unsure_notice(model_id, draws))
 
     def _offer(self, uri: str, suggestion: Suggestion) -> None:
         self.ready[uri] = suggestion
