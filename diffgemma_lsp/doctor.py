@@ -119,22 +119,19 @@ async def wait_for_load(reader: asyncio.StreamReader) -> None:
         return  # still loading: the stats say so
 
 
-async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int]:
-    """Connect, shake hands, ask for stats (and time one infill with ``probe``); returns (report, status)."""
-    report: dict[str, object] = {"socket": str(socket_path)}
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            reader, writer = await socket_paths.open_engine(socket_path)
-    except (OSError, TimeoutError) as exc:
-        report["problem"] = f"no engine reachable on {socket_path}: {exc}"
-        return report, 2
+class _Conversation:
+    """The doctor's messages to the engine on one connection, each with its answer."""
 
-    async def reply(request_id: str | None) -> protocol.Message:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    async def reply(self, request_id: str | None) -> protocol.Message:
         """The answer to ``request_id`` (the handshake's when None); a load failure the engine broadcasts on
         the way raises ``LoadFailed``, and a ``Ready`` is skipped."""
         while True:
             async with asyncio.timeout(TIMEOUT_S * 6):
-                message = await protocol.read_message(reader)
+                message = await protocol.read_message(self.reader)
             if isinstance(message, protocol.Error) and message.id is None and request_id is not None:
                 if message.code is protocol.ErrorCode.MODEL_ERROR:
                     raise LoadFailed(message.message)
@@ -144,43 +141,57 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
             if request_id is None or getattr(message, "id", None) == request_id:
                 return message
 
-    async def ask(message: protocol.Message, request_id: str | None) -> protocol.Message:
-        writer.write(protocol.encode(message))
-        await writer.drain()
-        return await reply(request_id)
+    async def ask(self, message: protocol.Message, request_id: str | None) -> protocol.Message:
+        self.writer.write(protocol.encode(message))
+        await self.writer.drain()
+        return await self.reply(request_id)
 
+
+async def _examine(engine: _Conversation, report: dict[str, object], probe: bool) -> int:
+    """Shake hands, ask for stats (and time one infill with ``probe``), writing what was found into ``report``;
+    the status."""
+    hello = await engine.ask(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="doctor", pid=os.getpid()), None)
+    if isinstance(hello, protocol.Error):
+        report["problem"] = f"the engine refused the handshake: {hello.code.value}: {hello.message}"
+        return 1
+    assert isinstance(hello, protocol.HelloOk), hello
+    report["layout"] = hello.layout.value
+    report["features"] = hello.features
+    if not hello.ready:
+        await wait_for_load(engine.reader)
+    stats = await engine.ask(protocol.GetStats(id="stats"), "stats")
+    assert isinstance(stats, protocol.Stats), stats
+    report.update(attrs.asdict(stats, recurse=False, filter=lambda attribute, _: attribute.name != "id"))
+    report["connections"] = max(stats.connections - 1, 0)  # the engine counts this doctor's own connection
+    report["compiled"] = str(stats.compiled)
+    if not stats.ready:
+        report["problem"] = "the model is still loading" if not stats.last_error else stats.last_error
+        return 1
+    if stats.runtime_state and stats.runtime_state != protocol.RUNTIME_HEALTHY:
+        report["problem"] = f"vLLM, which runs the canvases: {stats.runtime_state}"
+        return 1
+    if probe:
+        infill = protocol.Infill(id="probe", uri="doctor://probe", prefix="def add(a, b):\n", seed=0)
+        result = await engine.ask(infill, "probe")
+        if not isinstance(result, protocol.Result):
+            report["problem"] = f"a test completion failed: {result}"
+            return 1
+        timings = result.timings
+        report["probe"] = {"stop": result.stop.value, **attrs.asdict(timings), "total_ms": timings.total_ms}
+    return 0
+
+
+async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int]:
+    """Connect, shake hands, ask for stats (and time one infill with ``probe``); returns (report, status)."""
+    report: dict[str, object] = {"socket": str(socket_path)}
     try:
-        hello = await ask(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="doctor", pid=os.getpid()), None)
-        if isinstance(hello, protocol.Error):
-            report["problem"] = f"the engine refused the handshake: {hello.code.value}: {hello.message}"
-            return report, 1
-        assert isinstance(hello, protocol.HelloOk), hello
-        report["layout"] = hello.layout.value
-        report["features"] = hello.features
-        if not hello.ready:
-            await wait_for_load(reader)
-        stats = await ask(protocol.GetStats(id="stats"), "stats")
-        assert isinstance(stats, protocol.Stats), stats
-        report.update(attrs.asdict(stats, recurse=False, filter=lambda attribute, _: attribute.name != "id"))
-        report["connections"] = max(stats.connections - 1, 0)  # the engine counts this doctor's own connection
-        report["compiled"] = str(stats.compiled)
-        status = 0
-        if not stats.ready:
-            report["problem"] = "the model is still loading" if not stats.last_error else stats.last_error
-            status = 1
-        elif stats.runtime_state and stats.runtime_state != protocol.RUNTIME_HEALTHY:
-            report["problem"] = f"vLLM, which runs the canvases: {stats.runtime_state}"
-            status = 1
-        elif probe:
-            infill = protocol.Infill(id="probe", uri="doctor://probe", prefix="def add(a, b):\n", seed=0)
-            result = await ask(infill, "probe")
-            if isinstance(result, protocol.Result):
-                timings = result.timings
-                report["probe"] = {"stop": result.stop.value, **attrs.asdict(timings), "total_ms": timings.total_ms}
-            else:
-                report["problem"] = f"a test completion failed: {result}"
-                status = 1
-        return report, status
+        async with asyncio.timeout(TIMEOUT_S):
+            reader, writer = await socket_paths.open_engine(socket_path)
+    except (OSError, TimeoutError) as exc:
+        report["problem"] = f"no engine reachable on {socket_path}: {exc}"
+        return report, 2
+    try:
+        return report, await _examine(_Conversation(reader, writer), report, probe)
     except LoadFailed as exc:
         report["problem"] = f"{exc} (the engine exits after a failed load)"
         return report, 1

@@ -38,6 +38,7 @@ from diffgemma_lsp.endpoint.http_guard import (
 )
 from diffgemma_lsp.endpoint.wire import (
     ApiError,
+    CompletionRequest,
     completion_body,
     cut_at_stop,
     cut_to_tokens,
@@ -154,20 +155,56 @@ def canvas_for(max_tokens: int | None, model_canvas: int, layout: protocol.Layou
     return max_tokens
 
 
-async def completions(request: web.Request) -> web.StreamResponse:
-    """``POST /v1/completions``: one fill-in-the-middle completion."""
+async def _read_json(request: web.Request) -> object:
+    """The request's body as JSON, read within the app's time limit; an ``ApiError`` that says what is wrong."""
     try:
         async with asyncio.timeout(request.app[READ_TIMEOUT_S]):
             raw = await request.read()
     except TimeoutError:
         raise ApiError(408, f"the request body took over {request.app[READ_TIMEOUT_S]:g} s to arrive") from None
     try:
-        body = json.loads(raw)
+        return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise ApiError(400, "the request body is nested too deeply to be a completion request") from None
-    wanted = parse_completion_request(body)
+
+
+async def _infill(engine: EngineClient, infill: protocol.Infill) -> protocol.Result:
+    """The engine's answer to ``infill``, or the ``ApiError`` its failure or refusal is to a client."""
+    try:
+        return await engine.infill(infill)
+    except EngineUnavailable as exc:
+        raise ApiError(503, f"the engine is unavailable: {exc}; retry shortly", kind="server_error") from None
+    except EngineRequestError as exc:
+        if exc.error.code is protocol.ErrorCode.TOO_LARGE:
+            raise ApiError(
+                413,
+                f"the prompt and suffix are too large for one request ({exc.error.message}): send less context",
+            ) from None
+        status = 429 if exc.error.code is protocol.ErrorCode.BUSY else 400
+        raise ApiError(status, f"the engine refused the request: {exc.error.message}") from None
+
+
+def _choices(
+    layout: protocol.Layout, infill: protocol.Infill, result: protocol.Result, suffix: str, wanted: CompletionRequest
+) -> list[tuple[str, str]]:
+    """Each distinct candidate of ``result`` as the text to insert at the cursor (this API cannot replace text),
+    with its finish reason."""
+    choices: list[tuple[str, str]] = []
+    for edit in infill_edits(layout, infill, result, ""):
+        text, stopped = cut_at_stop(edit.insertion(suffix) if edit is not None else "", wanted.stop)
+        text, shortened = cut_to_tokens(text, wanted.max_tokens if layout is protocol.Layout.CHAT else None)
+        if choices and (not text or any(text == seen for seen, _ in choices)):
+            continue  # candidates that came out the same (or empty) after post-processing
+        finished = not shortened and (stopped or result.stop is protocol.StopReason.EOS)
+        choices.append((text, "stop" if finished else "length"))
+    return choices
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/completions``: one fill-in-the-middle completion."""
+    wanted = parse_completion_request(await _read_json(request))
     prefix, suffix = split_prompt(wanted.prompt, wanted.suffix)
     engine = request.app[ENGINE]
     if engine.state is not BackendState.READY or engine.hello is None:
@@ -185,27 +222,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
         scope=protocol.cursor_scope(prefix),
         candidates=wanted.n,
     )
-    try:
-        result = await engine.infill(infill)
-    except EngineUnavailable as exc:
-        raise ApiError(503, f"the engine is unavailable: {exc}; retry shortly", kind="server_error") from None
-    except EngineRequestError as exc:
-        if exc.error.code is protocol.ErrorCode.TOO_LARGE:
-            raise ApiError(
-                413,
-                f"the prompt and suffix are too large for one request ({exc.error.message}): send less context",
-            ) from None
-        status = 429 if exc.error.code is protocol.ErrorCode.BUSY else 400
-        raise ApiError(status, f"the engine refused the request: {exc.error.message}") from None
-    choices: list[tuple[str, str]] = []
-    for edit in infill_edits(engine.layout, infill, result, ""):
-        # This API cannot replace text: pure text to insert at the cursor.
-        text, stopped = cut_at_stop(edit.insertion(suffix) if edit is not None else "", wanted.stop)
-        text, shortened = cut_to_tokens(text, wanted.max_tokens if engine.layout is protocol.Layout.CHAT else None)
-        if choices and (not text or any(text == seen for seen, _ in choices)):
-            continue  # candidates that came out the same (or empty) after post-processing
-        finished = not shortened and (stopped or result.stop is protocol.StopReason.EOS)
-        choices.append((text, "stop" if finished else "length"))
+    result = await _infill(engine, infill)
+    choices = _choices(engine.layout, infill, result, suffix, wanted)
     answer = completion_body(
         completion_id, model_name(engine), choices, result.timings.prompt_tokens, result.timings.new_tokens
     )
