@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 import attrs
 from lsprotocol import types
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> int:
     workspace = (args.workspace or _workspace_of(file)).resolve()
     uri = file.as_uri()
     document = LineDocument(uri, text, version=1, language_id=language_of_path(file) or "")
-    session = Session(lambda asked: document if asked == uri else None)
+    session = Session(lambda asked: document if asked == unquote(uri) else None)  # looked up unquoted
     session.repo.index.build([workspace])
     lines = text.splitlines()
     if line > max(len(lines), 1):

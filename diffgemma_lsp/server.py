@@ -11,12 +11,10 @@ import sys
 import uuid
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import unquote
 
 import attrs
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
-from pygls.workspace import TextDocument
 
 from diffgemma_lsp import __version__, stdio
 from diffgemma_lsp.backend_link import BackendLink
@@ -47,7 +45,7 @@ class DiffgemmaServer(LanguageServer):
         self.cli_model = model
         self.link = BackendLink(self, lambda: self.settings, engine_socket)
         """The backend and what the user is told of it."""
-        self.session = Session(self.open_document, self.link, self)
+        self.session = Session(lambda uri: self.workspace.text_documents.get(uri), self.link, self)
         """What every feature shares: documents, backend, the request in flight per document, prompt context."""
         self.completions = Completions(self.session)
         self.rewrites = Rewrites(self.session)
@@ -64,12 +62,6 @@ class DiffgemmaServer(LanguageServer):
     def report_server_error(self, error: Exception, source: Any) -> None:
         """Log server errors; never a popup for one bad message (pygls shows one by default)."""
         logger.error("server error (%s): %s", getattr(source, "__name__", source), error)
-
-    def open_document(self, uri: str) -> TextDocument | None:
-        """The open document ``uri`` names, or None. pygls keeps documents under their unquoted URIs (it looks
-        them up so too): ``file:///my%20project/a.py`` is the document opened under that URI."""
-        document: TextDocument | None = self.workspace.text_documents.get(unquote(uri))
-        return document
 
     def apply_settings(self, raw: object) -> None:
         """Take new settings; report bad keys once and use their defaults."""
@@ -172,7 +164,7 @@ def did_change_watched_files(ls: DiffgemmaServer, params: types.DidChangeWatched
     if not ls.settings.repo_context_tokens:
         return
     for change in params.changes:
-        if ls.open_document(change.uri) is None:
+        if ls.session.open_document(change.uri) is None:
             ls.session.repo.file_changed(change.uri, deleted=change.type == types.FileChangeType.Deleted)
 
 
@@ -201,7 +193,7 @@ def did_open(ls: DiffgemmaServer, params: types.DidOpenTextDocumentParams) -> No
     session.extra.add(uri, params.text_document.text)
     if ls.settings.repo_context_tokens:
         session.repo.document_opened(uri, params.text_document.text, params.text_document.language_id)
-    document = ls.open_document(uri)
+    document = ls.session.open_document(uri)
     if isinstance(document, LineDocument):
         document.on_replace = functools.partial(session.history.replaced, uri)
 
@@ -240,7 +232,7 @@ def did_close(ls: DiffgemmaServer, params: types.DidCloseTextDocumentParams) -> 
 def code_actions(ls: DiffgemmaServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
     """ "Rewrite selection" on a non-empty selection (its command does the work); "Apply suggested edit" on the
     cursor when a next edit is ready for the document as it is."""
-    document = ls.open_document(params.text_document.uri)
+    document = ls.session.open_document(params.text_document.uri)
     actions = [
         rewrite.code_action(ls.settings, document, params),
         ls.next_edits.code_action(document, params, versioned=ls.session.edit_support()[1]),

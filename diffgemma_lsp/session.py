@@ -16,6 +16,7 @@ import enum
 import logging
 import time
 from collections.abc import Callable, Sequence
+from urllib.parse import unquote
 
 import attrs
 from lsprotocol import types
@@ -93,12 +94,12 @@ class Session:
 
     def __init__(
         self,
-        open_document: Callable[[str], TextDocument | None],
+        documents: Callable[[str], TextDocument | None],
         link: BackendLink | None = None,
         client: LanguageServer | None = None,
     ) -> None:
-        self.open_document = open_document
-        """The open document a uri names, or None."""
+        self.documents = documents
+        """The open document under an unquoted uri, or None (the server's: pygls' workspace)."""
         self.link = link
         """The backend and its reports to the user; None: no backend (``diffgemma-lsp context``, tests)."""
         self.client = client
@@ -208,6 +209,11 @@ class Session:
             self.link.answered()
 
     # -- the documents -----------------------------------------------------------------------------------
+
+    def open_document(self, uri: str) -> TextDocument | None:
+        """The open document ``uri`` names, or None. pygls keeps documents under their unquoted URIs (it looks
+        them up so too): ``file:///my%20project/a.py`` is the document opened under that URI."""
+        return self.documents(unquote(uri))
 
     def private(self, uri: str) -> str | None:
         """Why the document ``uri`` must not go into another file's prompt by its path, or None
