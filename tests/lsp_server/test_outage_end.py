@@ -55,8 +55,9 @@ FEATURES: dict[str, Callable[[RawLsp, int], Awaitable[dict[str, object]]]] = {
 }
 
 
-@pytest.mark.parametrize("feature", list(FEATURES))
-async def test_a_refusal_ends_the_outage_for_every_feature(short_tmp: Path, feature: str) -> None:
+async def test_a_refusal_ends_the_outage_for_every_feature(short_tmp: Path) -> None:
+    """One server, one round per feature: the backend fails (an outage, reported), then refuses the feature's
+    request (the outage is over: said once)."""
     failing = [True]
 
     async def backend(_: web.Request) -> web.Response:
@@ -77,20 +78,21 @@ async def test_a_refusal_ends_the_outage_for_every_feature(short_tmp: Path, feat
             capabilities = {"workspace": {"applyEdit": True, "workspaceEdit": {"documentChanges": True}}}
             await lsp.initialize({"diffgemma": settings}, capabilities)
             lsp.open(URI, TEXT)
-            assert "result" in await _complete(lsp, 10)
 
             def said(method: str) -> list[str]:
                 return [m["params"]["message"] for m in lsp.notifications if m["method"] == method]
 
-            assert [message for message in said("window/showMessage") if "Completions are off" in message], said(
-                "window/showMessage"
-            )  # the outage, reported
-            assert BACK not in said("window/logMessage")
-            failing[0] = False
-            reply = await FEATURES[feature](lsp, 11)
-            assert "result" in reply, reply  # the refusal is an answer, not an error
-            if feature == "rewrite":
-                assert reply["result"] == {"applied": False, "reason": f"the engine refused the rewrite: {REFUSAL}"}
-            assert said("window/logMessage").count(BACK) == 1, said("window/logMessage")
+            for round_number, (feature, ask) in enumerate(FEATURES.items(), start=1):
+                failing[0] = True
+                assert "result" in await _complete(lsp, 10 * round_number)
+                outages = [message for message in said("window/showMessage") if "Completions are off" in message]
+                assert len(outages) == round_number, (feature, said("window/showMessage"))  # reported, once
+                assert said("window/logMessage").count(BACK) == round_number - 1, feature
+                failing[0] = False
+                reply = await ask(lsp, 10 * round_number + 1)
+                assert "result" in reply, (feature, reply)  # the refusal is an answer, not an error
+                if feature == "rewrite":
+                    assert reply["result"] == {"applied": False, "reason": f"the engine refused the rewrite: {REFUSAL}"}
+                assert said("window/logMessage").count(BACK) == round_number, (feature, said("window/logMessage"))
         finally:
             await lsp.stop()
