@@ -144,7 +144,7 @@ def next_edit_request(
     try:
         window = read_selection(
             document, edit_window(document, line, settings.next_edit_lines, max_chars), settings.context_tokens
-        )  # never empty: whole lines, and the document is not
+        )
     except (JsonRpcInvalidParams, PositionError):
         return None
     request = build_request(window, settings, NEXT_EDIT_INSTRUCTION, extra, request_id, settings.next_edit_strength)
