@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -94,23 +95,27 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
 
 
-def find_cases(repo: Path, commits: int) -> list[Case]:
-    """Every case of the last ``commits`` commits (merges left out) that touch Python files in two hunks or more."""
-    cases = []
+def changed_python_files(repo: Path, commits: int) -> Iterator[tuple[str, str, list[str], list[str]]]:
+    """(commit, path, lines before, lines after) of each Python file the last ``commits`` commits (merges left out)
+    modify, files of more than ``MAX_FILE_LINES`` lines before it left out."""
     for commit in git(repo, "log", "--no-merges", f"-n{commits}", "--format=%H").split():
         for path in git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=M", commit).split():
             if not path.endswith(".py"):
                 continue
             before = git(repo, "show", f"{commit}^:{path}").splitlines(keepends=True)
             after = git(repo, "show", f"{commit}:{path}").splitlines(keepends=True)
-            if len(before) > MAX_FILE_LINES:
-                continue
-            matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
-            hunks = tuple(
-                (i1, i2, tuple(after[j1:j2])) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"
-            )
-            for made in range(1, len(hunks)):
-                cases.append(Case(commit=commit[:12], path=path, before=tuple(before), hunks=hunks, made=made))
+            if len(before) <= MAX_FILE_LINES:
+                yield commit, path, before, after
+
+
+def find_cases(repo: Path, commits: int) -> list[Case]:
+    """Every case of the last ``commits`` commits (merges left out) that touch Python files in two hunks or more."""
+    cases = []
+    for commit, path, before, after in changed_python_files(repo, commits):
+        matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+        hunks = tuple((i1, i2, tuple(after[j1:j2])) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal")
+        for made in range(1, len(hunks)):
+            cases.append(Case(commit=commit[:12], path=path, before=tuple(before), hunks=hunks, made=made))
     return cases
 
 

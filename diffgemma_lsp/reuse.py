@@ -24,6 +24,16 @@ class Shown:
     """The first ``ANCHOR_CHARS`` characters after it."""
     text: str
 
+    def typed(self, source: str, cursor: int) -> str | None:
+        """What the user typed where this was offered, up to ``cursor`` in ``source``, if the text around it is as
+        it was (``before`` still ends where it was offered, ``after`` still follows the cursor); None otherwise,
+        or when the cursor is not after where it was offered."""
+        if cursor <= self.offset or source[max(0, self.offset - ANCHOR_CHARS) : self.offset] != self.before:
+            return None
+        if source[cursor : cursor + ANCHOR_CHARS] != self.after[:ANCHOR_CHARS]:
+            return None
+        return source[self.offset : cursor]
+
 
 class ShownCompletions:
     """The last shown completion per document."""
@@ -55,18 +65,16 @@ class ShownCompletions:
         start = max(0, shown.offset - ANCHOR_CHARS)
         return source[start : shown.offset] == shown.before and source[shown.offset :].startswith(shown.after)
 
+    def last(self, uri: str) -> Shown | None:
+        """The last completion shown for ``uri`` (None: none, or forgotten)."""
+        return self._shown.get(uri)
+
     def lookup(self, uri: str, source: str, offset: int) -> str | None:
         """The rest of the shown completion if the user typed its start and changed nothing else around it."""
         self.lookups += 1
         shown = self._shown.get(uri)
-        if shown is None or offset <= shown.offset:
-            return None
-        typed = source[shown.offset : offset]
-        if not shown.text.startswith(typed) or len(typed) >= len(shown.text):
-            return None
-        if source[max(0, shown.offset - ANCHOR_CHARS) : shown.offset] != shown.before:
-            return None
-        if source[offset : offset + ANCHOR_CHARS] != shown.after[:ANCHOR_CHARS]:
+        typed = shown.typed(source, offset) if shown is not None else None
+        if shown is None or typed is None or not shown.text.startswith(typed) or len(typed) >= len(shown.text):
             return None
         self.hits += 1
         return shown.text[len(typed) :]

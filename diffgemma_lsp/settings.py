@@ -93,6 +93,11 @@ class Settings:
     """Tokens in the canvas (the longest completion); 0: the model's own."""
     steps: int = attrs.field(default=0, validator=_at_most(protocol.MAX_STEPS))
     """Most denoising steps per completion; 0: the model's own."""
+    refine_steps: int = attrs.field(default=1, validator=_at_most(protocol.MAX_STEPS // 2))
+    """When the user types into a shown suggestion something it does not start with, the steps that refine it (the
+    canvas starts from the suggestion, the typed characters held); 0: off, a new completion from noise instead.
+    The default is measured (``benchmarks/typing_replay.py``): 1 step keeps as much of the typed text on screen
+    before it is typed as a new completion does, at a quarter of its steps."""
     context_tokens: int = attrs.field(default=1024, validator=_at_most(MAX_CONTEXT_TOKENS))
     """Prompt budget in tokens for the text around the cursor."""
     extra_context_tokens: int = attrs.field(default=256, validator=_at_most(MAX_CONTEXT_TOKENS))

@@ -1,6 +1,10 @@
-"""One completion request, from the cursor to the LSP items: reuse → debounce → ask (latest wins, a rewrite goes
-first: the session's map) → stale check → post-process → a menu item (``textDocument/completion``) or ghost text
-(``textDocument/inlineCompletion``, up to ``candidates`` of them when invoked)."""
+"""One completion request, from the cursor to the LSP items: reuse → debounce → refine or ask (latest wins, a rewrite
+goes first: the session's map) → stale check → post-process → a menu item (``textDocument/completion``) or ghost text
+(``textDocument/inlineCompletion``, up to ``candidates`` of them when invoked).
+
+Where the user typed into the shown suggestion something it does not start with, the request asked is its refine
+(``refine.py``): the same completion, its canvas started from the shown text where it was offered, the typed text
+held, ``refineSteps`` steps; it answers the same way, and supersedes and is superseded as any completion."""
 
 from __future__ import annotations
 
@@ -13,9 +17,11 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
 from diffgemma_engine.shared import protocol
+from diffgemma_lsp.backends.base import RewriteUnsupported
 from diffgemma_lsp.context import InfillContext, PositionError, build_context, position_after
 from diffgemma_lsp.owners import Kind
 from diffgemma_lsp.postprocess import Edit, infill_edits
+from diffgemma_lsp.refine import Divergence, diverged, refine_request, refined
 from diffgemma_lsp.results import completion_item, inline_item
 from diffgemma_lsp.session import Session
 from diffgemma_lsp.settings import Settings
@@ -108,6 +114,9 @@ class Completions:
                 if marker.cancelled():
                     return []  # a newer request for this document came in while we waited
             request = self._request(settings, uri, document, context, candidates)
+            divergence = self._divergence(settings, uri, source, context.offset, request)
+            if divergence is not None:
+                request = refine_request(request, divergence, settings.refine_steps)
             answer = await self._ask(request, document.language_id or "", not automatic, marker)
         finally:
             marker.cancel()  # nothing sent, or the call owns the document now: the marker leaves
@@ -116,13 +125,33 @@ class Completions:
             return []  # no answer, or the document changed while the model worked: the result is stale
         found: list[tuple[InfillContext, str]] = []
         for edit in answer:
-            if edit is None or any(edit.text == text for _, text in found):
+            text = None if edit is None else edit.text if divergence is None else refined(divergence, edit.text)
+            if edit is None or text is None or any(text == other for _, other in found):
                 continue
             end = position_after(context, edit.replaced(context.suffix)) if edit.replace_to_eol else None
-            found.append((attrs.evolve(context, replace_end=end), edit.text))
+            found.append((attrs.evolve(context, replace_end=end), text))
         if found:
             session.shown.remember(uri, source, context.offset, found[0][1])
         return found
+
+    def _divergence(
+        self, settings: Settings, uri: str, source: str, offset: int, request: protocol.Infill
+    ) -> Divergence | None:
+        """What the user typed into the suggestion shown in ``uri`` that it does not start with, to refine
+        (``refine.py``); None when refining is off, the request asks for several candidates, nothing diverged, or the
+        backend cannot start a canvas from text (a completions server: it would answer the rewrite from noise)."""
+        shown = self.session.shown.last(uri)
+        if not settings.refine_steps or request.candidates != 1 or shown is None:
+            return None
+        divergence = diverged(shown, source, offset)
+        backend = self.session.backend()
+        if divergence is None or backend is None:
+            return None
+        refine = refine_request(request, divergence, settings.refine_steps)
+        try:
+            return divergence if backend.as_rewrite(refine) == refine else None
+        except RewriteUnsupported:
+            return None
 
     def _refused(self, reason: str, automatic: bool) -> list[tuple[InfillContext, str]]:
         """No completion, for ``reason``: the user who invoked it is told why (an automatic one stays quiet)."""

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.next_edit_eval import OUTCOMES, find_cases
+from tests.support.commits import two_commits
 
 REPO = Path(__file__).resolve().parents[2]
 BEFORE = 'def area(width, height):\n    """The area."""\n    return width * height\n\n\nprint(area(2, 3))\n'
@@ -17,15 +18,7 @@ AFTER = BEFORE.replace("(width,", "(size,").replace("return width", "return size
 
 
 def _repository(folder: Path) -> Path:
-    folder.mkdir()
-    (folder / "area.py").write_text(BEFORE)
-    git = ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "area.py"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "area"], check=True)
-    (folder / "area.py").write_text(AFTER)
-    subprocess.run([*git, "commit", "-q", "-am", "rename width"], check=True)
-    return folder
+    return two_commits(folder, "area.py", BEFORE, AFTER)
 
 
 def test_a_commit_of_two_hunks_is_one_case_whose_next_edit_is_the_second(tmp_path: Path) -> None:

@@ -288,3 +288,35 @@ def test_escape_acts_where_it_stands_in_keys_that_arrive_together(
     assert report["ok"], f"{report.get('why')}\n{_explain(report)}"
     assert report["modes"] == ["i", "i", "i"], _explain(report)
     assert report["buffer"].split("\n")[0] == "def add(a, b):barbazqux", _explain(report)
+
+
+DIVERGENT = MEMORIZED_MIDDLE.split("\n")[0].replace("total", "value")
+"""``    value = a + b``: the shown middle has ``total`` where the user types ``value``."""
+
+
+def test_typing_something_else_into_a_suggestion_keeps_a_refined_one_on_screen(
+    isolated_env: Path, memorized_model_dir: Path
+) -> None:
+    """Refine as you type (issue 45): the memorized middle is shown, and the user types a line it does not start
+    with from the ``v`` on, one key every 2 s (a loaded machine's refine answers in time). The suggestion is refined,
+    not thrown away: after the line diverged, menus open for the line as typed, computed by a rewrite of the shown
+    text with the typed text held (the engine's log), and nothing is inserted that the user did not type."""
+    expected = MEMORIZED_PREFIX + DIVERGENT + MEMORIZED_SUFFIX
+    report = _run_nvim(
+        _nvim011(),
+        "typing",
+        isolated_env,
+        memorized_model_dir,
+        MEMORIZED_PREFIX + MEMORIZED_SUFFIX,
+        expected=expected,
+        driver_code=DRIVER,
+        settings={**SETTINGS, "refineSteps": 1},
+        typed=DIVERGENT,
+        interval_ms=2000,
+    )
+    assert report["ok"], f"the typing did not finish: {report.get('why')}\n{_explain(report)}"
+    assert report["buffer"] == expected, _explain(report)
+    diverged = [menu for menu in report["menus"] if menu["line"].startswith("    v")]
+    assert diverged, f"no menu opened after the line diverged: nothing was tested\n{_explain(report)}"
+    assert all(menu["words"] and menu["selected"] == -1 for menu in diverged), _explain(report)
+    assert "(a rewrite at strength 0.5)" in report["engine_log"], _explain(report)

@@ -29,6 +29,7 @@ from pytest_lsp import LanguageClient
 
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.features.rewrite import REFILLED
+from diffgemma_lsp.settings import Settings
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.lsp import Editor, RawLsp, complete, inline_complete, rewrite, server_command, span, start_client
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
@@ -37,6 +38,7 @@ from tests.support.vllm_cpu import Served, descendants, serving
 
 pytestmark = pytest.mark.e2e
 API_KEY = "team-vllm-key-0123456789"
+REFINE_ANSWERED = re.compile(r"request \d+: (eos|length), .*\(a rewrite at strength 0\.5\)")
 URI = "file:///work/add.py"
 SOURCE = MEMORIZED_PREFIX + MEMORIZED_SUFFIX
 CURSOR = (1, 0)
@@ -160,6 +162,39 @@ async def test_a_rewrite_starts_from_the_selection_and_vllm_pins_the_held_text(
     assert isinstance(seed_canvas, list) and len(seed_canvas) == 32  # the served canvas, the selection's start
     assert isinstance(pinned, list) and pinned == list(range(len(pinned))) and pinned, pinned  # the held head
     assert extra["diffusion_max_steps"] == 8  # half the schedule: strength 0.5
+
+
+async def test_typing_into_a_suggestion_refines_it_in_vllm_with_the_typed_text_pinned(
+    user_engine: EngineProcess, team_vllm: Served
+) -> None:
+    """Refine as you type (issue 45): the user types into the shown middle something it does not start with; the
+    refine reaches vLLM as a canvas seeded from the shown text where it was offered (``diffusion_seed_canvas``), the
+    typed text pinned at its head (``diffusion_pinned``) and ``refineSteps`` steps (``diffusion_max_steps``), and
+    vLLM answers it. No edit history in the prompt: the checkpoint answers its memorized middle to the document alone.
+    What the answer holds is not asserted: after vLLM's one step (it runs its schedule from the start, the engine's
+    own loop from the middle) this checkpoint's canvas ends nine tokens in and nothing is left after the typed text
+    (2026-12-06, vllm-cpu 0.32.0: the server shows no suggestion, as for any empty refine)."""
+    settings = {**EXACT, "editHistoryTokens": 0}
+    client = await start_client(server_command(user_engine.socket_path, None), init_options={"diffgemma": settings})
+    try:
+        editor = Editor(client)
+        editor.open(URI, SOURCE)
+        await until_ready(client)
+        shown = await complete(client, URI, *CURSOR)
+        assert [item.text_edit.new_text for item in shown.items if item.text_edit] == [MEMORIZED_MIDDLE]
+        typed = MEMORIZED_MIDDLE[: MEMORIZED_MIDDLE.index("+")] + "-"  # the middle shows "+" there
+        before = len(received(team_vllm))
+        editor.change(URI, types.TextDocumentContentChangePartial(range=span(1, 0, 1, 0), text=typed))
+        refined = await complete(client, URI, 1, len(typed))
+    finally:
+        await client.shutdown_session()
+    [extra] = received(team_vllm)[before:]
+    seed_canvas, pinned = extra["diffusion_seed_canvas"], extra["diffusion_pinned"]
+    assert isinstance(seed_canvas, list) and len(seed_canvas) == 32, extra  # the canvas where the middle was shown
+    assert isinstance(pinned, list) and pinned == list(range(len(pinned))) and pinned, pinned  # the typed text
+    assert extra["diffusion_max_steps"] == Settings().refine_steps, extra  # refineSteps (the default)
+    assert REFINE_ANSWERED.search(user_engine.log()), user_engine.log()[-2000:]  # answered by vLLM, not refused
+    assert len(refined.items) <= 1, refined
 
 
 async def test_doctor_probes_through_vllm(user_engine: EngineProcess, team_vllm: Served) -> None:

@@ -2,7 +2,7 @@
 -- A Neovim 0.11+ LSP config: put this file at <runtimepath>/lsp/diffgemma.lua, then `vim.lsp.enable("diffgemma")`.
 -- Settings (camelCase) go in init_options, as in the top-level README's table: enable, model, device,
 -- quantization, runtime, vllmCommand, stepMode,
--- engineIdleExitMinutes, canvasLength, steps, contextTokens, extraContextTokens, editHistoryTokens,
+-- engineIdleExitMinutes, canvasLength, steps, refineSteps, contextTokens, extraContextTokens, editHistoryTokens,
 -- repoContextTokens, debounceMs, deadlineMs, candidates, backend, openaiUrl, openaiModel, openaiApiKeyEnv, openaiPromptFormat, rewriteEnabled,
 -- rewriteStrength, rewriteSteps, nextEditEnabled, nextEditLines, nextEditOnPause, nextEditStrength, nextEditDraws,
 -- privateFiles.
