@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchmarks.machine import machine_report
 from benchmarks.plots import bars
-from benchmarks.report import RESULTS, add_compile_argument, write_report
+from benchmarks.report import RESULTS, add_step_argument, write_report
 from diffgemma_engine.shared import protocol
 from tests.support.engine import RawClient, wait_for_bind
 
@@ -56,7 +56,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     socket_path = Path(tempfile.mkdtemp(prefix="dg-conc-", dir="/tmp")) / "engine.sock"
     command = [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning"]
     command += ["serve", "--socket", str(socket_path)]
-    command += ["--step", "compiled" if args.compile == "on" else "eager"]
+    command += ["--step", args.step]
     if args.model:
         command += ["--model", str(args.model)]
     if args.device:
@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--device", default=None, help="the engine's --device (default: its own choice, auto)")
-    add_compile_argument(parser)
+    add_step_argument(parser)
     parser.add_argument("--out", type=Path, default=RESULTS / "concurrency.json")
     args = parser.parse_args()
     machine = machine_report()  # before the benchmark loads the machine

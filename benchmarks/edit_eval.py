@@ -418,10 +418,8 @@ def measure(edits: list[Edit], rewrite: Rewrite, strength: float, seed: int, sco
     }
 
 
-def main() -> None:
-    """Command-line entry point."""
-    from benchmarks.machine import machine_report
-    from benchmarks.plots import repair_by_strength
+def parse_args() -> argparse.Namespace:
+    """The benchmark's command line."""
     from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -443,7 +441,15 @@ def main() -> None:
     parser.add_argument("--corrupt-only", action="store_true", help="choose and test the corruptions, no model")
     parser.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/edit_eval.json")
     parser.add_argument("--plot", type=Path, default=None, help="default: the --json path with .png")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    """Command-line entry point."""
+    from benchmarks.machine import machine_report
+    from benchmarks.plots import repair_by_strength
+
+    args = parse_args()
     strengths = [s for s in args.strengths if s != BASELINE_STRENGTH] + [BASELINE_STRENGTH]
     if not all(0 < s <= 1 for s in strengths):
         raise SystemExit("--strengths must lie in (0, 1]")

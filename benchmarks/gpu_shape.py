@@ -179,6 +179,72 @@ def timed(device: torch.device, run, *args, **kwargs) -> tuple[float, Any]:
     return (time.perf_counter() - start) * 1000, out
 
 
+class Measure:
+    """The rows of one run: each loop's time per step and per completion at each canvas and step count, written
+    after every row (a run cut short keeps what it measured)."""
+
+    def __init__(
+        self, model: Any, prompt: torch.Tensor, figures: dict[str, Any], out: Path, bandwidth: float | None
+    ) -> None:
+        self.model, self.prompt, self.figures, self.out = model, prompt, figures, out
+        self.device = prompt.device
+        self.bandwidth = bandwidth
+        """The device's measured memory bandwidth, GB/s (None: not measured)."""
+
+    def record(self, row: dict, canvas: int, steps: int, total_ms: float, step_ms: float) -> None:
+        read = bytes_per_step(self.model, canvas)
+        floor = read / (self.bandwidth * 1e9) * 1000 if self.bandwidth else None
+        row.update(
+            canvas=canvas,
+            steps=steps,
+            ms_per_completion=round(total_ms, 1),
+            ms_per_step=round(step_ms, 2),
+            tokens_per_s=round(canvas / total_ms * 1000, 1),
+            floor_ms=round(floor, 2) if floor else None,
+            gb_read_per_step=round(read / 1e9, 2),
+        )
+        self.figures["rows"].append(row)
+        print(json.dumps(row), flush=True)
+        if self.device.type == "cuda":
+            self.figures["max_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+        write_json(self.out, self.figures)
+
+    def eager_rows(self, canvas: int, steps: int) -> None:
+        model, prompt = self.model, self.prompt
+        settings = SamplerSettings(max_steps=steps, confidence_threshold=-1.0)
+        run_canvas(model, prompt, canvas, settings)  # warm-up for this shape
+        for reuse in (False, True):
+            cache = PrefixCache(model) if reuse else None
+            if cache is not None:
+                cache.prepare("doc", prompt[0].tolist())  # the keystroke before
+            typed = torch.cat([prompt, prompt[:, -1:]], dim=1)
+            total_ms, out = timed(
+                self.device, run_canvas, model, typed, canvas, settings, prefix_cache=cache, cache_key="doc"
+            )
+            row = {"loop": "eager", "prefix_reuse": reuse, "encode_ms": round(out.encode_ms, 1)}
+            self.record(row, canvas, steps, total_ms, out.denoise_ms / out.steps)
+
+    def static_rows(self, loop: str, canvas: int, step_counts: list[int]) -> None:
+        model, prompt, device = self.model, self.prompt, self.device
+        view = DynamicCache(config=model.config.get_text_config(decoder=True))
+        encode_prompt(model, prompt, view)
+        static_prompt = StaticPrompt.allocate(model, view, 1, prompt_bucket(prompt.shape[1]), canvas)
+        static_prompt.load([view])
+        step, compile_s = None, None
+        for steps in step_counts:
+            settings = SamplerSettings(max_steps=steps, confidence_threshold=-1.0, exact=True)
+            if loop == "captured" and step is None:  # one graph per canvas, whatever the step count
+                step = compile_step(model, settings, mode="reduce-overhead")
+                warm_ms = 0.0
+                for _ in range(3):  # compile, record the graph, replay it: three warm-up canvases
+                    warm_ms += timed(device, denoise_static, model, static_prompt, settings, step=step)[0]
+                compile_s = round(warm_ms / 1000, 1)
+            elif loop == "static":
+                denoise_static(model, static_prompt, settings)  # warm-up
+            total_ms, out = timed(device, denoise_static, model, static_prompt, settings, step=step)
+            self.record({"loop": loop, "compile_s": compile_s}, canvas, steps, total_ms, total_ms / out.steps)
+
+
 def main() -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -206,68 +272,16 @@ def main() -> None:
         "bandwidth_gb_s": round(bandwidth, 1) if bandwidth else None,
         "rows": [],
     }
-    rows: list[dict] = figures["rows"]
-
-    def record(row: dict, canvas: int, steps: int, total_ms: float, step_ms: float) -> None:
-        read = bytes_per_step(model, canvas)
-        floor = read / (bandwidth * 1e9) * 1000 if bandwidth else None
-        row.update(
-            canvas=canvas,
-            steps=steps,
-            ms_per_completion=round(total_ms, 1),
-            ms_per_step=round(step_ms, 2),
-            tokens_per_s=round(canvas / total_ms * 1000, 1),
-            floor_ms=round(floor, 2) if floor else None,
-            gb_read_per_step=round(read / 1e9, 2),
-        )
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        if device.type == "cuda":
-            figures["max_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
-        write_json(args.out, figures)  # after every row: a run cut short keeps what it measured
-
-    def eager_rows(canvas: int, steps: int) -> None:
-        settings = SamplerSettings(max_steps=steps, confidence_threshold=-1.0)
-        run_canvas(model, prompt, canvas, settings)  # warm-up for this shape
-        for reuse in (False, True):
-            cache = PrefixCache(model) if reuse else None
-            if cache is not None:
-                cache.prepare("doc", prompt[0].tolist())  # the keystroke before
-            typed = torch.cat([prompt, prompt[:, -1:]], dim=1)
-            total_ms, out = timed(
-                device, run_canvas, model, typed, canvas, settings, prefix_cache=cache, cache_key="doc"
-            )
-            row = {"loop": "eager", "prefix_reuse": reuse, "encode_ms": round(out.encode_ms, 1)}
-            record(row, canvas, steps, total_ms, out.denoise_ms / out.steps)
-
-    def static_rows(loop: str, canvas: int, step_counts: list[int]) -> None:
-        view = DynamicCache(config=model.config.get_text_config(decoder=True))
-        encode_prompt(model, prompt, view)
-        static_prompt = StaticPrompt.allocate(model, view, 1, prompt_bucket(args.prompt), canvas)
-        static_prompt.load([view])
-        step, compile_s = None, None
-        for steps in step_counts:
-            settings = SamplerSettings(max_steps=steps, confidence_threshold=-1.0, exact=True)
-            if loop == "captured" and step is None:  # one graph per canvas, whatever the step count
-                step = compile_step(model, settings, mode="reduce-overhead")
-                warm_ms = 0.0
-                for _ in range(3):  # compile, record the graph, replay it: three warm-up canvases
-                    warm_ms += timed(device, denoise_static, model, static_prompt, settings, step=step)[0]
-                compile_s = round(warm_ms / 1000, 1)
-            elif loop == "static":
-                denoise_static(model, static_prompt, settings)  # warm-up
-            total_ms, out = timed(device, denoise_static, model, static_prompt, settings, step=step)
-            record({"loop": loop, "compile_s": compile_s}, canvas, steps, total_ms, total_ms / out.steps)
-
+    measure = Measure(model, prompt, figures, args.out, bandwidth)
     step_counts = [int(steps) for steps in args.steps.split(",")]
     with torch.inference_mode():
         for canvas in map(int, args.canvases.split(",")):
             if "eager" in args.loops:
                 for steps in step_counts:
-                    eager_rows(canvas, steps)
+                    measure.eager_rows(canvas, steps)
             for loop in args.loops:
                 if loop != "eager":
-                    static_rows(loop, canvas, step_counts)
+                    measure.static_rows(loop, canvas, step_counts)
     plot(figures, args.out.with_suffix(".png"))
 
 

@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, LogitsProcessorList
@@ -65,7 +66,7 @@ from benchmarks.humaneval import (
 )
 from benchmarks.plots import pass_at_1_by_steps
 from benchmarks.report import RESULTS, write_json
-from diffgemma_engine.canvas.caches import PrefixCache
+from diffgemma_engine.canvas.caches import DEFAULT_SLOTS
 from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
 from diffgemma_engine.loading.model import DEFAULT_MAX_PROMPT_TOKENS, read_hints
 from diffgemma_engine.loading.model import load_model as engine_load_model
@@ -117,7 +118,7 @@ def load_engine_model(model_dir: Path, random_init: bool, seed: int, max_prompt_
     loaded = engine_load_model(model_dir, "cpu", "float32", max_prompt_tokens)
     if random_init:
         fresh = fresh_weights(loaded.model, seed)
-        loaded = dataclasses.replace(loaded, model=fresh, prefix_cache=PrefixCache(fresh))
+        loaded = dataclasses.replace(loaded, model=fresh, cache_slots=DEFAULT_SLOTS)
     return loaded
 
 
@@ -309,8 +310,8 @@ def chosen_splits(args) -> dict[str, list[dict]]:
     return out
 
 
-def main() -> None:
-    """Command-line entry point."""
+def parse_args() -> argparse.Namespace:
+    """The benchmark's command line, its defaults filled in."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR)
     parser.add_argument(
@@ -364,7 +365,15 @@ def main() -> None:
     if args.plot is None:
         args.plot = args.json.with_suffix(".png")
 
-    torch.set_num_threads(args.threads)
+    return args
+
+
+Shown = Callable[[int, int], tuple[int, int]]
+"""(asked canvas, asked steps) -> the canvas and steps the backend uses."""
+
+
+def backend_of(args: argparse.Namespace) -> tuple[Any, list[int], list[int], Callable[[int, int], Complete], Shown]:
+    """The model, the canvases and step counts to run, a completer for each pair and what each pair runs as."""
     if args.max_prompt_tokens is None:  # what the engine would use: its default, capped by the checkpoint's hint
         hint = read_hints(args.model).get("max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS)
         args.max_prompt_tokens = min(DEFAULT_MAX_PROMPT_TOKENS, hint)
@@ -401,18 +410,19 @@ def main() -> None:
         def shown(canvas: int, steps: int) -> tuple[int, int]:
             return canvas, steps
 
-    splits = {args.data.name: pick(load_tasks(args.data), args.n, args.limit)} if args.data else chosen_splits(args)
-    report: dict = {
-        "model": str(args.model),
-        "backend": args.backend,
-        "random_init": args.random_init,
-        "raw": args.raw,
-        "pin_suffix": args.pin_suffix,
-        "max_prompt_tokens": args.max_prompt_tokens,
-        "threads": args.threads,
-        "params": sum(p.numel() for p in model.parameters()),
-        "runs": [],
-    }
+    return model, canvases, steps_list, completer, shown
+
+
+def run_grid(
+    args: argparse.Namespace,
+    splits: dict[str, list[dict]],
+    runs: tuple[list[int], list[int]],
+    completer: Callable[[int, int], Complete],
+    shown: Shown,
+) -> list[dict]:
+    """Each (canvas, steps) pair's figures on every split (each split's do-nothing floor computed once)."""
+    canvases, steps_list = runs
+    out = []
     floors: dict[str, float | None] = {}
     for asked_canvas in canvases:
         for asked_steps in steps_list:
@@ -428,7 +438,28 @@ def main() -> None:
                 run["splits"][name] = result
                 summary = {k: v for k, v in result.items() if k not in ("samples", "passed_task_ids")}
                 print(json.dumps({"split": name, "canvas": canvas, "steps": steps, **summary}), flush=True)
-            report["runs"].append(run)
+            out.append(run)
+    return out
+
+
+def main() -> None:
+    """Command-line entry point."""
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    model, canvases, steps_list, completer, shown = backend_of(args)
+    splits = {args.data.name: pick(load_tasks(args.data), args.n, args.limit)} if args.data else chosen_splits(args)
+    report: dict = {
+        "model": str(args.model),
+        "backend": args.backend,
+        "random_init": args.random_init,
+        "raw": args.raw,
+        "pin_suffix": args.pin_suffix,
+        "max_prompt_tokens": args.max_prompt_tokens,
+        "threads": args.threads,
+        "params": sum(p.numel() for p in model.parameters()),
+        "runs": [],
+    }
+    report["runs"] = run_grid(args, splits, (canvases, steps_list), completer, shown)
     # the first run's figures at the top level, for tools that read one result
     first = report["runs"][0]
     report.update({"canvas": first["canvas"], "steps": first["steps"], "splits": first["splits"]})

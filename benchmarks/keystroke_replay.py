@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import random
 import shutil
@@ -32,12 +33,14 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.machine import machine_report
 from benchmarks.plots import cdf
-from benchmarks.report import RESULTS, add_compile_argument, write_report
+from benchmarks.report import RESULTS, add_step_argument, write_report
 from diffgemma_engine.loading.checkpoint_files import HINTS_FILE
 from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared.serve_options import RUNTIMES, Runtime, ServeOptions
 from tests.support.engine import RawClient, wait_for_bind
 from tests.support.lsp import RawLsp, server_command
 
@@ -93,27 +96,108 @@ def with_chat_order(model: Path | None, order: str, scratch: Path) -> Path:
     return folder
 
 
+@dataclasses.dataclass
+class Samples:
+    """What each keystroke's request gave."""
+
+    latencies: list[float] = dataclasses.field(default_factory=list)
+    engine_ms: list[float] = dataclasses.field(default_factory=list)
+    steps: list[int] = dataclasses.field(default_factory=list)
+    cached: list[int] = dataclasses.field(default_factory=list)
+    """Prompt tokens whose encoding was reused; -1: answered from the completion shown, no engine work."""
+    prompt_tokens: list[int] = dataclasses.field(default_factory=list)
+    encode_ms: list[float] = dataclasses.field(default_factory=list)
+    reuse_hits: int = 0
+
+    def record(self, elapsed_ms: float, status: dict[str, Any]) -> None:
+        """One request's end-to-end latency and the server's status after it."""
+        self.latencies.append(elapsed_ms)
+        if status["reuseHits"] > self.reuse_hits:  # answered from the shown completion: no engine work
+            self.reuse_hits = status["reuseHits"]
+            self.engine_ms.append(0.0)
+            self.cached.append(-1)
+            return
+        timings = status["lastTimings"]
+        self.engine_ms.append(protocol.Timings(**timings).total_ms)
+        self.steps.append(timings["steps"])
+        self.cached.append(timings["cached_tokens"])
+        self.prompt_tokens.append(timings["prompt_tokens"])
+        self.encode_ms.append(timings["encode_ms"])
+
+
+class Session:
+    """The language server under test, with its request ids."""
+
+    def __init__(self, lsp: RawLsp) -> None:
+        self.lsp = lsp
+        self.request_id = 10
+
+    async def ask(self, method: str, params: dict[str, object]) -> Any:
+        """A request's reply."""
+        self.request_id += 1
+        self.lsp.request(self.request_id, method, params)
+        return await self.lsp.reply(self.request_id)
+
+    async def status(self) -> dict[str, Any]:
+        """The ``diffgemma.status`` command's answer."""
+        reply = await self.ask("workspace/executeCommand", {"command": "diffgemma.status", "arguments": []})
+        status: dict[str, Any] = reply["result"]
+        return status
+
+    async def ready(self) -> dict[str, object]:
+        """Wait until the engine answers and the workspace index is built; the index's status."""
+        self.lsp.open("file:///warm.py", "def f(x):\n    ")
+        while True:
+            status = await self.status()
+            if status["engine"] == "ready" and not status["workspaceIndex"]["building"]:
+                index: dict[str, object] = status["workspaceIndex"]
+                return index
+            await asyncio.sleep(0.2)
+
+    async def type_session(self, uri: str, text: str, start: int, samples: Samples, requests: int) -> None:
+        """Type the 80 characters from ``start`` back into ``text`` one by one, a completion asked at each."""
+        version = 1
+        self.lsp.open(uri, text[:start] + text[start + 80 :])
+        typed = text[start : start + 80]
+        for count in range(1, len(typed) + 1):
+            if len(samples.latencies) >= requests:
+                return
+            version += 1
+            current = text[:start] + typed[:count] + text[start + 80 :]
+            self.lsp.notify(
+                "textDocument/didChange",
+                {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": current}]},
+            )
+            before = current[: start + count]
+            position = {"line": before.count("\n"), "character": len(before) - before.rfind("\n") - 1}
+            sent = time.perf_counter()
+            context = {"triggerKind": 2}  # Automatic: the user is typing
+            await self.ask(
+                "textDocument/inlineCompletion",
+                {"textDocument": {"uri": uri}, "position": position, "context": context},
+            )
+            elapsed = (time.perf_counter() - sent) * 1000
+            samples.record(elapsed, await self.status())
+
+
+def engine_command(args: argparse.Namespace, socket_path: Path, model: Path | None) -> list[str]:
+    """The engine the benchmark starts, with the engine's own ``serve`` options."""
+    options = ServeOptions(
+        engine_socket=socket_path, model=str(model) if model else None, step=args.step, runtime=Runtime(args.runtime)
+    )
+    return [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning", *options.argv()]
+
+
 async def replay(args: argparse.Namespace) -> dict[str, object]:
     """Run the typing sessions; returns the figures."""
     runtime = Path(tempfile.mkdtemp(prefix="dg-bench-", dir="/tmp"))
     socket_path = runtime / "engine.sock"
-    engine_command = [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning"]
-    engine_command += ["serve", "--socket", str(socket_path)]
-    engine_command += ["--step", "compiled" if args.compile == "on" else "eager", "--runtime", args.runtime]
     model = with_chat_order(args.model, args.chat_order, runtime) if args.chat_order else args.model
-    if model:
-        engine_command += ["--model", str(model)]
-    engine = subprocess.Popen(engine_command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
+    command = engine_command(args, socket_path, model)
+    engine = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
     await asyncio.to_thread(wait_for_bind, engine, socket_path)  # else the server starts an engine of its own
     lsp = await RawLsp.start(server_command(socket_path, model))
-    latencies: list[float] = []
-    engine_ms: list[float] = []
-    steps: list[int] = []
-    cached: list[int] = []
-    prompt_tokens: list[int] = []
-    encode_ms: list[float] = []
-    reuse_hits = 0
-    index_status: dict[str, object] = {}
+    samples = Samples()
     try:
         options = {
             "debounceMs": 0,
@@ -123,71 +207,28 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
         }
         workspace = stdlib_workspace(runtime)
         await lsp.initialize(options, root_uri=workspace.as_uri())
-        request_id = 10
-        sessions = typing_sessions(workspace, args.files, args.seed)
-        # Warm up until the engine answers and the workspace index is built.
-        lsp.open("file:///warm.py", "def f(x):\n    ")
-        while True:
-            request_id += 1
-            lsp.request(request_id, "workspace/executeCommand", {"command": "diffgemma.status", "arguments": []})
-            status = (await lsp.reply(request_id))["result"]
-            if status["engine"] == "ready" and not status["workspaceIndex"]["building"]:
-                index_status = status["workspaceIndex"]
-                break
-            await asyncio.sleep(0.2)
+        session = Session(lsp)
+        index_status = await session.ready()
         client = await RawClient.connect(socket_path)
         engine_step = await client.wait_compiled()
         await client.close()
-        for uri, text, start in sessions:
-            if len(latencies) >= args.requests:
+        for uri, text, start in typing_sessions(workspace, args.files, args.seed):
+            if len(samples.latencies) >= args.requests:
                 break
-            version = 1
-            lsp.open(uri, text[:start] + text[start + 80 :])
-            typed = text[start : start + 80]
-            for count in range(1, len(typed) + 1):
-                if len(latencies) >= args.requests:
-                    break
-                version += 1
-                current = text[:start] + typed[:count] + text[start + 80 :]
-                lsp.notify(
-                    "textDocument/didChange",
-                    {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": current}]},
-                )
-                before = current[: start + count]
-                line, character = before.count("\n"), len(before) - before.rfind("\n") - 1
-                request_id += 1
-                sent = time.perf_counter()
-                lsp.request(
-                    request_id,
-                    "textDocument/inlineCompletion",
-                    {
-                        "textDocument": {"uri": uri},
-                        "position": {"line": line, "character": character},
-                        "context": {"triggerKind": 2},  # Automatic: the user is typing
-                    },
-                )
-                await lsp.reply(request_id)
-                elapsed = (time.perf_counter() - sent) * 1000
-                request_id += 1
-                lsp.request(request_id, "workspace/executeCommand", {"command": "diffgemma.status", "arguments": []})
-                status = (await lsp.reply(request_id))["result"]
-                latencies.append(elapsed)
-                if status["reuseHits"] > reuse_hits:  # answered from the shown completion: no engine work
-                    reuse_hits = status["reuseHits"]
-                    engine_ms.append(0.0)
-                    cached.append(-1)
-                    continue
-                timings = status["lastTimings"]
-                engine_ms.append(protocol.Timings(**timings).total_ms)
-                steps.append(timings["steps"])
-                cached.append(timings["cached_tokens"])
-                prompt_tokens.append(timings["prompt_tokens"])
-                encode_ms.append(timings["encode_ms"])
+            await session.type_session(uri, text, start, samples, args.requests)
     finally:
         await lsp.stop()
         engine.terminate()
         engine.wait(10)
         shutil.rmtree(runtime, ignore_errors=True)
+    return figures_of(args, samples, index_status, engine_step)
+
+
+def figures_of(
+    args: argparse.Namespace, samples: Samples, index_status: dict[str, object], engine_step: str
+) -> dict[str, object]:
+    """The benchmark's figures from its samples."""
+    latencies, engine_ms, cached = samples.latencies, samples.engine_ms, samples.cached
     overhead = [total - own for total, own in zip(latencies, engine_ms, strict=True)]
     return {
         "model": str(args.model or "default"),
@@ -202,11 +243,11 @@ async def replay(args: argparse.Namespace) -> dict[str, object]:
         "mean_ms": round(statistics.fmean(latencies), 1),
         "engine_p50_ms": round(percentile(engine_ms, 0.50), 1),
         "lsp_overhead_p50_ms": round(percentile(overhead, 0.50), 2),
-        "steps_mean": round(statistics.fmean(steps), 2),
-        "prompt_tokens_mean": round(statistics.fmean(prompt_tokens), 1),
+        "steps_mean": round(statistics.fmean(samples.steps), 2),
+        "prompt_tokens_mean": round(statistics.fmean(samples.prompt_tokens), 1),
         "chat_order": args.chat_order or "",
-        "prompt_reuse_share": round(sum(c for c in cached if c > 0) / max(sum(prompt_tokens), 1), 3),
-        "encode_ms_mean": round(statistics.fmean(encode_ms), 2),
+        "prompt_reuse_share": round(sum(c for c in cached if c > 0) / max(sum(samples.prompt_tokens), 1), 3),
+        "encode_ms_mean": round(statistics.fmean(samples.encode_ms), 2),
         "cache_hit_rate": round(sum(c != 0 for c in cached) / len(cached), 3),
         "prefix_reuse_rate": round(sum(c > 0 for c in cached) / len(cached), 3),
         "shown_completion_reuse_rate": round(sum(c < 0 for c in cached) / len(cached), 3),
@@ -224,7 +265,7 @@ def main() -> None:
     parser.add_argument("--chat-order", choices=("suffix_first", "in_place"), default=None)
     parser.add_argument(
         "--runtime",
-        choices=("transformers", "vllm", "auto"),
+        choices=RUNTIMES,
         default="transformers",
         help="the engine's --runtime (vllm: the vllm on PATH runs the canvases; default: the engine's own loop)",
     )
@@ -240,7 +281,7 @@ def main() -> None:
         default=256,
         help="the editHistoryTokens setting (0: no recent edits in the prompt), to measure what they cost in reuse",
     )
-    add_compile_argument(parser)
+    add_step_argument(parser)
     parser.add_argument("--out", type=Path, default=RESULTS / "keystroke_replay.json")
     args = parser.parse_args()
     machine = machine_report()  # before the benchmark loads the machine

@@ -48,7 +48,7 @@ from diffgemma_engine.errors import EngineError
 from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR, LoadedModel, load_model
 from diffgemma_engine.request.batch import Row, run_batch
 from diffgemma_engine.request.infill import Answer, run_infill
-from diffgemma_engine.service.worker import distinct_alternatives
+from diffgemma_engine.runtimes.seam import distinct_alternatives
 from diffgemma_engine.shared import protocol
 from diffgemma_engine.shared.prompt import EDITS_CHUNK_NAME
 from diffgemma_lsp.document import LineDocument

@@ -1,5 +1,5 @@
 """How a benchmark writes its figures: the JSON file (with the machine report beside the figures), the figures
-printed, the plot; and the ``--compile`` argument of the scripts that drive the engine."""
+printed, the plot; and the ``--step`` argument of the scripts that drive the engine."""
 
 from __future__ import annotations
 
@@ -8,16 +8,19 @@ import json
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from diffgemma_engine.__main__ import COMPILE_CHOICES
+from diffgemma_engine.shared.serve_options import STEP_MODES, StepMode
 
 RESULTS = Path(__file__).resolve().parent / "results"
 """Where a benchmark writes by default (``--out``)."""
-COMPILE_HELP = "the engine's --compile; with on, the measurement starts once compiling has ended"
+STEP_HELP = "the engine's serve --step (default eager); the measurement starts once compiling has ended"
 
 
-def add_compile_argument(parser: argparse.ArgumentParser, help_text: str = COMPILE_HELP) -> None:
-    """``--compile on|off`` (the engine's choices, default off): the engine's step compiled for the measurement."""
-    parser.add_argument("--compile", choices=COMPILE_CHOICES, default="off", help=help_text)
+def add_step_argument(
+    parser: argparse.ArgumentParser, help_text: str = STEP_HELP, choices: tuple[str, ...] = STEP_MODES
+) -> None:
+    """``--step`` (the engine's ``serve --step`` choices, or those of them given; default eager): how the engine's
+    step runs for the measurement."""
+    parser.add_argument("--step", choices=choices, default=StepMode.EAGER.value, help=help_text)
 
 
 def write_json(path: Path, figures: dict[str, object]) -> None:

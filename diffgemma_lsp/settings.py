@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from diffgemma_engine.shared import protocol, socket_paths
+from diffgemma_engine.shared import protocol, serve_options, socket_paths
 from diffgemma_lsp.fim_formats import PROMPT_FORMATS
 
 KEY_ENV_PATTERN = r"([A-Z][A-Z0-9_]*API_KEY)?"
@@ -47,10 +47,10 @@ def _share(_: object, attribute: attrs.Attribute[float], value: float) -> None:
         raise ValueError(f"{attribute.name} must be above 0 and at most 1, got {value}")
 
 
-RUNTIMES = ("auto", "transformers", "vllm")
-"""The engine's --runtime choices."""
-STEP_MODES = ("auto", "eager", "compiled", "captured")
-"""The engine's --step choices (``diffgemma_engine.canvas.step_mode``)."""
+RUNTIMES = serve_options.RUNTIMES
+"""The engine's --runtime choices, as the engine declares them (``diffgemma_engine.shared.serve_options``)."""
+STEP_MODES = serve_options.STEP_MODES
+"""The engine's --step choices, as the engine declares them."""
 QUANTIZATIONS = ("", *protocol.QUANTIZATION_CHOICES)
 """The engine's --quantization choices ("": not given, the checkpoint's own)."""
 MAX_IDLE_EXIT_MINUTES = 527_040

@@ -23,20 +23,13 @@ import os
 import sys
 from pathlib import Path
 
-from .canvas.step_mode import STEP_MODES, StepMode  # light: the standard library
 from .loading.plan import DEFAULT_PROMPT_TOKENS, PRECISIONS  # light: attrs and the standard library
-from .service.idle import parse_idle_exit  # light: the standard library
-from .service.jobs import DEFAULT_MAX_BATCH, DEFAULT_MAX_PENDING, JobQueue  # light, as the two below
-from .service.runtime_choice import Runtime, RuntimeChoice, RuntimeRefused, ServeOptions, choose_runtime
+from .serve_command import MODEL_HELP, add_model_args, add_serve_command, choice_for, options_of, serve
+from .serve_command import default_step as default_step  # the command line's, read by tests
+from .serve_command import runtime_of as runtime_of
+from .serve_command import step_mode_of as step_mode_of
 from .shared import protocol, socket_paths
 from .shared.logfile import setup_logging
-
-COMPILE_CHOICES = ("on", "off")
-"""The older ``serve --compile`` (``on``: ``--step compiled``), and the benchmarks' own ``--compile``."""
-MODEL_HELP = "checkpoint folder, or hub id (owner/name) pulled into the hub cache (default: the shipped model)"
-WORKER_EXIT_TIMEOUT_S = 10.0
-"""How long a stopping engine waits for the model thread to finish the job it is running."""
-
 
 QUIET_LOGGERS = {"transformers": logging.WARNING, "httpx": logging.WARNING, "urllib3": logging.WARNING}
 # torchao (imported by transformers when installed) tries its CUDA-only extensions and registers Enum constants on
@@ -52,79 +45,6 @@ def refuse(exc: BaseException) -> int:
     logging.getLogger("diffgemma_engine").debug("refused", exc_info=exc)
     print(f"diffgemma-engine: {describe(exc)}", file=sys.stderr)
     return 2
-
-
-def add_model_args(parser: argparse.ArgumentParser) -> None:
-    """Options shared by ``serve`` and ``infill``."""
-    parser.add_argument("--model", default=None, help=MODEL_HELP)
-    parser.add_argument(
-        "--device",
-        default="auto",
-        help="auto (CUDA, then MPS, then CPU), cpu, mps, cuda, cuda:N, cuda:0,1; add cpu or disk to offload",
-    )
-    parser.add_argument("--dtype", default="auto", help="auto (the checkpoint's own), float32, bfloat16 or float16")
-    parser.add_argument(
-        "--max-memory",
-        default=None,
-        help="memory to use per device when spreading the model, e.g. cuda:0=20GiB,cpu=48GiB (default: what is free)",
-    )
-    parser.add_argument(
-        "--quantization",
-        choices=protocol.QUANTIZATION_CHOICES,
-        default=None,
-        help="int8 (torchao, CPU or CUDA, not MPS; needs the quant extra) or fp8 (CUDA compute capability 8.9+, no "
-        "offload, the kernels package and its cached kernel); default: the checkpoint's own (none for a bf16 one)",
-    )
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-
-
-async def serve(args: argparse.Namespace, runtime: RuntimeChoice) -> int:
-    """Listen on the socket, load the model on the model thread (or start the vLLM that holds it), serve until
-    stopped."""
-    from .service.server import EngineServer
-    from .service.socket_file import AlreadyRunningError
-    from .service.worker import ModelWorker
-
-    loop = asyncio.get_running_loop()
-    queue = JobQueue(max_pending=args.max_pending)
-    server = EngineServer(queue, idle_exit_s=args.idle_exit)
-    try:
-        await server.start(args.socket)
-    except AlreadyRunningError as exc:
-        logging.getLogger("diffgemma_engine").warning(
-            "%s (`diffgemma-lsp doctor --engine-socket %s` says what it serves; stop it to start another here)",
-            exc,
-            args.socket,
-        )
-        return 0 if args.exist_ok else 3
-    except OSError as exc:  # an unsafe or unusable socket directory (another user's, a symlink, read-only)
-        logging.getLogger("diffgemma_engine").error("cannot listen on %s: %s", args.socket, exc)
-        return 4
-    worker = ModelWorker(
-        queue,
-        args.model,
-        args.device,
-        args.dtype,
-        on_loaded=lambda loaded: loop.call_soon_threadsafe(server.model_loaded, loaded),
-        on_failed=lambda error: loop.call_soon_threadsafe(server.model_failed, error),
-        threads=args.threads,
-        max_batch=args.max_batch,
-        step_mode=StepMode(args.step),
-        max_memory=args.max_memory,
-        quantization=args.quantization,
-        vllm=runtime.vllm,
-    )
-    server.runtime_state = worker.runtime_state
-    server.runtime_notes = worker.runtime_notes
-    logging.getLogger("diffgemma_engine").info("canvases run by %s", runtime.reason)
-    worker.start()
-    await server.serve_until_stopped()
-    queue.close()
-    # Let the model thread end its last job and return before the interpreter shuts down: a daemon thread still
-    # inside torch while the process finalizes can abort it (SIGABRT) instead of a clean exit.
-    await asyncio.to_thread(worker.join, WORKER_EXIT_TIMEOUT_S)
-    await asyncio.to_thread(worker.stop_runtime)
-    return 1 if server.load_error else 0
 
 
 def infill(args: argparse.Namespace) -> int:
@@ -251,111 +171,6 @@ def pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def runtime_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RuntimeChoice:
-    """What runs ``serve``'s canvases (``diffgemma_engine.service.runtime_choice``); its refusal is the parser's."""
-    options = ServeOptions(
-        runtime=Runtime(args.runtime),
-        engine_socket=args.socket,
-        device=args.device,
-        dtype=args.dtype,
-        quantization=args.quantization,
-        max_memory=args.max_memory,
-        step=args.step,
-        vllm_command=args.vllm_command,
-        vllm_socket=args.vllm_socket,
-        vllm_url=args.vllm_url,
-        vllm_plain_http=args.vllm_plain_http,
-        vllm_model=args.vllm_model,
-        api_key=os.environ.get("DIFFGEMMA_VLLM_API_KEY", ""),
-    )
-    try:
-        return choose_runtime(options)
-    except RuntimeRefused as exc:
-        parser.error(str(exc))
-
-
-def default_step() -> str:
-    """``serve --step``'s default: ``$DIFFGEMMA_STEP``; else compiled for the older ``$DIFFGEMMA_COMPILE=on``."""
-    if step := os.environ.get("DIFFGEMMA_STEP"):
-        return step
-    return StepMode.COMPILED.value if os.environ.get("DIFFGEMMA_COMPILE") == "on" else StepMode.AUTO.value
-
-
-def step_mode_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
-    """The one ``--step`` of ``serve``, from it, ``$DIFFGEMMA_STEP`` or the two flags it replaced (which agree with it
-    or are refused)."""
-    if args.step not in STEP_MODES:  # argparse does not check a default read from the environment
-        parser.error(f"--step (or $DIFFGEMMA_STEP) must be one of {', '.join(STEP_MODES)}, not {args.step!r}")
-    implied = {"on": StepMode.COMPILED.value}.get(args.compile) or {"captured": StepMode.CAPTURED.value}.get(args.loop)
-    if args.compile == "on" and args.loop == "captured":
-        parser.error("--compile on and --loop captured are two steps: use --step compiled or --step captured")
-    if implied is None:
-        return str(args.step)
-    if args.step not in (implied, StepMode.EAGER.value, StepMode.AUTO.value):
-        parser.error(f"--step {args.step} and the older flag meaning --step {implied} disagree: use --step alone")
-    return implied
-
-
-def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``serve``: the resident engine on a Unix socket."""
-    serve_parser = commands.add_parser("serve", help="serve infill requests on a Unix socket")
-    add_model_args(serve_parser)
-    serve_parser.add_argument("--socket", type=Path, default=None, help="default: the per-user runtime path")
-    serve_parser.add_argument(
-        "--max-pending", type=int, default=DEFAULT_MAX_PENDING, help="queued requests before 'busy'"
-    )
-    serve_parser.add_argument(
-        "--max-batch",
-        type=int,
-        default=DEFAULT_MAX_BATCH,
-        help="queued requests denoised together in one decoder pass (1: off)",
-    )
-    serve_parser.add_argument(
-        "--step",
-        default=default_step(),
-        help="how the denoising step runs: auto (captured on a CUDA device, eager elsewhere); eager (op by op, "
-        "every shape); compiled (torch.compile of the decoder "
-        "pass and scores, dynamic shapes, compiled in the background and served eagerly until then); captured (the "
-        "whole step compiled as one graph per serving shape, a CUDA graph on a GPU, warmed in the background; the "
-        "eager loop serves until then, and serves batches, candidates and rewrites with held text); "
-        "default: $DIFFGEMMA_STEP, compiled with the older $DIFFGEMMA_COMPILE=on, else auto",
-    )
-    # The two flags --step replaced, kept for scripts that pass them: --compile on is --step compiled, --loop
-    # captured is --step captured.
-    serve_parser.add_argument("--compile", choices=COMPILE_CHOICES, default=None, help=argparse.SUPPRESS)
-    serve_parser.add_argument("--loop", choices=("eager", "captured"), default=None, help=argparse.SUPPRESS)
-    serve_parser.add_argument(
-        "--idle-exit",
-        type=parse_idle_exit,
-        default=0.0,
-        help="exit after this many seconds without clients (0: never), or auto: 15 minutes for a model that loads "
-        "in 10 s or less, 8 hours for a slower one (default: never)",
-    )
-    serve_parser.add_argument(
-        "--exist-ok", action="store_true", help="exit 0 (not 3) when another engine already serves the socket"
-    )
-    serve_parser.add_argument(
-        "--runtime",
-        choices=[runtime.value for runtime in Runtime],
-        default=os.environ.get("DIFFGEMMA_RUNTIME", Runtime.AUTO.value),
-        help="what runs the canvases: this process's own loop (transformers); vLLM (vllm: one the engine starts "
-        "with --vllm-command or the vllm on PATH, or one already listening at --vllm-socket or --vllm-url, the "
-        "key from $DIFFGEMMA_VLLM_API_KEY); auto: vLLM where there is a CUDA device and a vllm to run, else the "
-        "own loop (default: $DIFFGEMMA_RUNTIME, else auto)",
-    )
-    serve_parser.add_argument(
-        "--vllm-command", default="", help="the vllm executable of a vLLM installation (default: vllm on PATH)"
-    )
-    serve_parser.add_argument("--vllm-socket", type=Path, default=None, help="the Unix socket of `vllm serve --uds`")
-    serve_parser.add_argument("--vllm-url", default="", help="the URL of a vLLM server, e.g. http://127.0.0.1:8000")
-    serve_parser.add_argument(
-        "--vllm-plain-http",
-        action="store_true",
-        help="allow an http:// --vllm-url on another machine (your code and the key unencrypted on the network)",
-    )
-    serve_parser.add_argument("--vllm-model", default="", help="the served model's name (default: the one it serves)")
-
-
 def add_infill_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``infill``: one completion (or rewrite) printed."""
     infill_parser = commands.add_parser("infill", help="print one completion and exit")
@@ -437,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=os.environ.get("DIFFGEMMA_LOG_LEVEL", "info"))
     parser.add_argument("--log-file", type=Path, default=None)
     commands = parser.add_subparsers(dest="command", required=True)
-    for add_command in (add_serve_command, add_infill_command, add_plan_command, add_pull_command):
+    add_serve_command(commands)
+    for add_command in (add_infill_command, add_plan_command, add_pull_command):
         add_command(commands)
     return parser
 
@@ -447,18 +263,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve":
-        args.step = step_mode_of(args, parser)
-        if args.socket is None:
-            args.socket = socket_paths.default_socket_path()
-        if args.runtime not in [runtime.value for runtime in Runtime]:  # a default read from the environment
-            parser.error(f"$DIFFGEMMA_RUNTIME must be one of transformers, vllm, auto, not {args.runtime!r}")
-        runtime = runtime_of(args, parser)
+        options = options_of(args, parser)
+        runtime = choice_for(options, parser)
     try:
         setup_logging(args.log_level, args.log_file, quiet=QUIET_LOGGERS)
     except OSError as exc:  # one line the language server can show, not a traceback
         parser.exit(2, f"diffgemma-engine: cannot write the log file {args.log_file}: {exc.strerror or exc}\n")
     if args.command == "serve":
-        sys.exit(asyncio.run(serve(args, runtime)))
+        sys.exit(asyncio.run(serve(options, runtime)))
     if args.command == "plan":
         sys.exit(plan(args))
     if args.command == "pull":

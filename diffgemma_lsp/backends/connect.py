@@ -14,20 +14,12 @@ from pathlib import Path
 import attrs
 
 from diffgemma_engine.shared import logfile, socket_paths
+from diffgemma_engine.shared.serve_options import Runtime, ServeOptions
 from diffgemma_lsp.backends.base import Backend, BackendState, StateListener
 from diffgemma_lsp.backends.local import EngineClient, ExitCheck
 from diffgemma_lsp.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-AUTO_IDLE_EXIT = "auto"
-"""The engine's ``--idle-exit`` that decides from how long its model took to load
-(``diffgemma_engine.service.idle``)."""
-
-
-def idle_exit_argument(minutes: int | None) -> str:
-    """``--idle-exit`` for the ``engineIdleExitMinutes`` setting: seconds (0: never), or auto for None."""
-    return AUTO_IDLE_EXIT if minutes is None else str(minutes * 60)
 
 
 def engine_log_path() -> Path:
@@ -36,33 +28,10 @@ def engine_log_path() -> Path:
 
 
 def engine_command(socket_path: Path, engine: EngineSettings, log_path: Path | None = None) -> list[str]:
-    """The command line of an engine for ``socket_path`` started with ``engine``'s settings."""
-    command = [
-        sys.executable,
-        "-m",
-        "diffgemma_engine",
-        "--log-file",
-        str(log_path or engine_log_path()),
-        "serve",
-        "--socket",
-        str(socket_path),
-        "--device",
-        engine.device,
-        "--idle-exit",
-        idle_exit_argument(engine.idle_exit_minutes),
-        "--exist-ok",
-        "--runtime",
-        engine.runtime,
-        "--step",
-        engine.step_mode,
-    ]
-    if engine.model:
-        command += ["--model", os.path.expanduser(engine.model)]  # a folder, or a hub id as written
-    if engine.quantization:
-        command += ["--quantization", engine.quantization]
-    if engine.vllm_command:
-        command += ["--vllm-command", os.path.expanduser(engine.vllm_command)]
-    return command
+    """The command line of an engine for ``socket_path`` started with ``engine``'s settings: its ``serve``
+    options written by the engine's own declaration of them (``diffgemma_engine.shared.serve_options``)."""
+    options = engine.serve_options(socket_path)
+    return [sys.executable, "-m", "diffgemma_engine", "--log-file", str(log_path or engine_log_path()), *options.argv()]
 
 
 def _log_folder() -> Path:
@@ -135,6 +104,22 @@ class EngineSettings:
             runtime=settings.runtime,
             vllm_command=settings.vllm_command,
             step_mode=settings.step_mode,
+        )
+
+    def serve_options(self, socket_path: Path) -> ServeOptions:
+        """The ``serve`` options of an engine on ``socket_path`` with these settings (it exits 0 when another
+        already serves that socket)."""
+        minutes = self.idle_exit_minutes
+        return ServeOptions(
+            engine_socket=socket_path,
+            model=os.path.expanduser(self.model) if self.model else None,  # a folder, or a hub id as written
+            device=self.device,
+            quantization=self.quantization or None,
+            idle_exit=None if minutes is None else float(minutes * 60),  # None: auto, by what reloading costs
+            exist_ok=True,
+            runtime=Runtime(self.runtime),
+            step=self.step_mode,
+            vllm_command=os.path.expanduser(self.vllm_command) if self.vllm_command else "",
         )
 
     def socket_path(self) -> Path:

@@ -7,8 +7,8 @@ temperature, softmax, entropy) is a large share of it. ``torch.compile`` fuses t
 kernels and drops most of the per-operation cost.
 
 This module is the mechanism only; the caller decides to compile and hands in the warm-up (gpt-fast's shape:
-``diffgemma_engine.service.worker`` passes ``diffgemma_engine.canvas.warmup.trace_serving_shapes``). Compiling is slow,
-most of it dynamo tracing transformers' Python, which holds the GIL: the engine does not wait for it
+``diffgemma_engine.runtimes.own_loop`` passes ``diffgemma_engine.canvas.warmup.trace_serving_shapes``). Compiling is
+slow, most of it dynamo tracing transformers' Python, which holds the GIL: the engine does not wait for it
 (:class:`DecoderStep` runs eagerly until a background thread has compiled and warmed up the graphs, then switches), but
 completions served meanwhile are slow. It pays in an engine that runs for long. The graphs are built with dynamic
 shapes, so prompt and canvas lengths do not recompile; a call that would need a graph the warm-up did not build runs

@@ -111,19 +111,28 @@ def denoise_canvas(
         cache=cache,
         decoder_attention_mask=decoder_mask,
     )
-    sampler: Sampler
-    noise: Callable[[], StepNoise] | None = None
-    if settings.exact:
-        sampler = ExactSampler()
-        score: ScorePass = eager_scores(model, sampler)
-        noise = functools.partial(StepNoise.draw, *shape, vocab_size, device, generator)
-    else:
-        sampler = AcceptedOnlySampler(generator)
-        score = (step or DecoderStep(model)).score_pass()
+    score, sampler, noise = _scoring(model, settings, step, generator, shape, vocab_size)
     run = step_of(StepParts(score, sampler, settings, embed_dtype))
     inputs = PromptView(cache, masks, position_ids)
     steps = first_step(start, settings.max_steps)
     return run_steps(run, inputs, state, steps, noise, should_stop, on_step, row_checks)
+
+
+def _scoring(
+    model: DiffusionGemmaForBlockDiffusion,
+    settings: SamplerSettings,
+    step: DecoderStep | None,
+    generator: torch.Generator | None,
+    shape: tuple[int, int],
+    vocab_size: int,
+) -> tuple[ScorePass, Sampler, Callable[[], StepNoise] | None]:
+    """The scoring pass, sampler and noise of an eager loop: with ``settings.exact``, ``generate``'s (op by op, the
+    exact sampler, noise drawn whole each step); else the fast sampler over ``step`` (compiled once warmed up)."""
+    if settings.exact:
+        sampler = ExactSampler()
+        noise = functools.partial(StepNoise.draw, *shape, vocab_size, execution_device(model), generator)
+        return eager_scores(model, sampler), sampler, noise
+    return (step or DecoderStep(model)).score_pass(), AcceptedOnlySampler(generator), None
 
 
 class CanvasLoop(Protocol):

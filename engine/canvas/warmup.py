@@ -1,6 +1,6 @@
 """The compiled step's warm-up: the requests serving will make, run once so that their graphs are traced.
 
-``diffgemma_engine.service.worker`` hands :func:`trace_serving_shapes` to ``DecoderStep.start_compiling`` (gpt-fast's
+``diffgemma_engine.runtimes.own_loop`` hands :func:`trace_serving_shapes` to ``DecoderStep.start_compiling`` (gpt-fast's
 shape: the caller decides to compile and warms up). The caches are built as serving builds them, views of a
 ``PrefixCache`` stacked by ``stack_rows`` for a batch, so the graphs traced here are the ones serving looks up.
 """

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import time
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import torch
 
-from ..canvas.caches import DEFAULT_SLOTS, PrefixCache
-from ..canvas.captured import CapturedLoop
+from ..canvas.caches import DEFAULT_SLOTS
 from ..canvas.clock import StepClock, default_min_steps, floor_for
-from ..canvas.compiled import DecoderStep
 from ..canvas.runtime import execution_device, text_config_of
 from ..canvas.sampler import SamplerSettings
 from ..errors import ModelLoadError
@@ -33,6 +32,7 @@ from .checkpoint_files import (
 from .folder_limits import check_folder
 from .generation_limits import check_generation
 from .model_info import ModelInfo
+from .serving import ServingState
 
 if TYPE_CHECKING:
     from transformers import DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
@@ -47,30 +47,10 @@ MAX_ROWS = 64
 """The most canvas rows one step runs, however much memory there is."""
 
 
-@dataclass
-class ServingState:
-    """What changes while the engine serves a loaded model: the prompts it keeps, its step-time estimates, and the
-    way it runs the step (eager, then compiled once warm; or captured per serving shape)."""
-
-    step: DecoderStep
-    """The denoising step the engine runs: eager, then compiled once ``step.start_compiling(warm_up)`` has warmed
-    up."""
-    prefix_cache: PrefixCache | None = None
-    """Encoded prompts kept per document, reused by the next keystroke."""
-    clock: StepClock = field(default_factory=StepClock)
-    """Step times measured so far, from which a deadline becomes a step budget."""
-    loop: CapturedLoop | None = None
-    """With ``serve --step captured``: the step captured as a graph per serving shape, for the canvases it serves."""
-
-    def step_state(self) -> str:
-        """The one state of the way the step runs: the compiled step's (eager, compiling, compiled, failed), or with
-        a captured loop ``loop`` and its (warming, captured, failed), spelled as ``protocol.StepReport`` reads it."""
-        return self.step.state if self.loop is None else f"loop {self.loop.state}"
-
-
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model ready to serve: the checkpoint's facts, fixed once loaded, and its :class:`ServingState`."""
+    """A checkpoint's facts, fixed once loaded, and its model. What changes while it serves (:class:`ServingState`)
+    is made the first time something serves with it (``serving``), not by the loader."""
 
     model: DiffusionGemmaForBlockDiffusion
     tokenizer: PreTrainedTokenizerBase
@@ -95,16 +75,21 @@ class LoadedModel:
     max_rows: int = MAX_ROWS
     """Canvas rows denoised together (batched requests, or a request's candidates) that the memory left after
     loading allows (``diffgemma_engine.loading.plan.serving_limits``)."""
-    prefix_cache: InitVar[PrefixCache | None] = None
-    """The serving state's prefix cache to start with."""
-    serving: ServingState = field(init=False)
-    """What changes while it serves (the only part that does)."""
+    cache_slots: int = 0
+    """Encoded prompts the memory left after loading can keep (0: no prefix cache)."""
+    clock: StepClock = field(default_factory=StepClock, compare=False)
+    """Step times measured so far, from which a deadline becomes a step budget (every runtime's, and the serving
+    state's)."""
 
-    def __post_init__(self, prefix_cache: PrefixCache | None) -> None:
-        # frozen: the two derived fields are set once, here
-        object.__setattr__(self, "serving", ServingState(step=DecoderStep(self.model), prefix_cache=prefix_cache))
+    def __post_init__(self) -> None:
+        # frozen: the derived field is set once, here
         floor = min(self.min_steps or default_min_steps(self.sampler.max_steps), self.sampler.max_steps)
         object.__setattr__(self, "min_steps", floor)
+
+    @functools.cached_property
+    def serving(self) -> ServingState:
+        """What changes while the model serves, made on first use: its step, its prefix cache, its clock."""
+        return ServingState.of(self.model, self.cache_slots, self.clock)
 
     def step_floor(self, steps: int) -> int:
         """The fewest steps a deadline leaves a schedule of ``steps`` (``diffgemma_engine.canvas.clock.floor_for``)."""
@@ -122,7 +107,7 @@ class LoadedModel:
             layout=self.layout.name,
             max_steps=self.sampler.max_steps,
             min_steps=self.min_steps,
-            compile_state=self.serving.step_state,
+            compile_state=lambda: self.serving.step_state(),  # read live; made only when asked
         )
 
     def encode(self, text: str) -> list[int]:
@@ -251,23 +236,28 @@ def load_model(
         max_prompt_tokens,
         start,
         device=torch_device,
-        prefix_cache=PrefixCache(model, slots=limits.cache_slots),
+        cache_slots=limits.cache_slots,
         max_rows=limits.rows,
         quantized=quantized,
     )
+    _log_load(loaded, folder, devices if devices.single else f"{devices} ({_placed(where)})", torch_dtype)
+    logger.info("memory left after loading: up to %d cached prompts, %d canvas rows at once", *attrs.astuple(limits))
+    return loaded
+
+
+def _log_load(loaded: LoadedModel, folder: Path, where: object, dtype: torch.dtype) -> None:
+    """The load's log line: what was loaded, where, and how it will be prompted and denoised."""
     logger.info(
         "loaded %s on %s (%s, layout %s, canvas %d, %d steps, at least %d under a deadline) in %.0f ms",
         _load_name(folder, loaded.model_id),
-        devices if devices.single else f"{devices} ({_placed(where)})",
-        torch_dtype,
+        where,
+        dtype,
         loaded.layout.name.value,
         loaded.canvas_length,
         loaded.sampler.max_steps,
         loaded.min_steps,
         loaded.load_ms,
     )
-    logger.info("memory left after loading: up to %d cached prompts, %d canvas rows at once", *attrs.astuple(limits))
-    return loaded
 
 
 def load_facts(model_dir: str | Path | None, max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS) -> LoadedModel:
@@ -310,7 +300,7 @@ def _assemble(
     max_prompt_tokens: int,
     start: float,
     device: torch.device,
-    prefix_cache: PrefixCache | None = None,
+    cache_slots: int = 0,
     max_rows: int = 1,
     quantized: quantize_check.QuantizedReport | None = None,
 ) -> LoadedModel:
@@ -338,7 +328,7 @@ def _assemble(
         line_canvas_length=int(line_canvas_length) if line_canvas_length else None,
         min_steps=int(hints.get("min_steps", 0)),
         max_rows=max_rows,
-        prefix_cache=prefix_cache,
+        cache_slots=cache_slots,
         quantized=quantized,
     )
 

@@ -6,8 +6,9 @@ decoder's attention mask, and each row's canvas keeps its own positions (the cac
 encoding). A row that is cancelled or runs out of time is frozen while the others go on.
 
 It takes rows (a request, whose encoded prompt to reuse, when to stop), not the queue's jobs:
-``diffgemma_engine.service.worker`` turns the jobs it takes into rows. A rewrite (``Infill.start``) runs alone, or with
-its own candidates: its rows share one start and one shortened schedule, which other requests' rows do not.
+``diffgemma_engine.runtimes.own_loop`` turns the jobs it is given into rows. A rewrite (``Infill.start``) runs
+alone, or with its own candidates: its rows share one start and one shortened schedule, which other requests' rows
+do not.
 """
 
 from __future__ import annotations

@@ -228,7 +228,7 @@ def lay_out(loaded: LoadedModel, request: protocol.Infill, time_left_ms: float |
     canvas_length, steps = check_request(loaded, request)
     floor = loaded.step_floor(steps)
     if time_left_ms is not None:
-        steps = budget_steps(loaded.serving.clock, canvas_length, steps, strength_of(request), time_left_ms, floor)
+        steps = budget_steps(loaded.clock, canvas_length, steps, strength_of(request), time_left_ms, floor)
     row, start_ms = timed_start_row(loaded, request, canvas_length)
     ids, tokenize_ms = timed_prompt_ids(loaded, request)
     return LaidOut(canvas_length, steps, floor, row, ids, start_ms + tokenize_ms)

@@ -20,11 +20,7 @@ from dataclasses import dataclass, field
 
 from ..errors import BusyError
 from ..shared import protocol
-
-DEFAULT_MAX_PENDING = 64
-"""Live jobs the queue holds before it answers ``busy`` (``serve --max-pending``)."""
-DEFAULT_MAX_BATCH = 4
-"""Queued jobs the model thread takes together into one decoder pass (``serve --max-batch``; 1: none)."""
+from ..shared.serve_options import DEFAULT_MAX_PENDING
 
 
 @dataclass(eq=False)

@@ -10,7 +10,6 @@ loop's: vLLM serves the checkpoint's own precision (an FP8 or 4-bit checkpoint f
 
 from __future__ import annotations
 
-import enum
 import os
 import shutil
 from collections.abc import Callable
@@ -20,49 +19,15 @@ import attrs
 
 from ..errors import ModelLoadError
 from ..loading.placement import parse_devices
+from ..shared.serve_options import Runtime as Runtime  # the choices, declared with the options
+from ..shared.serve_options import ServeOptions as ServeOptions
 from ..shared.urls import plain_http_elsewhere, redacted
 from ..vllm.client import VllmServer
 from ..vllm.process import VllmRuntime
 
 
-class Runtime(enum.StrEnum):
-    TRANSFORMERS = "transformers"
-    VLLM = "vllm"
-    AUTO = "auto"
-
-
 class RuntimeRefused(ValueError):
     """Options that cannot go together, said as the user can mend them."""
-
-
-@attrs.frozen(kw_only=True)
-class ServeOptions:
-    """The options of ``serve`` that decide the runtime (as parsed; defaults are "not asked for")."""
-
-    runtime: Runtime = Runtime.AUTO
-    engine_socket: Path
-    device: str = "auto"
-    dtype: str = "auto"
-    quantization: str | None = None
-    max_memory: str | None = None
-    step: str = "auto"
-    vllm_command: str = ""
-    vllm_socket: Path | None = None
-    vllm_url: str = ""
-    vllm_plain_http: bool = False
-    """``--vllm-plain-http``: the user says plain http:// to another machine is what they want."""
-    vllm_model: str = ""
-    api_key: str = ""
-
-    def own_loop_options(self) -> list[str]:
-        """The options given that only the engine's own loop takes."""
-        given = {
-            "--dtype": self.dtype != "auto",
-            "--quantization": self.quantization is not None,
-            "--max-memory": self.max_memory is not None,
-            "--step": self.step not in ("auto", "eager"),  # eager: nothing compiled, nothing to refuse
-        }
-        return [flag for flag, asked in given.items() if asked]
 
 
 @attrs.frozen
@@ -132,21 +97,7 @@ def choose_runtime(options: ServeOptions, cuda_count: Callable[[], int] | None =
             "checkpoint's own precision (an FP8 or 4-bit checkpoint for less memory)"
         )
     if attach:
-        if options.vllm_command or options.device != "auto":
-            raise RuntimeRefused(
-                "--vllm-command and --device are for a vLLM the engine starts; the one at --vllm-socket or "
-                "--vllm-url runs as it was started"
-            )
-        if plain_http_elsewhere(options.vllm_url) and not options.vllm_plain_http:
-            raise RuntimeRefused(
-                f"--vllm-url {redacted(options.vllm_url)}: completions would send your code (and the API key) "
-                "unencrypted to another machine; use https:// (a TLS proxy in front of vLLM), or add "
-                "--vllm-plain-http to send them anyway over a network you trust"
-            )
-        server = VllmServer(socket_path=options.vllm_socket, url=options.vllm_url, api_key=options.api_key)
-        return RuntimeChoice(
-            VllmRuntime(server=server, model_name=options.vllm_model), f"vLLM at {server.where()} (attached)"
-        )
+        return _attached(options)
     executable = executable or find_vllm(options.vllm_command)
     if executable is None:
         raise RuntimeRefused(
@@ -163,6 +114,25 @@ def choose_runtime(options: ServeOptions, cuda_count: Callable[[], int] | None =
         tensor_parallel=tensor_parallel,
     )
     return RuntimeChoice(runtime, f"vLLM started by the engine ({executable})")
+
+
+def _attached(options: ServeOptions) -> RuntimeChoice:
+    """The vLLM already listening at ``--vllm-socket`` or ``--vllm-url``."""
+    if options.vllm_command or options.device != "auto":
+        raise RuntimeRefused(
+            "--vllm-command and --device are for a vLLM the engine starts; the one at --vllm-socket or "
+            "--vllm-url runs as it was started"
+        )
+    if plain_http_elsewhere(options.vllm_url) and not options.vllm_plain_http:
+        raise RuntimeRefused(
+            f"--vllm-url {redacted(options.vllm_url)}: completions would send your code (and the API key) "
+            "unencrypted to another machine; use https:// (a TLS proxy in front of vLLM), or add "
+            "--vllm-plain-http to send them anyway over a network you trust"
+        )
+    server = VllmServer(socket_path=options.vllm_socket, url=options.vllm_url, api_key=options.api_key)
+    return RuntimeChoice(
+        VllmRuntime(server=server, model_name=options.vllm_model), f"vLLM at {server.where()} (attached)"
+    )
 
 
 def _cuda_only(device: str) -> bool:

@@ -60,9 +60,9 @@ class EngineServer:
         self.socket = SocketFile(self._handle)
         self.replies = ReplyLog()
         self.runtime_state: Callable[[], str] = lambda: ""
-        """How vLLM is doing, when it runs the canvases (``ModelWorker.runtime_state``)."""
+        """How vLLM is doing, when it runs the canvases (``CanvasRuntime.state``)."""
         self.runtime_notes: Callable[[], list[str]] = list
-        """What its replies leave out of the figures (``ModelWorker.runtime_notes``)."""
+        """What its replies leave out of the figures (``CanvasRuntime.notes``)."""
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 

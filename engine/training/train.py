@@ -255,6 +255,30 @@ def start_or_resume(
     return model, optimizer, progress
 
 
+def train_record(progress: Progress, loss: float, lr: float, s_per_step: float) -> dict[str, object]:
+    """The log record of a window of training steps (``loss`` and ``s_per_step`` its means)."""
+    return {
+        "event": "train",
+        "step": progress.step,
+        "loss": round(loss, 4),
+        "lr": lr,
+        "s_per_step": round(s_per_step, 3),
+        "tok_per_s": round(progress.tokens / max(progress.trained_s, 1e-9)),
+        "tokens": progress.tokens,
+        "trained_min": round(progress.trained_s / 60, 1),
+    }
+
+
+def training_data(
+    args: argparse.Namespace, tokenizer: PreTrainedTokenizerBase, device: torch.device
+) -> tuple[list[FileEntry], ExampleStream, HeldOut]:
+    """The corpus's files, the stream of training examples made from them, and the held-out sets."""
+    entries = load_entries(args.corpus)
+    maker = ExampleMaker(tokenizer, args.canvas, line_canvas=args.line_canvas)
+    stream = ExampleStream(entries, maker, held_out=False, seed=args.seed)
+    return entries, stream, held_out_sets(entries, maker, args.n_eval, args.n_em, device)
+
+
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
@@ -263,14 +287,9 @@ def main() -> None:
     log = functools.partial(log_record, args.out / "train.log")
 
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-    entries = load_entries(args.corpus)
-    maker = ExampleMaker(tokenizer, args.canvas, line_canvas=args.line_canvas)
-    stream = ExampleStream(entries, maker, held_out=False, seed=args.seed)
-    held_out = held_out_sets(entries, maker, args.n_eval, args.n_em, device)
-
+    entries, stream, held_out = training_data(args, tokenizer, device)
     torch.manual_seed(args.seed)
-    state_file = args.out / "state.pt"
-    corpus = corpus_summary(entries)
+    state_file, corpus = args.out / "state.pt", corpus_summary(entries)
     model, optimizer, progress = start_or_resume(args, len(tokenizer), state_file, stream, device, log, corpus)
 
     run_start = time.perf_counter()
@@ -279,10 +298,10 @@ def main() -> None:
     if progress.step == 0:
         evaluate_and_export(model, tokenizer, held_out, args, progress, log)
     window_loss, window_steps, window_start = 0.0, 0, time.perf_counter()
-    if args.workers:
-        batches = worker_batches(entries, tokenizer, args, start=progress.step)
-    else:
-        batches = stream_batches(stream, args.batch, start=progress.step)
+    start = progress.step
+    batches = (
+        worker_batches(entries, tokenizer, args, start) if args.workers else stream_batches(stream, args.batch, start)
+    )
     while time.perf_counter() - run_start < budget:
         step_start = time.perf_counter()
         batch = to_device(next(batches), device)
@@ -297,16 +316,9 @@ def main() -> None:
         if progress.step % LOG_EVERY == 0:
             window_s = time.perf_counter() - window_start
             log(
-                {
-                    "event": "train",
-                    "step": progress.step,
-                    "loss": round(window_loss / window_steps, 4),
-                    "lr": optimizer.param_groups[0]["lr"],
-                    "s_per_step": round(window_s / window_steps, 3),
-                    "tok_per_s": round(progress.tokens / max(progress.trained_s, 1e-9)),
-                    "tokens": progress.tokens,
-                    "trained_min": round(progress.trained_s / 60, 1),
-                }
+                train_record(
+                    progress, window_loss / window_steps, optimizer.param_groups[0]["lr"], window_s / window_steps
+                )
             )
             window_loss, window_steps, window_start = 0.0, 0, time.perf_counter()
         now = time.perf_counter()

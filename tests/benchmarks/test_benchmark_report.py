@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.humaneval import floor_middle, mid_line_task, pick, program_for, run_tests
-from benchmarks.report import add_compile_argument, write_report
-from diffgemma_engine.__main__ import COMPILE_CHOICES
+from benchmarks.report import add_step_argument, write_report
+from diffgemma_engine.__main__ import build_parser, step_mode_of
+from diffgemma_engine.shared.serve_options import STEP_MODES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,13 +29,21 @@ def test_write_report_writes_the_figures_with_the_machine_prints_them_and_plots_
     assert plotted == [out.with_suffix(".png")]
 
 
-def test_the_compile_argument_takes_the_engines_choices_and_defaults_off() -> None:
+def test_the_step_argument_takes_the_engines_choices_and_defaults_eager() -> None:
+    """Issue 44: the benchmarks that drive the engine pass its ``serve --step`` (the retired ``--compile`` is gone
+    from both): each choice a benchmark takes is one the engine's own parser reads back."""
     parser = argparse.ArgumentParser()
-    add_compile_argument(parser)
-    assert parser.parse_args([]).compile == "off"
-    assert {parser.parse_args(["--compile", choice]).compile for choice in COMPILE_CHOICES} == set(COMPILE_CHOICES)
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--compile", "maybe"])
+    add_step_argument(parser)
+    assert parser.parse_args([]).step == "eager"
+    engine = build_parser()
+    for choice in STEP_MODES:
+        step = parser.parse_args(["--step", choice]).step
+        assert step_mode_of(engine.parse_args(["serve", "--step", step]), engine) == choice
+    for refused in (["--compile", "on"], ["--step", "maybe"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(refused)
+        with pytest.raises(SystemExit):
+            step_mode_of(engine.parse_args(["serve", *refused]), engine)
 
 
 def test_the_harness_fills_the_gap_and_runs_the_tests() -> None:

@@ -11,8 +11,8 @@ from transformers import DiffusionGemmaForBlockDiffusion
 from diffgemma_engine.canvas.caches import PrefixCache, stack_views
 from diffgemma_engine.loading.model import load_model
 from diffgemma_engine.request.batch import compatible, run_batch
+from diffgemma_engine.runtimes.own_loop import batch_row
 from diffgemma_engine.service.jobs import Job
-from diffgemma_engine.service.worker import batch_row
 from diffgemma_engine.shared import protocol
 from diffgemma_engine.training.configs import build_config
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX

@@ -13,8 +13,8 @@ from diffgemma_engine.canvas.warmup import trace_serving_shapes
 from diffgemma_engine.loading.model import LoadedModel, load_model
 from diffgemma_engine.request.batch import run_batch
 from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.runtimes.own_loop import batch_row
 from diffgemma_engine.service.jobs import Job
-from diffgemma_engine.service.worker import batch_row
 from diffgemma_engine.shared import protocol
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX

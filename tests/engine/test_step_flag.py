@@ -1,12 +1,12 @@
-"""``serve --step eager|compiled|captured``: one flag chooses how the denoising step runs (issue 28), and the two
-flags it replaced still mean what they meant."""
+"""``serve --step eager|compiled|captured``: one flag chooses how the denoising step runs (issue 28); the two
+flags it replaced, and their variable, are retired and refused (issue 44)."""
 
 from __future__ import annotations
 
 import pytest
 
 from diffgemma_engine.__main__ import build_parser, default_step, step_mode_of
-from diffgemma_engine.canvas.step_mode import STEP_MODES, StepMode
+from diffgemma_engine.shared.serve_options import STEP_MODES, StepMode
 
 
 def _step(argv: list[str]) -> str:
@@ -21,14 +21,9 @@ def _step(argv: list[str]) -> str:
         (["--step", "eager"], "eager"),
         (["--step", "compiled"], "compiled"),
         (["--step", "captured"], "captured"),
-        (["--compile", "on"], "compiled"),
-        (["--compile", "off"], "auto"),
-        (["--loop", "captured"], "captured"),
-        (["--loop", "eager"], "auto"),
-        (["--step", "compiled", "--compile", "on"], "compiled"),
     ],
 )
-def test_the_step_flag_and_the_flags_it_replaced(argv: list[str], expected: str, monkeypatch) -> None:
+def test_the_step_flag(argv: list[str], expected: str, monkeypatch) -> None:
     monkeypatch.delenv("DIFFGEMMA_STEP", raising=False)
     monkeypatch.delenv("DIFFGEMMA_COMPILE", raising=False)
     assert _step(argv) == expected
@@ -37,7 +32,7 @@ def test_the_step_flag_and_the_flags_it_replaced(argv: list[str], expected: str,
 
 @pytest.mark.parametrize(
     "argv",
-    [["--step", "fast"], ["--step", "captured", "--compile", "on"], ["--compile", "on", "--loop", "captured"]],
+    [["--step", "fast"]],
 )
 def test_a_step_that_cannot_be_meant_is_refused_with_the_choices(argv: list[str], monkeypatch, capsys) -> None:
     monkeypatch.delenv("DIFFGEMMA_STEP", raising=False)
@@ -47,11 +42,34 @@ def test_a_step_that_cannot_be_meant_is_refused_with_the_choices(argv: list[str]
     assert "--step" in capsys.readouterr().err
 
 
-def test_the_environment_gives_the_default(monkeypatch, capsys) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [["--compile", "on"], ["--compile", "off"], ["--loop", "captured"], ["--step", "compiled", "--compile", "on"]],
+)
+def test_the_retired_flags_are_refused(argv: list[str], monkeypatch, capsys) -> None:
+    """Issue 44: ``--compile`` and ``--loop`` are gone (``--step`` says both), refused with the flag named."""
+    monkeypatch.delenv("DIFFGEMMA_STEP", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        _step(argv)
+    assert exited.value.code == 2
+    assert f"unrecognized arguments: {' '.join(argv[-2:])}" in capsys.readouterr().err
+
+
+def test_the_retired_variable_is_refused_with_what_replaced_it(monkeypatch, capsys) -> None:
     monkeypatch.delenv("DIFFGEMMA_STEP", raising=False)
     monkeypatch.setenv("DIFFGEMMA_COMPILE", "on")
-    assert default_step() == "compiled"
-    assert _step([]) == "compiled"
+    assert default_step() == "auto"
+    with pytest.raises(SystemExit) as exited:
+        _step([])
+    assert exited.value.code == 2
+    assert "$DIFFGEMMA_COMPILE is retired: use $DIFFGEMMA_STEP=compiled" in capsys.readouterr().err
+
+
+def test_the_environment_gives_the_default(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("DIFFGEMMA_STEP", raising=False)
+    monkeypatch.delenv("DIFFGEMMA_COMPILE", raising=False)
+    assert default_step() == "auto"
+    assert _step([]) == "auto"
     monkeypatch.setenv("DIFFGEMMA_STEP", "captured")
     assert _step([]) == "captured"
     assert _step(["--step", "eager"]) == "eager"

@@ -139,11 +139,15 @@ def test_the_language_server_imports_only_what_the_engine_shares() -> None:
     assert any(graph[module] & shared for module in graph if module.startswith("diffgemma_lsp"))
 
 
+ENGINE_LAYERS = ["service", "runtimes", "request", "loading", "canvas", "vllm"]
+"""The engine's layers, top to bottom."""
+
+
 def test_the_engine_folders_import_downward() -> None:
-    """The engine's layers, top to bottom: the service (socket side, model thread), the request, loading, the canvas
-    maths, the vLLM runtime's requests; ``shared`` and ``errors`` sit under all of them. No layer imports one above
-    it."""
-    order = ["service", "request", "loading", "canvas", "vllm"]
+    """The engine's layers, top to bottom: the service (socket side, model thread), the runtimes that run the
+    canvases, the request, loading, the canvas maths, the vLLM runtime's requests; ``shared`` and ``errors`` sit
+    under all of them. No layer imports one above it."""
+    order = ENGINE_LAYERS
     graph = import_graph()
     for module, targets in graph.items():
         layer = module.split(".")[1] if module.startswith("diffgemma_engine.") else None
@@ -185,3 +189,28 @@ def test_the_session_imports_no_feature_and_postprocess_no_repo() -> None:
         if module.startswith("diffgemma_lsp.postprocess"):
             assert not [target for target in targets if target.startswith("diffgemma_lsp.repo")], (module, targets)
     assert "diffgemma_lsp.grammars" in graph["diffgemma_lsp.postprocess.syntax"]
+
+
+def runtime_rule_breaks(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports that break issue 44's seam: the model thread (``service.worker``) and the seam know no runtime of
+    their own; a runtime imports no other; only the ``serve`` command (``serve_command``) picks one."""
+    prefix = "diffgemma_engine.runtimes."
+    runtimes = {module for module in graph if module.startswith(prefix) and module != f"{prefix}seam"}
+    breaks = []
+    for module, targets in graph.items():
+        for target in targets & runtimes:
+            if module != "diffgemma_engine.serve_command" and target != module:
+                breaks.append((module, target))
+    return breaks
+
+
+def test_the_runtimes_sit_behind_one_seam() -> None:
+    """Issue 44: the worker takes a ``CanvasRuntime`` and has no branch on which; the engine's own loop and vLLM are
+    one module each, and a third would be one more."""
+    graph = import_graph()
+    runtimes = {module for module in graph if module.startswith("diffgemma_engine.runtimes.")}
+    assert {"diffgemma_engine.runtimes.own_loop", "diffgemma_engine.runtimes.vllm_server"} <= runtimes, runtimes
+    assert "diffgemma_engine.runtimes.seam" in graph["diffgemma_engine.service.worker"]
+    assert runtime_rule_breaks(graph) == []
+    bad = {**graph, "diffgemma_engine.service.worker": {"diffgemma_engine.runtimes.own_loop"}}
+    assert runtime_rule_breaks(bad) == [("diffgemma_engine.service.worker", "diffgemma_engine.runtimes.own_loop")]

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffgemma_engine.service import worker as worker_module
+from diffgemma_engine.runtimes import own_loop as worker_module
+from diffgemma_engine.runtimes.own_loop import OwnLoop
 from diffgemma_engine.service.jobs import Job, JobQueue
 from diffgemma_engine.service.worker import ModelWorker
 from diffgemma_engine.shared import protocol
@@ -23,9 +24,7 @@ async def _serve(model_dir: Path, requests: list[protocol.Infill]) -> list[proto
     loaded = asyncio.Event()
     worker = ModelWorker(
         queue,
-        model_dir,
-        "cpu",
-        None,
+        OwnLoop(model_dir, "cpu", None),
         on_loaded=lambda _: loop.call_soon_threadsafe(loaded.set),
         on_failed=lambda error: loop.call_soon_threadsafe(pytest.fail, f"load failed: {error}"),
     )
@@ -82,7 +81,7 @@ async def test_out_of_memory_halves_a_canvas_longer_than_the_models_own_down_to_
         return real(loaded, request, should_stop, **kwargs)
 
     monkeypatch.setattr(worker_module, "run_infill", oom_above_32)
-    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.service.worker"):
+    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.runtimes.own_loop"):
         (reply,) = await _serve(memorized_model_dir, [_request("big", canvas_length=128)])
     assert isinstance(reply, protocol.Result) and reply.text == MEMORIZED_MIDDLE
     assert canvases == [128, 64, 32]  # the model's own canvas is 32: never below it
@@ -122,7 +121,7 @@ async def test_out_of_memory_drops_other_documents_cached_prompts_first(
         return real(loaded, request, should_stop, **kwargs)
 
     monkeypatch.setattr(worker_module, "run_infill", oom_once_for_second)
-    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.service.worker"):
+    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.runtimes.own_loop"):
         first, second = await _serve(memorized_model_dir, [_request("first"), _request("second")])
     assert isinstance(first, protocol.Result) and isinstance(second, protocol.Result)
     assert second.text == MEMORIZED_MIDDLE
@@ -142,7 +141,7 @@ async def test_out_of_memory_with_candidates_sheds_candidates_not_canvas(
         return real(loaded, jobs)
 
     monkeypatch.setattr(worker_module, "run_batch", oom_above_two_rows)
-    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.service.worker"):
+    with caplog.at_level(logging.WARNING, logger="diffgemma_engine.runtimes.own_loop"):
         (reply,) = await _serve(memorized_model_dir, [_request("several", candidates=4)])
     assert isinstance(reply, protocol.Result) and reply.text == MEMORIZED_MIDDLE
     assert rows_tried == [4, 2]

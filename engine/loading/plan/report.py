@@ -124,6 +124,23 @@ def _units_range(units: Sequence[str]) -> str:
     return f"{len(units)} units, {units[0]} .. {units[-1]}"
 
 
+def _placement_lines(placement: Placement, several_devices: bool) -> list[str]:
+    """One precision's placement: where its weights go and the setting that asks for it; on several devices, the
+    units each holds."""
+    where = ", ".join(f"{share.device} {size_text(share.weights_bytes)}" for share in placement.shares if share.units)
+    if placement.unplaced_bytes:
+        where += f"{', ' if where else ''}{size_text(placement.unplaced_bytes)} left over"
+    setting = f"   {placement.setting}" if placement.setting else ""
+    if placement.refused is not None:
+        setting = f"   (not here: {placement.refused})"
+    elif placement.precision in UNAVAILABLE:
+        setting = f"   ({UNAVAILABLE[placement.precision]})"
+    lines = [f"  {placement.precision:9s} {VERDICT_TEXT[placement.verdict]:22s} {where}{setting}"]
+    if several_devices:
+        lines += [f"      {share.device}: {_units_range(share.units)}" for share in placement.shares if share.units]
+    return lines
+
+
 def format_plan(plan: Plan) -> str:
     """The plan as text for a person."""
     spec = plan.spec
@@ -170,20 +187,7 @@ def format_plan(plan: Plan) -> str:
         "  devices: " + (", ".join(f"{d.name} {size_text(d.bytes)} ({d.source})" for d in plan.devices) or "none"),
     ]
     for placement in plan.placements:
-        where = ", ".join(
-            f"{share.device} {size_text(share.weights_bytes)}" for share in placement.shares if share.units
-        )
-        if placement.unplaced_bytes:
-            where += f"{', ' if where else ''}{size_text(placement.unplaced_bytes)} left over"
-        setting = f"   {placement.setting}" if placement.setting else ""
-        if placement.refused is not None:
-            setting = f"   (not here: {placement.refused})"
-        elif placement.precision in UNAVAILABLE:
-            setting = f"   ({UNAVAILABLE[placement.precision]})"
-        lines.append(f"  {placement.precision:9s} {VERDICT_TEXT[placement.verdict]:22s} {where}{setting}")
-        for share in placement.shares:
-            if share.units and len(plan.devices) > 1:
-                lines.append(f"      {share.device}: {_units_range(share.units)}")
+        lines += _placement_lines(placement, several_devices=len(plan.devices) > 1)
     if plan.recommendation is None:
         lines.append("  use: nothing fits these devices")
     else:

@@ -69,16 +69,6 @@ def describe_model(model: torch.nn.Module) -> tuple[list[Weight], int, list[tupl
     no_split = set(getattr(model, "_no_split_modules", None) or ())
     modules = list(model.named_modules(remove_duplicate=False))
     classes = {name: type(module).__name__ for name, module in modules}
-
-    def unit_of(module_name: str) -> str:
-        """The outermost no-split ancestor of ``module_name``, else the module itself."""
-        parts = module_name.split(".") if module_name else []
-        for end in range(1, len(parts) + 1):
-            prefix = ".".join(parts[:end])
-            if classes.get(prefix) in no_split:
-                return prefix
-        return module_name
-
     roots: dict[str, str] = {}
 
     def root(unit: str) -> str:
@@ -90,7 +80,7 @@ def describe_model(model: torch.nn.Module) -> tuple[list[Weight], int, list[tupl
     holders: dict[str, str] = {}
     before_tie = 0
     for module_name, module in modules:
-        unit = unit_of(module_name)
+        unit = _unit_of(module_name, classes, no_split)
         root(unit)
         tensors = [(leaf, tensor, False) for leaf, tensor in module.named_parameters(recurse=False)]
         tensors += [(leaf, tensor, True) for leaf, tensor in module.named_buffers(recurse=False)]
@@ -112,22 +102,42 @@ def describe_model(model: torch.nn.Module) -> tuple[list[Weight], int, list[tupl
                 name, linear=isinstance(module, torch.nn.Linear), embedding=isinstance(module, torch.nn.Embedding)
             )
             first[tensor_id] = (name, tuple(tensor.shape), kind, is_buffer, isinstance(module, torch.nn.Linear), unit)
-    # A device map cannot send a module one way and one of its submodules another (accelerate places a mapped
-    # module whole): a module that holds tensors itself and contains other holders (the vision tower's scale and
-    # bias) makes one unit with them, and only it is a key.
-    keys = sorted(holders)
-    for index, key in enumerate(keys):
-        for ancestor in keys[:index]:
-            if key.startswith(ancestor + ".") and ancestor in holders:
-                a, b = root(holders[ancestor]), root(holders.pop(key))
-                if a != b:
-                    roots[b] = a
-                break
+    for ancestor, nested in _nested_holders(holders):
+        a, b = root(ancestor), root(nested)
+        if a != b:
+            roots[b] = a
     weights = [
         Weight(name=name, shape=shape, kind=kind, unit=root(unit), buffer=is_buffer, linear=linear)
         for name, shape, kind, is_buffer, linear, unit in first.values()
     ]
     return weights, before_tie, [(key, root(unit)) for key, unit in holders.items()]
+
+
+def _unit_of(module_name: str, classes: dict[str, str], no_split: set[str]) -> str:
+    """The outermost no-split ancestor of ``module_name`` (``classes``: each module's class name), else the module
+    itself."""
+    parts = module_name.split(".") if module_name else []
+    for end in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:end])
+        if classes.get(prefix) in no_split:
+            return prefix
+    return module_name
+
+
+def _nested_holders(holders: dict[str, str]) -> list[tuple[str, str]]:
+    """The (ancestor's unit, nested holder's unit) pairs to merge, each nested holder taken out of ``holders``.
+
+    A device map cannot send a module one way and one of its submodules another (accelerate places a mapped module
+    whole): a module that holds tensors itself and contains other holders (the vision tower's scale and bias) makes
+    one unit with them, and only it is a key."""
+    merged = []
+    keys = sorted(holders)
+    for index, key in enumerate(keys):
+        for ancestor in keys[:index]:
+            if key.startswith(ancestor + ".") and ancestor in holders:
+                merged.append((holders[ancestor], holders.pop(key)))
+                break
+    return merged
 
 
 def attention_layers(config: DiffusionGemmaConfig) -> tuple[AttentionLayer, ...]:
