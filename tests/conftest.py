@@ -13,9 +13,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from filelock import FileLock
+
+if TYPE_CHECKING:
+    from tests.support.engine import EngineProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_CACHE = ROOT / ".cache" / "test-models"
@@ -316,3 +320,17 @@ def module_tmp() -> Iterator[Path]:
     os.chmod(path, 0o700)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def memorized_engine(memorized_model_dir: Path, module_tmp: Path) -> Iterator[EngineProcess]:
+    """One engine on the memorized checkpoint shared by a module's tests (an engine costs seconds of imports and
+    loading to start): for the tests that neither stop, restart nor reconfigure theirs. A language server attaches
+    to it with ``--engine-socket`` and no model (``tests.support.lsp.server_command``)."""
+    from tests.support.engine import EngineProcess
+
+    engine = EngineProcess(memorized_model_dir, module_tmp / "engine.sock", module_tmp / "engine.log")
+    try:
+        yield engine
+    finally:
+        engine.stop()

@@ -15,7 +15,9 @@ from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
 from diffgemma_engine.shared import socket_paths
+from tests.support.engine import EngineProcess
 from tests.support.lsp import (
+    attached_client,
     complete,
     complete_when_ready,
     inline_complete,
@@ -50,9 +52,17 @@ async def lsp_session(
 
 
 @pytest.fixture
-async def lsp(isolated_env: Path, memorized_model_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
+async def own_lsp(isolated_env: Path, memorized_model_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
+    """A language server that starts its own engine (the first completion waits for its model to load)."""
     async with lsp_session(isolated_env, memorized_model_dir) as session:
         yield session
+
+
+@pytest.fixture
+async def lsp(isolated_env: Path, memorized_engine: EngineProcess) -> AsyncIterator[tuple[LanguageClient, Path]]:
+    """A language server of its own on the module's engine (``--engine-socket``: it finds it serving)."""
+    async with attached_client(memorized_engine.socket_path) as client:
+        yield client, memorized_engine.socket_path
 
 
 def _engine_pid(socket_path: Path) -> int | None:
@@ -73,8 +83,8 @@ def _kill_engine(socket_path: Path, signum: int) -> int | None:
     return pid
 
 
-async def test_completion_is_the_engines_multi_line_middle(lsp: tuple[LanguageClient, Path]) -> None:
-    client, socket_path = lsp
+async def test_completion_is_the_engines_multi_line_middle(own_lsp: tuple[LanguageClient, Path]) -> None:
+    client, socket_path = own_lsp
     open_document(client, URI, SOURCE)
     result = await complete_when_ready(client, URI, *CURSOR)
     assert len(result.items) == 1
@@ -201,8 +211,8 @@ async def test_stale_result_is_dropped(lsp: tuple[LanguageClient, Path]) -> None
     assert len((await pending).items) == 0
 
 
-async def test_engine_killed_then_the_next_completion_works(lsp: tuple[LanguageClient, Path]) -> None:
-    client, socket_path = lsp
+async def test_engine_killed_then_the_next_completion_works(own_lsp: tuple[LanguageClient, Path]) -> None:
+    client, socket_path = own_lsp
     open_document(client, URI, SOURCE)
     await complete_when_ready(client, URI, *CURSOR)
     old_pid = _kill_engine(socket_path, signal.SIGKILL)
@@ -215,12 +225,10 @@ async def test_engine_killed_then_the_next_completion_works(lsp: tuple[LanguageC
 
 
 async def test_invalid_settings_are_reported_once_and_defaults_used(
-    isolated_env: Path,
-    memorized_model_dir: Path,
+    isolated_env: Path, memorized_engine: EngineProcess
 ) -> None:
-    socket_path = isolated_env / "run" / "engine.sock"
     client = await start_client(
-        server_command(socket_path, memorized_model_dir),
+        server_command(memorized_engine.socket_path, None),
         init_options={"canvasLength": "long", "debounceMs": 0, "extraContextTokens": 0, "colour": "blue"},
     )
     try:
@@ -231,7 +239,6 @@ async def test_invalid_settings_are_reported_once_and_defaults_used(
         assert len(warnings) == 1 and "colour" in warnings[0]
     finally:
         await client.shutdown_session()
-        _kill_engine(socket_path, signal.SIGTERM)
 
 
 async def test_an_invoked_request_offers_several_candidates(isolated_env: Path, random_model_dir: Path) -> None:

@@ -34,7 +34,7 @@ from tests.support.engine import EngineProcess, RawClient
 from tests.support.lsp import Editor, RawLsp, complete, inline_complete, rewrite, server_command, span, start_client
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 from tests.support.openai_endpoint import free_port
-from tests.support.vllm_cpu import Served, descendants, serving
+from tests.support.vllm_cpu import Served, descendants, launched, serving, wait_healthy
 
 pytestmark = pytest.mark.e2e
 API_KEY = "team-vllm-key-0123456789"
@@ -47,8 +47,19 @@ EXACT = {"debounceMs": 0, "extraContextTokens": 0, "deadlineMs": 0}
 
 
 @pytest.fixture(scope="module")
-def team_vllm(vllm_cpu: Path, memorized_model_dir: Path, module_tmp: Path) -> Iterator[Served]:
-    """``vllm serve`` of the FIM memorized checkpoint on loopback TCP with ``--api-key``."""
+def next_edit_vllm(vllm_cpu: Path, next_edit_model_dir: Path, module_tmp: Path) -> Iterator[Served]:
+    """A second team server, on the checkpoint trained to make the next edit of tests/support/next_edits.py: started
+    with the module, beside the first (``team_vllm``), and waited for only by the next edit's test, last in the
+    module."""
+    log = module_tmp / "vllm-next-edit.log"
+    with launched(vllm_cpu, next_edit_model_dir, log, port=free_port(), api_key=API_KEY, extra=[]) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def team_vllm(vllm_cpu: Path, memorized_model_dir: Path, module_tmp: Path, next_edit_vllm: Served) -> Iterator[Served]:
+    """``vllm serve`` of the FIM memorized checkpoint on loopback TCP with ``--api-key`` (once ``next_edit_vllm`` is
+    on its way: the two start side by side)."""
     log = module_tmp / "vllm.log"
     with serving(
         vllm_cpu, memorized_model_dir, log, port=free_port(), api_key=API_KEY, extra=["--enable-log-requests"]
@@ -319,14 +330,10 @@ async def test_the_remote_backend_reports_a_key_vllm_refuses_once(
 
 
 @pytest.fixture(scope="module")
-def next_edit_engine(vllm_cpu: Path, next_edit_model_dir: Path, module_tmp: Path) -> Iterator[EngineProcess]:
-    """A second team server, on the checkpoint trained to make the next edit of tests/support/next_edits.py, and a
-    user's engine in front of it (started only for the next edit: last in the module)."""
-    log = module_tmp / "vllm-next-edit.log"
-    with (
-        serving(vllm_cpu, next_edit_model_dir, log, port=free_port(), api_key=API_KEY, extra=[]) as served,
-        engine_in_front_of(served, next_edit_model_dir, module_tmp, "next-edit-user") as engine,
-    ):
+def next_edit_engine(next_edit_vllm: Served, next_edit_model_dir: Path, module_tmp: Path) -> Iterator[EngineProcess]:
+    """A user's engine in front of the next-edit team server (started only for the next edit: last in the module)."""
+    wait_healthy(next_edit_vllm)
+    with engine_in_front_of(next_edit_vllm, next_edit_model_dir, module_tmp, "next-edit-user") as engine:
         yield engine
 
 

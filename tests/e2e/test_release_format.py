@@ -8,7 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import attrs
@@ -20,7 +20,7 @@ from diffgemma_engine.shared import protocol
 from diffgemma_engine.shared.prompt import CHAT_INSTRUCTION_SUFFIX_FIRST, CURSOR_MARK
 from tests.e2e.test_lsp_engine import lsp_session
 from tests.support.engine import EngineProcess, RawClient
-from tests.support.lsp import complete, complete_when_ready, inline_complete, open_document
+from tests.support.lsp import attached_client, complete, complete_when_ready, inline_complete, open_document
 from tests.support.release_format import ANSWERED_PREFIX, ANSWERED_SUFFIX, INSERTED
 
 pytestmark = pytest.mark.e2e
@@ -43,9 +43,10 @@ def doctor(socket_path: Path, *extra: str) -> tuple[int, dict[str, object]]:
     return done.returncode, json.loads(done.stdout)
 
 
-@pytest.fixture
-def engine(short_tmp: Path, release_random_dir: Path) -> AsyncIterator[EngineProcess]:
-    process = EngineProcess(release_random_dir, short_tmp / "engine.sock", short_tmp / "engine.log")
+@pytest.fixture(scope="module")
+def engine(module_tmp: Path, release_random_dir: Path) -> Iterator[EngineProcess]:
+    """One engine on the random release-format checkpoint for the module's tests that talk to it."""
+    process = EngineProcess(release_random_dir, module_tmp / "engine.sock", module_tmp / "engine.log")
     yield process
     process.stop()
 
@@ -120,13 +121,24 @@ async def test_doctor_reports_a_failed_load_with_its_reason(short_tmp: Path, rel
         process.stop()
 
 
+@pytest.fixture(scope="module")
+def memorized_release_engine(module_tmp: Path, release_memorized_dir: Path) -> Iterator[EngineProcess]:
+    """One engine on the memorized release-format checkpoint for the language server tests below (each server has
+    its own settings; none stops or restarts the engine)."""
+    process = EngineProcess(release_memorized_dir, module_tmp / "memorized.sock", module_tmp / "memorized.log")
+    yield process
+    process.stop()
+
+
 @pytest.fixture
-async def lsp(isolated_env: Path, release_memorized_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
+async def lsp(
+    isolated_env: Path, memorized_release_engine: EngineProcess
+) -> AsyncIterator[tuple[LanguageClient, Path]]:
     """No deadline: on a loaded machine a deadline leaves an invoked inline completion's three candidates the floor
     of their schedule, and a candidate stopped half-denoised is an answer of its own (seen beside two other test
     runs: ``    return ``+ b``); what these tests check is the text a finished canvas gives."""
-    async with lsp_session(isolated_env, release_memorized_dir, deadlineMs=0) as session:
-        yield session
+    async with attached_client(memorized_release_engine.socket_path, deadlineMs=0) as client:
+        yield client, memorized_release_engine.socket_path
 
 
 async def test_completion_is_the_instruction_models_answer_without_its_fence(
@@ -146,13 +158,16 @@ async def test_completion_is_the_instruction_models_answer_without_its_fence(
 
 
 @pytest.fixture
-async def few_steps(isolated_env: Path, release_memorized_dir: Path) -> AsyncIterator[tuple[LanguageClient, Path]]:
+async def few_steps(
+    isolated_env: Path, memorized_release_engine: EngineProcess
+) -> AsyncIterator[tuple[LanguageClient, Path]]:
     """The release-format session with 4 denoising steps a completion (the ``steps`` setting): what the prompt's
     reuse depends on is the prompt, not the canvas, and 48 steps over a long prompt cost minutes on a CPU. No
     recent edits in the prompt: on a loaded machine the keystrokes come more than 2 s apart, each closes a burst,
     and the edit history's chunk (measured on its own in benchmarks/README.md) would change with every one."""
-    async with lsp_session(isolated_env, release_memorized_dir, steps=4, editHistoryTokens=0) as session:
-        yield session
+    socket_path = memorized_release_engine.socket_path
+    async with attached_client(socket_path, steps=4, editHistoryTokens=0) as client:
+        yield client, socket_path
 
 
 async def test_typing_in_a_long_document_reuses_the_prompt(few_steps: tuple[LanguageClient, Path]) -> None:

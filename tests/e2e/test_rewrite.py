@@ -1,6 +1,6 @@
-"""Rewrite selection end to end: the real language server starts the real engine on the memorized checkpoint, the
-editor (pytest-lsp's client, applying ``workspace/applyEdit`` as a real one does) selects a wrong middle, picks
-the code action, and the document ends up holding exactly the middle the checkpoint was trained on."""
+"""Rewrite selection end to end: the real language server on the real engine (one for the module) on the memorized
+checkpoint, the editor (pytest-lsp's client, applying ``workspace/applyEdit`` as a real one does) selects a wrong
+middle, picks the code action, and the document ends up holding exactly the middle the checkpoint was trained on."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from lsprotocol import types
 from pytest_lsp import LanguageClient
 
 from diffgemma_lsp.features.rewrite import REFILLED
-from tests.e2e.test_lsp_engine import _kill_engine, lsp_session
+from tests.e2e.test_lsp_engine import _kill_engine
 from tests.e2e.test_remote_backend import KEY_ENV, endpoint, remote_settings
-from tests.support.lsp import READY_TIMEOUT_S, Editor, rewrite, server_command, span, start_client
+from tests.support.engine import EngineProcess
+from tests.support.lsp import READY_TIMEOUT_S, Editor, attached_client, rewrite, server_command, span, start_client
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 from tests.support.openai_endpoint import API_KEY, Endpoint
 
@@ -33,8 +34,12 @@ __all__ = ["endpoint"]  # the remote backend's server, a fixture shared with tes
 
 
 @pytest.fixture
-async def lsp(isolated_env: Path, memorized_model_dir: Path) -> AsyncIterator[tuple[LanguageClient, Editor, Path]]:
-    async with lsp_session(isolated_env, memorized_model_dir) as (client, socket_path):
+async def lsp(
+    isolated_env: Path, memorized_engine: EngineProcess
+) -> AsyncIterator[tuple[LanguageClient, Editor, Path]]:
+    """A language server of its own on the module's engine (it neither stops nor restarts it)."""
+    socket_path = memorized_engine.socket_path
+    async with attached_client(socket_path) as client:
         editor = Editor(client)
         assert WRONG_MIDDLE != MEMORIZED_MIDDLE
         editor.open(URI, MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX)

@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import signal
 from pathlib import Path
 
 import pytest
 
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.features.rewrite import REWRITE_COMMAND
-from tests.e2e.test_lsp_engine import _kill_engine
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.lsp import RawLsp, server_command
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
@@ -72,35 +70,32 @@ def test_hundred_thousand_frames_decode_or_fail_clearly() -> None:
 
 
 @pytest.mark.e2e
-async def test_live_engine_survives_fuzzed_frames(short_tmp: Path, memorized_model_dir: Path) -> None:
-    engine = EngineProcess(memorized_model_dir, short_tmp / "run" / "engine.sock", short_tmp / "engine.log")
+async def test_live_engine_survives_fuzzed_frames(memorized_engine: EngineProcess) -> None:
+    engine = memorized_engine  # the module's: the language server tests below then run on the engine fuzzed here
     rng = random.Random(99)
-    try:
-        client = await RawClient.connect(engine.socket_path)
-        expected_replies = 0
-        for _ in range(LIVE_FRAMES):
-            body = mutate(rng)
-            try:
-                message = protocol.decode(body)
-            except protocol.ProtocolError:
-                expected_replies += 1  # an Error
-            else:
-                expected_replies += not isinstance(message, protocol.Cancel)  # Cancel has no reply
-            await client.send_raw(protocol.HEADER.pack(len(body)) + body)
-        replies = [await client.receive(timeout=120) for _ in range(expected_replies)]
-        with pytest.raises(asyncio.TimeoutError):
-            await client.receive(timeout=1.0)
-        errors = sum(isinstance(r, protocol.Error) for r in replies)
-        print(f"live frames fuzzed: {LIVE_FRAMES}, replies {len(replies)} ({errors} errors), engine alive")
-        await client.send(
-            protocol.Infill(id="ok", uri="file:///ok.py", prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, seed=0)
-        )
-        ok = await client.receive()
-        assert isinstance(ok, protocol.Result) and ok.text == MEMORIZED_MIDDLE
-        await client.close()
-        assert engine.process.poll() is None
-    finally:
-        engine.stop()
+    client = await RawClient.connect(engine.socket_path)
+    expected_replies = 0
+    for _ in range(LIVE_FRAMES):
+        body = mutate(rng)
+        try:
+            message = protocol.decode(body)
+        except protocol.ProtocolError:
+            expected_replies += 1  # an Error
+        else:
+            expected_replies += not isinstance(message, protocol.Cancel)  # Cancel has no reply
+        await client.send_raw(protocol.HEADER.pack(len(body)) + body)
+    replies = [await client.receive(timeout=120) for _ in range(expected_replies)]
+    with pytest.raises(asyncio.TimeoutError):
+        await client.receive(timeout=1.0)
+    errors = sum(isinstance(r, protocol.Error) for r in replies)
+    print(f"live frames fuzzed: {LIVE_FRAMES}, replies {len(replies)} ({errors} errors), engine alive")
+    await client.send(
+        protocol.Infill(id="ok", uri="file:///ok.py", prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, seed=0)
+    )
+    ok = await client.receive()
+    assert isinstance(ok, protocol.Result) and ok.text == MEMORIZED_MIDDLE
+    await client.close()
+    assert engine.process.poll() is None
 
 
 LSP_CASES = 400
@@ -108,11 +103,10 @@ LSP_CASES = 400
 
 @pytest.mark.e2e
 async def test_language_server_survives_bad_positions_and_documents(
-    isolated_env: Path, memorized_model_dir: Path
+    isolated_env: Path, memorized_engine: EngineProcess
 ) -> None:
     """Positions out of range, unknown URIs, CRLF, surrogate pairs, a huge document: a result or a clear error."""
-    socket_path = isolated_env / "run" / "engine.sock"
-    lsp = await RawLsp.start(server_command(socket_path, memorized_model_dir))
+    lsp = await RawLsp.start(server_command(memorized_engine.socket_path, None))
     rng = random.Random(7)
     documents = {
         "file:///f/crlf.py": "def f():\r\n    return 1\r\n\r\nx = '😀😀'\r\n",
@@ -177,7 +171,6 @@ async def test_language_server_survives_bad_positions_and_documents(
         assert lsp.process.returncode is None
     finally:
         await lsp.stop()
-        _kill_engine(socket_path, signal.SIGTERM)
 
 
 REWRITE_CASES = 300
@@ -187,13 +180,12 @@ REWRITE_JUNK: list[object] = [-1, 2**31, 2**63, -(2**31) - 1, 1.5, 1.0, True, No
 
 @pytest.mark.e2e
 async def test_the_rewrite_command_refuses_bad_arguments_and_huge_selections_clearly(
-    isolated_env: Path, memorized_model_dir: Path
+    isolated_env: Path, memorized_engine: EngineProcess
 ) -> None:
     """The rewrite command's argument with junk where its numbers go (huge, negative, floats, bools): always an
     InvalidParams error naming what is wrong, never an internal one; a 5.4 MB selection is refused before the
     engine is asked, saying what to do."""
-    socket_path = isolated_env / "run" / "engine.sock"
-    lsp = await RawLsp.start(server_command(socket_path, memorized_model_dir))
+    lsp = await RawLsp.start(server_command(memorized_engine.socket_path, None))
     rng = random.Random(31)
     edits = {"applyEdit": True, "workspaceEdit": {"documentChanges": True}}
     try:
@@ -231,7 +223,6 @@ async def test_the_rewrite_command_refuses_bad_arguments_and_huge_selections_cle
         assert lsp.process.returncode is None
     finally:
         await lsp.stop()
-        _kill_engine(socket_path, signal.SIGTERM)
 
 
 def span_argument(start_line: object, start_character: object, end_line: object, end_character: object) -> object:

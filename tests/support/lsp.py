@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -52,6 +54,21 @@ async def start_client(
         )
     )
     return client
+
+
+@contextlib.asynccontextmanager
+async def attached_client(socket_path: Path, **settings: object) -> AsyncIterator[LanguageClient]:
+    """A language server of its own on the engine that serves ``socket_path`` (``--engine-socket`` and no model: it
+    finds the engine serving and starts none), no debounce and no other files; other ``settings`` as the client
+    sends them. The engine is left serving (a module's shared engine: ``memorized_engine``)."""
+    client = await start_client(
+        server_command(socket_path, None),
+        init_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, **settings}},
+    )
+    try:
+        yield client
+    finally:
+        await client.shutdown_session()
 
 
 def open_document(client: LanguageClient, uri: str, text: str, version: int = 1) -> None:

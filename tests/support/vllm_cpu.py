@@ -189,6 +189,16 @@ def serving(vllm: Path, model: Path, log: Path, *, port: int, api_key: str, extr
     """``vllm serve MODEL`` on loopback TCP ``port`` with ``--api-key`` (the team server), the engine's own
     DiffusionGemma options (``diffusion_options`` for the checkpoint's canvas and steps) and ``extra``; waits for
     ``/health``, and stops it (its whole process group) at the end."""
+    with launched(vllm, model, log, port=port, api_key=api_key, extra=extra) as served:
+        wait_healthy(served)
+        yield served
+
+
+@contextlib.contextmanager
+def launched(vllm: Path, model: Path, log: Path, *, port: int, api_key: str, extra: list[str]) -> Iterator[Served]:
+    """``serving`` without the wait: the server is started and given back at once, so that a test module can start a
+    second one while the first starts (a start is 40-70 s, much of it on one core), and ``wait_healthy`` for it
+    when it needs it; stopped (its whole process group) at the end."""
     canvas_length, steps = canvas_and_steps(model)
     command = [str(vllm), "serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--api-key", api_key]
     command += [*diffusion_options(canvas_length, steps), *extra]
@@ -197,15 +207,19 @@ def serving(vllm: Path, model: Path, log: Path, *, port: int, api_key: str, extr
             command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
     server = VllmServer(url=f"http://127.0.0.1:{port}", api_key=api_key)
-    served = Served(server=server, process=process, log=log)
     try:
-        started = time.monotonic()
-        if not wait_until_healthy(server, START_TIMEOUT_S, lambda: process.poll() is None):
-            raise AssertionError(f"vllm serve did not become healthy: {served.output()[-3000:]}")
-        print(f"vllm serve {model.name} healthy after {time.monotonic() - started:.0f} s", file=sys.stderr)
-        yield served
+        yield Served(server=server, process=process, log=log)
     finally:
         stop_group(process)
+
+
+def wait_healthy(served: Served) -> None:
+    """Wait until ``served`` answers ``/health`` (``START_TIMEOUT_S`` from now at most); AssertionError with its
+    output's end when it exits or does not answer in time."""
+    started = time.monotonic()
+    if not wait_until_healthy(served.server, START_TIMEOUT_S, lambda: served.process.poll() is None):
+        raise AssertionError(f"vllm serve did not become healthy: {served.output()[-3000:]}")
+    print(f"vllm serve {served.log.name} healthy after {time.monotonic() - started:.0f} s more", file=sys.stderr)
 
 
 def stop_group(process: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
