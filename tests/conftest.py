@@ -35,7 +35,21 @@ its socket's folder being removed, or of its last client) before it calls them l
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if _is_worker(config) and os.environ.get(SESSION_MARK):
+        return  # a pytest-xdist worker keeps the mark of the run that started it
     os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    """Whether this process is one of pytest-xdist's workers (``make test`` runs one per core)."""
+    return hasattr(config, "workerinput")
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _background_env() -> dict[str, str]:
@@ -44,12 +58,13 @@ def _background_env() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != SESSION_MARK}
 
 
-def _marked_processes() -> dict[int, str]:
-    """The processes other than this one that carry this session's mark, with their command lines."""
+def _marked_processes(workers: bool = False) -> dict[int, str]:
+    """The processes other than this one that carry this session's mark, with their command lines; with
+    ``workers``, not this process's children either (pytest-xdist's workers, which tests do not start)."""
     mark = f"{SESSION_MARK}={os.environ.get(SESSION_MARK, '')}".encode()
     found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        if int(pid) == os.getpid():
+        if int(pid) == os.getpid() or (workers and _parent(int(pid)) == os.getpid()):
             continue
         try:
             if mark not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
@@ -65,10 +80,11 @@ def _marked_processes() -> dict[int, str]:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when a process a test started (an engine, a language server, an editor) outlives the session;
     stop each such process (by its id) so that ``make test`` leaves nothing behind either way."""
-    if not os.path.isdir("/proc") or hasattr(session.config, "workerinput"):
+    if not os.path.isdir("/proc") or _is_worker(session.config):
         return
+    workers = session.config.pluginmanager.has_plugin("dsession")  # tests ran in pytest-xdist's workers
     deadline = time.monotonic() + LEFTOVER_GRACE_S
-    while (left := _marked_processes()) and time.monotonic() < deadline:
+    while (left := _marked_processes(workers)) and time.monotonic() < deadline:
         time.sleep(0.5)
     if not left:
         return
@@ -128,6 +144,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Train the checkpoints the collected tests will need and the cache lacks, each in a background process on its
     own thread, while the light layers run: their fixtures then wait on the checkpoint's lock instead of training
     one after the other when first asked. A run that needs none (``pytest tests/lsp``) starts none."""
+    if _is_worker(session.config) and session.config.workerinput["workerid"] != "gw0":
+        return  # each pytest-xdist worker collects every test: the first starts the builds, the others wait on them
     asked = {fixture for item in session.items for fixture in getattr(item, "fixturenames", ())}
     if "vllm_python" in asked:  # mostly downloading and unpacking: beside the tests, not before them
         from tests.support.vllm_env import RECIPE, VENV
