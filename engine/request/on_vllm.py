@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from ..canvas.loop import StopCheck
 from ..loading.model import LoadedModel
@@ -19,6 +20,7 @@ from ..vllm.client import VllmError, VllmServer, one_line
 from ..vllm.completions import CACHED_UNREPORTED, STEPS_UNREPORTED, ReplyError, completion_body, read_reply
 from .canvas_ask import canvas_ask
 from .infill import Answer, finish_row
+from .windows import each_window
 
 STOPS_ON_THE_WAY = (protocol.StopReason.CANCELLED.value, protocol.StopReason.SUPERSEDED.value)
 
@@ -82,3 +84,14 @@ def run_on_vllm(
             )
         )
     return answers
+
+
+def run_windows_on_vllm(request: protocol.Infill, run: Callable[[protocol.Infill], list[Answer]]) -> list[list[Answer]]:
+    """Each window's answers (``diffgemma_engine.request.windows.each_window``'s order): ``run`` (``run_on_vllm``
+    with the job's server, stop check and deadline) for every window at once, each on a thread of its own, so that
+    vLLM has them all in flight together and batches them; the first ``VllmError`` is raised once all have ended."""
+    requests = each_window(request)
+    with ThreadPoolExecutor(max_workers=len(requests), thread_name_prefix="diffgemma-vllm-window") as pool:
+        pending = [pool.submit(run, window) for window in requests]
+        wait(pending)
+    return [done.result() for done in pending]

@@ -18,6 +18,7 @@ from ..loading.model import LoadedModel, load_model
 from ..loading.model_info import ModelInfo
 from ..request.batch import Row, compatible, run_batch
 from ..request.infill import Answer, check_request, run_infill
+from ..request.windows import run_windows
 from ..shared import protocol
 from ..shared.serve_options import DEFAULT_MAX_BATCH, StepMode
 from .seam import Answered, RowsDidNotFit, Task, distinct_alternatives
@@ -90,6 +91,10 @@ class OwnLoop:
         if task.request.candidates > 1:
             return self._run_candidates(task)
         return self._run_with_memory_fallback(task.request, task), []
+
+    def run_windows(self, task: Task) -> list[Answered]:
+        rows = run_windows(self._model(), task.request, lambda window: attrs.evolve(batch_row(task), request=window))
+        return [(answers[0], distinct_alternatives(answers)) for answers in rows]
 
     def run_together(self, tasks: Sequence[Task]) -> list[Answer]:
         loaded = self._model()

@@ -64,6 +64,11 @@ class CanvasRuntime(Protocol):
         for a request it refuses."""
         ...
 
+    def run_windows(self, task: Task) -> list[Answered]:
+        """A rewrite with more places of its document (``Infill.windows``): each window's answer, in order, all
+        run together (one batch, or all in flight at once); ``EngineError`` for a request it refuses."""
+        ...
+
     def run_together(self, tasks: Sequence[Task]) -> list[Answer]:
         """Run requests that ``joins`` together; ``RowsDidNotFit`` when they do not fit in memory together."""
         ...

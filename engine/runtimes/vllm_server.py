@@ -16,7 +16,7 @@ from ..loading.hub import checkpoint_folder
 from ..loading.model import LoadedModel, load_facts
 from ..loading.model_info import ModelInfo
 from ..request.infill import Answer
-from ..request.on_vllm import run_on_vllm
+from ..request.on_vllm import run_on_vllm, run_windows_on_vllm
 from ..shared import protocol
 from ..vllm.client import VllmError
 from ..vllm.completions import SEEDS_REPRODUCE
@@ -95,12 +95,21 @@ class VllmServed:
         return False
 
     def run(self, task: Task) -> Answered:
-        """The request run by vLLM: the first choice's answer and the other distinct ones. vLLM's refusal or
+        """The request run by vLLM: the first choice's answer and the other distinct ones."""
+        answers = self._answers(task, task.request)
+        return answers[0], distinct_alternatives(answers)
+
+    def run_windows(self, task: Task) -> list[Answered]:
+        answered = run_windows_on_vllm(task.request, lambda window: self._answers(task, window))
+        return [(answers[0], distinct_alternatives(answers)) for answers in answered]
+
+    def _answers(self, task: Task, request: protocol.Infill) -> list[Answer]:
+        """``request`` (the task's, or one of its windows) run by vLLM: each choice's answer. vLLM's refusal or
         absence is the request's ``model_error``, with vLLM's message (or, while it restarts, why)."""
         try:
-            answers = run_on_vllm(
+            return run_on_vllm(
                 self._facts(),
-                task.request,
+                request,
                 self.vllm.server,
                 self.vllm.model_name,
                 task.should_stop,
@@ -111,7 +120,6 @@ class VllmServed:
         except VllmError as exc:
             down = self.supervisor.down_reason() if self.supervisor is not None else None
             raise VllmRequestError(down or str(exc)) from exc
-        return answers[0], distinct_alternatives(answers)
 
     def run_together(self, tasks: Sequence[Task]) -> list[Answer]:
         return [self.run(task)[0] for task in tasks]

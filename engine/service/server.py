@@ -36,7 +36,7 @@ LOAD_ERROR_LINGER_S = 10.0
 """A model that fails to load before any client has connected: how long the engine waits for the one that started
 it to connect and hear why (a bad folder fails in milliseconds, faster than the client's first connect)."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-FEATURES = (protocol.REWRITE_FEATURE,)
+FEATURES = (protocol.REWRITE_FEATURE, protocol.WINDOWS_FEATURE)
 """What this engine does beyond plain infills, whatever the model (``HelloOk.features``)."""
 
 

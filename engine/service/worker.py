@@ -108,8 +108,16 @@ class ModelWorker(threading.Thread):
         if job.cancel_reason is not None:
             job.resolve_threadsafe(self._result(job, "", job.cancel_reason, protocol.Timings()))
             return
+        windows: list[protocol.WindowResult] = []
         try:
-            (text, stop, timings), alternatives = self.runtime.run(job)
+            if request.windows:  # more places of the document: all run together
+                ((text, stop, timings), alternatives), *others = self.runtime.run_windows(job)
+                windows = [
+                    protocol.WindowResult(text=answer.text, stop=answer.stop, alternatives=more)
+                    for answer, more in others
+                ]
+            else:
+                (text, stop, timings), alternatives = self.runtime.run(job)
         except EngineError as exc:
             logger.warning("request %s refused: %s", request.id, exc)
             job.resolve_threadsafe(exc.to_wire(request.id))
@@ -135,9 +143,10 @@ class ModelWorker(threading.Thread):
             timings.encode_ms,
             timings.denoise_ms,
             (f" ({request.candidates} candidates, {1 + len(alternatives)} distinct)" if request.candidates > 1 else "")
-            + (f" (a rewrite at strength {request.strength})" if request.start else ""),
+            + (f" (a rewrite at strength {request.strength})" if request.start else "")
+            + (f" ({1 + len(windows)} windows in one batch)" if windows else ""),
         )
-        job.resolve_threadsafe(self._result(job, text, stop, timings, alternatives))
+        job.resolve_threadsafe(self._result(job, text, stop, timings, alternatives, windows))
 
     def _result(
         self,
@@ -146,11 +155,18 @@ class ModelWorker(threading.Thread):
         stop: protocol.StopReason,
         timings: protocol.Timings,
         alternatives: list[str] | None = None,
+        windows: list[protocol.WindowResult] | None = None,
     ) -> protocol.Result:
         timings = attrs.evolve(timings, queue_ms=round(job.queue_ms(), 3))
         prompt = ""
         if job.request.echo and self.loaded is not None:  # laid out again: a millisecond, and only when asked
             prompt = self.loaded.decode_prompt(prompt_ids(self.loaded, job.request))
         return protocol.Result(
-            id=job.request.id, text=text, stop=stop, timings=timings, alternatives=alternatives or [], prompt=prompt
+            id=job.request.id,
+            text=text,
+            stop=stop,
+            timings=timings,
+            alternatives=alternatives or [],
+            prompt=prompt,
+            windows=windows or [],
         )

@@ -47,6 +47,10 @@ from .wire_values import StopReason as StopReason
 PROTOCOL_VERSION = 1
 REWRITE_FEATURE = "rewrite"
 """``HelloOk.features`` member: the engine starts a canvas from ``Infill.start``."""
+WINDOWS_FEATURE = "windows"
+"""``HelloOk.features`` member: the engine rewrites ``Infill.windows`` in the batch of the request's own window."""
+MAX_WINDOWS = 8
+"""The most ``Infill.windows`` one request may carry (more are refused with ``bad_request``)."""
 HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 """Frames larger than this are refused with ``ErrorCode.TOO_LARGE``."""
@@ -195,6 +199,15 @@ def cursor_scope(prefix: str) -> Scope:
 
 
 @attrs.frozen(kw_only=True)
+class Window:
+    """Another place of a rewrite's document (``Infill.windows``): the text before it, after it, and its own."""
+
+    prefix: str
+    suffix: str = ""
+    start: list[StartSegment] = attrs.field(factory=list)
+
+
+@attrs.frozen(kw_only=True)
 class Infill:
     """Fill the middle between ``prefix`` and ``suffix``."""
 
@@ -232,6 +245,11 @@ class Infill:
     instruction: str = ""
     """With ``start``, for a chat-layout checkpoint: what to do with the text (it goes into the prompt). FIM
     checkpoints ignore it and re-fill the span."""
+    windows: list[Window] = attrs.field(factory=list)
+    """With ``start``: more places of the same document, each rewritten as this request's own window is (the same
+    instruction, strength, extra chunks and candidates) and denoised in the same batch; answered in
+    ``Result.windows``, in order (at most ``MAX_WINDOWS``; an engine without ``WINDOWS_FEATURE`` ignores them).
+    A next edit's chain: the other places an edit implies, computed before the user jumps there."""
 
 
 @attrs.frozen(kw_only=True)
@@ -299,6 +317,15 @@ class Stats:
 
 
 @attrs.frozen(kw_only=True)
+class WindowResult:
+    """The answer for one of ``Infill.windows``: as ``Result``'s ``text``, ``stop`` and ``alternatives``."""
+
+    text: str
+    stop: StopReason
+    alternatives: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen(kw_only=True)
 class Result:
     """The completion for request ``id``."""
 
@@ -311,6 +338,8 @@ class Result:
     """With ``candidates`` > 1: the other distinct, non-empty answers."""
     prompt: str = ""
     """With ``echo``: the encoder's input decoded, control tokens included."""
+    windows: list[WindowResult] = attrs.field(factory=list)
+    """The answers for ``Infill.windows``, in order."""
 
 
 @attrs.frozen(kw_only=True)

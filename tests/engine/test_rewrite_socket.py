@@ -9,6 +9,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from diffgemma_engine.shared import protocol
@@ -46,7 +47,7 @@ async def test_the_handshake_lists_the_rewrite_feature(engine: EngineProcess) ->
     hello = await connection.receive()
     await connection.close()
     assert isinstance(hello, protocol.HelloOk)
-    assert hello.features == [protocol.REWRITE_FEATURE] == ["rewrite"]
+    assert hello.features == [protocol.REWRITE_FEATURE, protocol.WINDOWS_FEATURE] == ["rewrite", "windows"]
 
 
 async def test_a_rewrite_returns_the_memorized_middle(client: RawClient) -> None:
@@ -55,6 +56,50 @@ async def test_a_rewrite_returns_the_memorized_middle(client: RawClient) -> None
     assert isinstance(result, protocol.Result), result
     assert (result.id, result.text, result.stop) == ("1", MEMORIZED_MIDDLE, protocol.StopReason.EOS)
     assert 1 <= result.timings.steps <= 8  # half of the checkpoint's 16
+
+
+def window(start: str = WRONG_MIDDLE, prefix: str = MEMORIZED_PREFIX) -> protocol.Window:
+    return protocol.Window(prefix=prefix, suffix=MEMORIZED_SUFFIX, start=[protocol.StartSegment(text=start)])
+
+
+async def test_a_rewrite_with_more_windows_answers_each_from_one_batch(
+    engine: EngineProcess, client: RawClient
+) -> None:
+    """Issue 45's next-edit chain: the other places an edit implies ride in one request and one batch; each window
+    is answered in order, as it would be alone (two draws each: six canvas rows in one decoder pass). The checkpoint
+    knows one prompt: the window of another prompt gets an answer of its own, after the one it knows."""
+    other_prefix = "# another place of the file\n" + MEMORIZED_PREFIX
+    await client.send(rewrite("chain", windows=[window(), window(prefix=other_prefix)], candidates=2, seed=None))
+    result = await client.receive()
+    assert isinstance(result, protocol.Result), result
+    assert (result.id, result.text, result.stop) == ("chain", MEMORIZED_MIDDLE, protocol.StopReason.EOS)
+    assert len(result.windows) == 2 and result.windows[0].text == MEMORIZED_MIDDLE, result
+    assert result.windows[0].stop is protocol.StopReason.EOS and result.windows[1].stop is not None
+    assert result.timings.prompt_tokens > 0
+    assert "request chain: eos" in engine.log() and "(3 windows in one batch)" in engine.log()
+
+
+BAD_WINDOWS = {
+    "too many": (dict(windows=[window()] * (protocol.MAX_WINDOWS + 1)), "windows: at most 8 in one request, got 9"),
+    "without a start": (dict(windows=[window()], start=""), "the request needs its own start"),
+    "one over a canvas": (dict(windows=[window(start="x = 1\n" * 20)]), "the selection is 80 tokens"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_WINDOWS, ids=list(BAD_WINDOWS))
+async def test_bad_windows_answer_bad_request_and_the_engine_keeps_serving(client: RawClient, case: str) -> None:
+    fields, message = BAD_WINDOWS[case]
+    request = rewrite("bad", **fields)
+    if not fields.get("start", True):
+        request = attrs.evolve(request, start=[])
+    await client.send(request)
+    error = await client.receive()
+    assert isinstance(error, protocol.Error), error
+    assert (error.id, error.code) == ("bad", protocol.ErrorCode.BAD_REQUEST)
+    assert message in error.message
+    await client.send(rewrite("good"))
+    result = await client.receive()
+    assert isinstance(result, protocol.Result) and result.text == MEMORIZED_MIDDLE
 
 
 BAD_REWRITES = {
