@@ -3,6 +3,9 @@
     python -m benchmarks.next_edit_eval [--repo PATH] [--n 40] [--commits 400] [--seed 0] [--model DIR]
                                         [--device cpu] [--json PATH] [--plot PATH]
 
+Next edits that jump, over the commits whose change spans several places: ``python -m benchmarks.next_edit_chains``
+with the same options (``benchmarks/next_edit_chains.py``).
+
 The edit sequences are the commits of a git repository (default: this checkout): each Python file a commit changes
 in two hunks or more (line hunks, as ``difflib`` finds them between the file before and after) gives cases. In a
 case the user has made the first ``k`` hunks (``k`` from 1 to the last but one), in order, and the cursor is at the
@@ -218,8 +221,9 @@ def summarize(results: list[dict[str, object]]) -> dict[str, object]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+def options(description: str) -> argparse.ArgumentParser:
+    """The command line of this benchmark (and of ``next_edit_chains``, which replays the same commits)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--repo", type=Path, default=ROOT, help="a git checkout (default: this one)")
     parser.add_argument("--n", type=int, default=40, help="cases")
     parser.add_argument("--commits", type=int, default=400, help="the newest commits read")
@@ -229,7 +233,11 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=Settings().next_edit_draws, help="nextEditDraws (1: eager)")
     parser.add_argument("--json", type=Path, default=RESULTS / "next_edit_eval.json")
     parser.add_argument("--plot", type=Path, default=None, help="default: the --json path with .png")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = options(__doc__.split("\n\n", 1)[0]).parse_args()
     machine = machine_report()
     cases = find_cases(args.repo, args.commits)
     chosen = random.Random(args.seed).sample(cases, min(args.n, len(cases)))

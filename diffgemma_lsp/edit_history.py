@@ -141,6 +141,18 @@ class EditHistory:
         document = self._documents.get(uri)
         return document is not None and (bool(document.hunks) or document.burst is not None)
 
+    def last_edit(self, uri: str, lines: Sequence[str]) -> Hunk | None:
+        """The newest edit of ``uri`` (``lines``: the document now): the burst being typed, as a hunk of what it
+        spans now, else the last closed hunk; None when there is none."""
+        document = self._documents.get(uri)
+        if document is None:
+            return None
+        burst = document.burst
+        if burst is not None:
+            new = tuple(lines[burst.start : burst.end])
+            return Hunk(uri=uri, start=burst.start, old=tuple(burst.old), new=new, closed_at=self.clock())
+        return document.hunks[-1] if document.hunks else None
+
     def forget(self, uri: str) -> None:
         """A closed document: its history goes."""
         self._documents.pop(uri, None)

@@ -21,11 +21,12 @@ from diffgemma_lsp.backend_link import BackendLink
 from diffgemma_lsp.document import LineDocument
 from diffgemma_lsp.features import rewrite
 from diffgemma_lsp.features.completion import Completions
-from diffgemma_lsp.features.next_edit import APPLY_KIND, NEXT_EDIT_METHOD, NextEdits
+from diffgemma_lsp.features.next_edit import APPLY_KIND, NextEdits
 from diffgemma_lsp.features.rewrite import REWRITE_COMMAND, Rewrites
 from diffgemma_lsp.grammars import LANGUAGE_OF_EXTENSION
 from diffgemma_lsp.index_progress import IndexProgress
 from diffgemma_lsp.jsonrpc import DiffgemmaProtocol
+from diffgemma_lsp.params import NEXT_EDIT_METHOD
 from diffgemma_lsp.repo.live import path_of
 from diffgemma_lsp.session import Session
 from diffgemma_lsp.settings import Settings, parse_settings

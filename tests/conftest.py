@@ -134,6 +134,7 @@ TRAINED = {
     "release_memorized_dir": ("release-memorized", "tests.support.release_format", "build_release_memorized"),
     "next_edit_model_dir": ("next-edit", "tests.support.models", "build_next_edit"),
     "single_line_model_dir": ("single-line", "tests.support.models", "build_single_line"),
+    "next_edit_chain_model_dir": ("next-edit-chain", "tests.support.models", "build_next_edit_chain"),
 }
 """The checkpoints trained for the tests (a minute or two each, on one thread), by the fixture that gives them."""
 BUILT_BESIDE = {*TRAINED, "vllm_python", "vllm_cpu"}
@@ -210,6 +211,7 @@ CHECKPOINT_SOURCES: dict[str, tuple[str, ...]] = {
     "memorized": (*_TRAINING, *_SHIPPED_TOKENIZER, *_PROMPT),
     "single-line": (*_TRAINING, *_SHIPPED_TOKENIZER, *_PROMPT),
     "next-edit": (*_TRAINING, *_SHIPPED_TOKENIZER, *_PROMPT, "tests/support/next_edits.py"),
+    "next-edit-chain": (*_TRAINING, *_SHIPPED_TOKENIZER, *_PROMPT, "engine/request/windows.py"),
     "release-random": _RELEASE,
     "release-wide": _RELEASE,
     "release-memorized": (*_RELEASE, *_PROMPT),
@@ -229,6 +231,20 @@ def _next_edit_requests() -> bytes:
     return b"".join(protocol.encode(request) for request in next_edit_requests("file:///work/area.py"))
 
 
+def _chain_requests() -> bytes:
+    """The requests the next-edit chain checkpoint is trained to answer, as the language server sends them, and the
+    answers (its module's other code changes nothing it is trained on)."""
+    from diffgemma_engine.shared import protocol
+    from tests.support.next_edit_chain import FOLLOWED_LINES, chain_requests
+
+    requests = chain_requests("file:///work/totals.py")
+    return b"".join(protocol.encode(request) for request in requests) + "".join(FOLLOWED_LINES).encode()
+
+
+REQUESTS = {"next-edit": _next_edit_requests, "next-edit-chain": _chain_requests}
+"""The checkpoints that depend on the requests the language server builds, and how to read them."""
+
+
 def _checkpoint_path(name: str) -> Path:
     """Where the checkpoint ``name`` is cached for this version of what it is built from (``CHECKPOINT_SOURCES``)."""
     import transformers
@@ -236,8 +252,8 @@ def _checkpoint_path(name: str) -> Path:
     digest = hashlib.sha1()
     for path in CHECKPOINT_SOURCES[name]:
         digest.update((ROOT / path).read_bytes())
-    if name == "next-edit":
-        digest.update(_next_edit_requests())
+    if name in REQUESTS:
+        digest.update(REQUESTS[name]())
     digest.update(transformers.__version__.encode())
     return MODEL_CACHE / f"{name}-{digest.hexdigest()[:12]}"
 
@@ -287,6 +303,14 @@ def next_edit_model_dir() -> Path:
     from tests.support.models import build_next_edit
 
     return _cached_checkpoint("next-edit", build_next_edit)
+
+
+@pytest.fixture(scope="session")
+def next_edit_chain_model_dir() -> Path:
+    """A DiffusionGemma trained to make the three edits of the chain of ``tests/support/next_edit_chain.py``."""
+    from tests.support.models import build_next_edit_chain
+
+    return _cached_checkpoint("next-edit-chain", build_next_edit_chain)
 
 
 @pytest.fixture(scope="session")

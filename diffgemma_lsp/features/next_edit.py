@@ -15,6 +15,11 @@ it), and with ``nextEditOnPause`` when a burst of editing ends (``BURST_GAP_S`` 
 or rewrite in flight or completion on screen there); a request for that version near it takes it, and the code
 action offers it, so editors that never ask (Helix, Zed) get next edits too.
 
+After a rename (issue 45, next edits that jump), the other uses of the old name in the document are the places it
+implies (``diffgemma_lsp.jumps``). When none lies in the window at the cursor, their one-line windows go to the
+engine in one request, denoised in one batch; the first place's suggestion is the answer (with ``"jump": true``: the
+editor takes the user there), and each one accepted offers the next at once, computed already (``Chain``).
+
 "No edit" is also the answer when the model is not sure: the engine draws ``nextEditDraws`` canvases in one batch and
 an edit is suggested only when they all write it. Measured against the canvas's entropy (``benchmarks/README.md``),
 the draws' agreement is what separated real edits from noise.
@@ -24,16 +29,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import attrs
 from lsprotocol import types
-from lsprotocol.validators import INTEGER_MAX_VALUE, INTEGER_MIN_VALUE, UINTEGER_MAX_VALUE
+from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
-from diffgemma_engine.shared import protocol, socket_paths
-from diffgemma_lsp.backends.base import RewriteUnsupported
+from diffgemma_engine.shared import protocol
+from diffgemma_lsp.backends.base import Backend, RewriteUnsupported
 from diffgemma_lsp.context import PositionError
 from diffgemma_lsp.document import split_lines
 from diffgemma_lsp.edit_history import BURST_GAP_S
@@ -44,40 +49,20 @@ from diffgemma_lsp.features.selection import (
     computed_on,
     edit_window,
     holds,
-    invalid_params,
     line_edits,
-    lsp_integer,
     read_selection,
     versioned_edit,
 )
+from diffgemma_lsp.jumps import CHAIN_WINDOW_LINES, Chain, Place, chain_request, chain_settings, implied
+from diffgemma_lsp.next_edit_notice import UNSURE_NOTICE_AFTER, unsure_notice
 from diffgemma_lsp.owners import Kind
+from diffgemma_lsp.params import NextEditArguments, next_edit_invalid, parse_arguments
 from diffgemma_lsp.postprocess import postprocess_replacement
 from diffgemma_lsp.session import Session
 from diffgemma_lsp.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-UNSURE_NOTICE_AFTER = 3
-"""How many next edits the draws disagreed on, with none suggested in between, before the user is told why none
-appears (once per server): the shipped model's draws never agree (``benchmarks/README.md``)."""
-
-
-def unsure_notice(model_id: str, draws: int) -> str:
-    """What the user is told when the model's draws keep disagreeing: why no next edit appears, what would help."""
-    shipped = model_id in ("", socket_paths.SHIPPED_MODEL_ID)
-    why = (
-        "the shipped model is a small test model: it exercises the path, its answers are not useful"
-        if shipped
-        else "the model is not sure of any edit here"
-    )
-    return (
-        f"diffgemma: no next edit: the model's {draws} draws of the edit disagreed {UNSURE_NOTICE_AFTER} times in a "
-        f"row ({why}). A real model makes next edits (the model setting; see the README's Quick start); "
-        "nextEditDraws 1 shows an unsure model's edits too."
-    )
-
-
-NEXT_EDIT_METHOD = "diffgemma/nextEdit"
 APPLY_TITLE = "Apply suggested edit"
 APPLY_KIND = f"{types.CodeActionKind.RefactorRewrite.value}.nextEdit"
 NEXT_EDIT_INSTRUCTION = (
@@ -86,42 +71,6 @@ NEXT_EDIT_INSTRUCTION = (
     "unchanged."
 )
 """What an instruction model is asked (FIM models see the window and the edits alone)."""
-
-
-@attrs.frozen(kw_only=True)
-class NextEditArguments:
-    """``{"textDocument": {"uri", "version"}, "position"}``."""
-
-    uri: str
-    version: int
-    position: types.Position
-
-
-def _fail(message: str) -> JsonRpcInvalidParams:
-    return invalid_params(NEXT_EDIT_METHOD, message)
-
-
-def _field(raw: object, name: str) -> object:
-    """``raw[name]`` of a JSON object as pygls hands a custom method's params over (a mapping, or an object with
-    attributes)."""
-    if isinstance(raw, Mapping):
-        return raw.get(name)
-    return getattr(raw, name, None)
-
-
-def parse_arguments(params: object) -> NextEditArguments:
-    """The request's params, or an InvalidParams error that says what is wrong with them."""
-    document = _field(params, "textDocument")
-    uri, version = _field(document, "uri"), _field(document, "version")
-    position = _field(params, "position")
-    line, character = _field(position, "line"), _field(position, "character")
-    if not isinstance(uri, str) or not uri:
-        raise _fail(f"textDocument.uri must be the document's URI, got {uri!r}")
-    if not lsp_integer(version, INTEGER_MIN_VALUE, INTEGER_MAX_VALUE):
-        raise _fail(f"textDocument.version must be the document's version, an integer, got {version!r}")
-    if not (lsp_integer(line, 0, UINTEGER_MAX_VALUE) and lsp_integer(character, 0, UINTEGER_MAX_VALUE)):
-        raise _fail(f"position needs a line and a character, both integers of 0 or more, got {position!r}")
-    return NextEditArguments(uri=uri, version=version, position=types.Position(line=line, character=character))
 
 
 CHARS_PER_CANVAS_TOKEN = 2.5
@@ -175,23 +124,28 @@ class Suggestion:
     result: str
     """The document's text once the edits are applied: a change that makes it so is the suggestion accepted."""
 
-    def answer(self) -> dict[str, object]:
-        """The request's result: ``{"uri", "version", "edits"}``."""
-        edits = [
-            {
-                "range": {
-                    "start": {"line": edit.range.start.line, "character": edit.range.start.character},
-                    "end": {"line": edit.range.end.line, "character": edit.range.end.character},
-                },
-                "newText": edit.new_text,
-            }
-            for edit in self.edits
-        ]
-        return {"uri": self.window.uri, "version": self.window.version, "edits": edits}
+    def answer(self, cursor: types.Position) -> dict[str, object]:
+        """The request's result: ``{"uri", "version", "edits"}``, and ``"jump": true`` when the edit lies outside
+        the window at ``cursor`` (a chain's next place: the editor takes the user there)."""
+        edits = get_converter().unstructure(self.edits, list[types.TextEdit])
+        answer: dict[str, object] = {"uri": self.window.uri, "version": self.window.version, "edits": edits}
+        return answer | ({"jump": True} if not _inside(cursor, self.window.range) else {})
 
     def workspace_edit(self, versioned: bool) -> types.WorkspaceEdit:
         """The edits as one workspace edit: for this version only where the client takes versioned edits."""
         return versioned_edit(self.window.uri, self.window.version, list(self.edits), versioned)
+
+
+def _suggestion(window: Selection, text: str, lines: Sequence[str]) -> Suggestion | None:
+    """The suggestion that makes ``window`` (of the document of ``lines``) ``text``; None when nothing changes."""
+    edits = line_edits(window, text)
+    return Suggestion(window=window, edits=edits, result=applied(lines, window.range, text)) if edits else None
+
+
+def _place(window: Selection, text: str) -> Place:
+    """A chain's later place: ``window``, which the model makes ``text``."""
+    first = window.range.start.line
+    return Place(first=first, end=first + len(split_lines(window.text)), old=window.text, new=text)
 
 
 def _inside(position: types.Position, window: types.Range) -> bool:
@@ -241,10 +195,13 @@ class NextEdits:
         """Next edits the draws disagreed on since the last one suggested."""
         self._told_unsure = False
         """Whether the user was told why no next edit appears (once per server)."""
+        self.chains: dict[str, Chain] = {}
+        """Per document uri, the chain its last suggestion belongs to: the later places, computed already."""
 
     def forget(self, uri: str) -> None:
         """A document closed or opened anew: its suggestion, and what is computed ahead for it, go."""
         self.ready.pop(uri, None)
+        self.chains.pop(uri, None)
         self._awaiting.pop(uri, None)
         if (pending := self._bursts.pop(uri, None)) is not None:
             pending.cancel()
@@ -265,7 +222,11 @@ class NextEdits:
         document = self.session.open_document(uri)
         if document is None or not settings.next_edit_enabled:
             return
+        chain = self.chains.pop(uri, None)  # a change of the user's own ends it
         if self._accepted(uri, document):
+            if chain is not None:
+                self._next_place(settings, uri, document, chain)
+                return
             last = self.ready[uri].edits[-1]
             line = last.range.start.line + len(split_lines(last.new_text))  # the line after the accepted change
             logger.info("next edit accepted in %s: computing the one after it", uri)
@@ -288,6 +249,24 @@ class NextEdits:
             self._awaiting[uri] = left - 1
         return False
 
+    def _next_place(self, settings: Settings, uri: str, document: TextDocument, chain: Chain) -> None:
+        """An edit of ``chain`` was accepted: its next place that still holds what it held is offered, computed
+        already (no engine request)."""
+        accepted = self.ready[uri]
+        chain.accepted(accepted.window.range.start.line, len(document.lines) - len(split_lines(accepted.window.source)))
+        while (place := chain.next_place(document.lines)) is not None:
+            window_range = edit_window(document, place.first, CHAIN_WINDOW_LINES)
+            window = read_selection(document, window_range, settings.context_tokens)
+            suggestion = _suggestion(window, place.new, document.lines)
+            if window.text == place.old and suggestion is not None:
+                logger.info(
+                    "next edit accepted in %s: the chain's next place (line %d) computed already", uri, place.first
+                )
+                self.chains[uri] = chain
+                self._offer(uri, suggestion)
+                return
+        logger.info("next edit accepted in %s: the chain of places is done", uri)
+
     def _burst_ended(self, settings: Settings, uri: str, version: int | None, line: int) -> None:
         self._bursts.pop(uri, None)
         document = self.session.open_document(uri)
@@ -307,8 +286,8 @@ class NextEdits:
 
     async def request(self, settings: Settings, params: object) -> dict[str, object] | None:
         """``diffgemma/nextEdit``: the edit that follows the recent ones, in a window around the position, for the
-        version asked (``{"uri", "version", "edits"}``), or null when there is none; waits for an engine that is
-        still loading, as an explicit request does."""
+        version asked (``{"uri", "version", "edits"}``, ``"jump"`` for a place away from the cursor), or null when
+        there is none; waits for an engine that is still loading, as an explicit request does."""
         arguments = parse_arguments(params)
         link = self.session.link
         if link is not None and settings.next_edit_enabled and self.session.open_document(arguments.uri) is not None:
@@ -316,14 +295,21 @@ class NextEdits:
                 link.gave_up_waiting("next edit", gave_up)
                 return None
         suggestion = await self.suggest(settings, arguments)
-        return suggestion.answer() if suggestion is not None else None
+        return suggestion.answer(arguments.position) if suggestion is not None else None
 
     async def suggest(self, settings: Settings, args: NextEditArguments) -> Suggestion | None:
         """The next edit at ``args.position``, or None: off, another version, a document not edited since it was
         opened, no backend or one that cannot rewrite, the engine's refusal, a window that came back unchanged, a
         document that changed meanwhile. InvalidParams for a document that is not open. A suggestion computed ahead
         for this version near this position (after the last one was accepted) is the answer, waited for if it is
-        still being computed."""
+        still being computed, and so is a chain's next place, offered when the last was accepted."""
+        ready = self.ready.get(args.uri)
+        if (
+            args.uri in self.chains
+            and ready is not None
+            and computed_on(ready.window, self.session.open_document(args.uri))
+        ):
+            return ready
         prefetch = self.prefetched.get(args.uri)
         if prefetch is not None:
             document = self.session.open_document(args.uri)
@@ -344,12 +330,13 @@ class NextEdits:
             return None
 
     async def _compute(self, settings: Settings, args: NextEditArguments) -> Suggestion | None:
-        """The next edit at ``args.position`` (see :meth:`suggest`); ``Interrupted`` when it was not sent, or was
-        cancelled or superseded (here or in the engine)."""
+        """The next edit at ``args.position`` (see :meth:`suggest`), or at the places the last edit implies (a
+        chain: the first is the answer, the others kept for the Tabs to come); ``Interrupted`` when it was not sent,
+        or was cancelled or superseded (here or in the engine)."""
         session = self.session
         document = session.open_document(args.uri)
         if document is None:
-            raise _fail(f"{args.uri} is not open: send textDocument/didOpen first")
+            raise next_edit_invalid(f"{args.uri} is not open: send textDocument/didOpen first")
         if not settings.next_edit_enabled or (document.version or 0) != args.version:
             return None
         if not session.history.edited(args.uri):
@@ -357,14 +344,14 @@ class NextEdits:
         backend = session.backend()
         if backend is None:
             return None
-        extra = session.extra_chunks(settings, args.uri, args.position.line, args.position.character)
-        canvas = settings.canvas_length or backend.canvas_length
-        asked = next_edit_request(document, args.position.line, settings, canvas, extra, backend.new_id())
+        places_now = implied(session.history.last_edit(args.uri, document.lines), document.lines)
+        near = edit_window(document, args.position.line, settings.next_edit_lines)
+        if any(near.start.line <= line < near.end.line + (near.end.character > 0) for line in places_now):
+            places_now = []  # a use within the window at the cursor: that window is asked, as before chains
+        asked = self._windows(settings, args, document, backend, places_now)
         if asked is None:
-            return None  # an empty document: nothing to edit
-        window, request = asked
-        if session.refusal(args.uri, window.prefix, window.text, window.suffix) is not None:
             return None
+        windows, request = asked
         try:
             request = backend.as_rewrite(request)
         except RewriteUnsupported as exc:
@@ -375,19 +362,50 @@ class NextEdits:
             raise Interrupted(reply.failure.value if reply.failure is not None else "stopped by the engine")
         if reply.result is None:
             return None  # timed out, unavailable or refused (logged)
-        answers = [reply.result.text, *reply.result.alternatives]
-        text = suggested_window(window, answers, instruct=backend.layout is protocol.Layout.CHAT)
-        if text is None and reply.result.alternatives:  # the other draws' texts that differ from the first
-            self._draws_disagreed(backend.model_id, settings.next_edit_draws)
-        if text is None or not computed_on(window, session.open_document(args.uri)):
+        found = self._suggested(backend, settings, windows, reply.result)
+        if not found or not computed_on(windows[0], session.open_document(args.uri)):
             return None
         self._unsure = 0
-        edits = line_edits(window, text)
-        if not edits:
+        (window, text), *later = found
+        if (suggestion := _suggestion(window, text, document.lines)) is None:
             return None
-        suggestion = Suggestion(window=window, edits=edits, result=applied(document.lines, window.range, text))
+        if places_now:
+            logger.info("next edit in %s: a chain of %d places from request %s", args.uri, len(found), request.id)
+            self.chains[args.uri] = Chain([_place(other, new) for other, new in later])
         self._offer(args.uri, suggestion)
         return suggestion
+
+    def _windows(
+        self, settings: Settings, args: NextEditArguments, document: TextDocument, backend: Backend, lines: list[int]
+    ) -> tuple[list[Selection], protocol.Infill] | None:
+        """The windows to rewrite (the places ``lines``, each its line; none: the window at the cursor) and the one
+        request that asks for them all; None for an empty document or a window the privacy rules keep out."""
+        session = self.session
+        extra = session.extra_chunks(settings, args.uri, args.position.line, args.position.character)
+        canvas = settings.canvas_length or backend.canvas_length
+        asked_with, request_id = (chain_settings(settings) if lines else settings), backend.new_id()
+        asked = [
+            next_edit_request(document, line, asked_with, canvas, extra, request_id)
+            for line in lines or [args.position.line]
+        ]
+        pairs = [pair for pair in asked if pair is not None]
+        windows = [window for window, _ in pairs]
+        if not pairs or any(session.refusal(args.uri, w.prefix, w.text, w.suffix) is not None for w in windows):
+            return None
+        return windows, chain_request([request for _, request in pairs])
+
+    def _suggested(
+        self, backend: Backend, settings: Settings, windows: list[Selection], result: protocol.Result
+    ) -> list[tuple[Selection, str]]:
+        """The windows the engine's answers change, with their new text, in order (the draws of each window must
+        agree: ``suggested_window``)."""
+        answers = [[result.text, *result.alternatives], *([each.text, *each.alternatives] for each in result.windows)]
+        instruct = backend.layout is protocol.Layout.CHAT
+        texts = [suggested_window(window, drawn, instruct) for window, drawn in zip(windows, answers, strict=False)]
+        found = [(window, text) for window, text in zip(windows, texts, strict=False) if text is not None]
+        if not found and any(len(drawn) > 1 for drawn in answers):  # the draws' texts that differ from the first
+            self._draws_disagreed(backend.model_id, settings.next_edit_draws)
+        return found
 
     def _draws_disagreed(self, model_id: str, draws: int) -> None:
         self._unsure += 1
@@ -410,6 +428,9 @@ class NextEdits:
         only = params.context.only
         if only is not None and not any(APPLY_KIND == kind or APPLY_KIND.startswith(f"{kind}.") for kind in only):
             return None
+        title = APPLY_TITLE
         if not _inside(params.range.start, suggestion.window.range):
-            return None
-        return types.CodeAction(title=APPLY_TITLE, kind=APPLY_KIND, edit=suggestion.workspace_edit(versioned))
+            if params.text_document.uri not in self.chains:
+                return None
+            title = f"{APPLY_TITLE} (line {suggestion.window.range.start.line + 1})"  # a chain's place: anywhere
+        return types.CodeAction(title=title, kind=APPLY_KIND, edit=suggestion.workspace_edit(versioned))

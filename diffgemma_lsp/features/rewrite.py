@@ -25,12 +25,11 @@ from diffgemma_lsp.features.selection import (
     Selection,
     build_request,
     computed_on,
-    invalid_params,
-    lsp_integer,
     read_selection,
     versioned_edit,
 )
 from diffgemma_lsp.owners import Kind, superseded
+from diffgemma_lsp.params import invalid_params, lsp_integer
 from diffgemma_lsp.postprocess import postprocess_replacement
 from diffgemma_lsp.session import Failure, Reply, Sent, Session
 from diffgemma_lsp.settings import Settings

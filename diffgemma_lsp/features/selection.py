@@ -7,33 +7,16 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from typing import TypeGuard
 
 import attrs
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.context import PositionError, build_context
 from diffgemma_lsp.document import split_lines
+from diffgemma_lsp.params import invalid_params
 from diffgemma_lsp.settings import Settings
-
-MAX_MESSAGE_CHARS = 400
-"""An error message quotes at most this much of a bad argument."""
-
-
-def invalid_params(method: str, message: str) -> JsonRpcInvalidParams:
-    """The InvalidParams error of ``method`` (a command or request) saying ``message``, cut to
-    ``MAX_MESSAGE_CHARS``."""
-    if len(message) > MAX_MESSAGE_CHARS:
-        message = message[: MAX_MESSAGE_CHARS - 1] + "…"
-    return JsonRpcInvalidParams(f"{method}: {message}" if method else message)
-
-
-def lsp_integer(value: object, low: int, high: int) -> TypeGuard[int]:
-    """Whether ``value`` is an integer (not a bool, not a float) from ``low`` to ``high``: LSP's ranges."""
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 @attrs.frozen(kw_only=True)

@@ -9,7 +9,6 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import attrs
 import pytest
 
 from diffgemma_engine.shared import protocol
@@ -38,7 +37,8 @@ def rewrite(request_id: str, start: str = WRONG_MIDDLE, **fields: object) -> pro
         id=request_id, uri="file:///a.py", prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, seed=0, strength=0.5
     )
     values.update(fields)
-    return protocol.Infill(start=[protocol.StartSegment(text=start)], **values)  # type: ignore[arg-type]
+    segments = [protocol.StartSegment(text=start)] if start else []
+    return protocol.Infill(start=segments, **values)  # type: ignore[arg-type]
 
 
 async def test_the_handshake_lists_the_rewrite_feature(engine: EngineProcess) -> None:
@@ -79,29 +79,6 @@ async def test_a_rewrite_with_more_windows_answers_each_from_one_batch(
     assert "request chain: eos" in engine.log() and "(3 windows in one batch)" in engine.log()
 
 
-BAD_WINDOWS = {
-    "too many": (dict(windows=[window()] * (protocol.MAX_WINDOWS + 1)), "windows: at most 8 in one request, got 9"),
-    "without a start": (dict(windows=[window()], start=""), "the request needs its own start"),
-    "one over a canvas": (dict(windows=[window(start="x = 1\n" * 20)]), "the selection is 80 tokens"),
-}
-
-
-@pytest.mark.parametrize("case", BAD_WINDOWS, ids=list(BAD_WINDOWS))
-async def test_bad_windows_answer_bad_request_and_the_engine_keeps_serving(client: RawClient, case: str) -> None:
-    fields, message = BAD_WINDOWS[case]
-    request = rewrite("bad", **fields)
-    if not fields.get("start", True):
-        request = attrs.evolve(request, start=[])
-    await client.send(request)
-    error = await client.receive()
-    assert isinstance(error, protocol.Error), error
-    assert (error.id, error.code) == ("bad", protocol.ErrorCode.BAD_REQUEST)
-    assert message in error.message
-    await client.send(rewrite("good"))
-    result = await client.receive()
-    assert isinstance(result, protocol.Result) and result.text == MEMORIZED_MIDDLE
-
-
 BAD_REWRITES = {
     "strength 0": (dict(strength=0.0), "strength must be more than 0 and at most 1, got 0.0"),
     "strength over 1": (dict(strength=1.5), "strength must be more than 0 and at most 1, got 1.5"),
@@ -110,6 +87,9 @@ BAD_REWRITES = {
     "start over a canvas": (dict(start="x = 1\n" * 20), "the selection is 80 tokens, more than one canvas of 32"),
     "start of many characters": (dict(start="x" * 100_000), "the selection is 100000 characters"),
     "instruction over the cap": (dict(instruction="y" * 2_001), "the instruction is 2001 characters, more than 2000"),
+    "too many windows": (dict(windows=[window()] * (protocol.MAX_WINDOWS + 1)), "at most 8 in one request, got 9"),
+    "windows without a start": (dict(windows=[window()], start=""), "the request needs its own start"),
+    "a window over a canvas": (dict(windows=[window(start="x = 1\n" * 20)]), "the selection is 80 tokens"),
 }
 
 

@@ -9,8 +9,9 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
 from diffgemma_lsp.document import LineDocument
-from diffgemma_lsp.features.next_edit import next_edit_request, parse_arguments, suggested_window
+from diffgemma_lsp.features.next_edit import next_edit_request, suggested_window
 from diffgemma_lsp.features.selection import edit_window, line_edits, read_selection
+from diffgemma_lsp.params import parse_arguments
 from diffgemma_lsp.settings import Settings
 
 SOURCE = "".join(f"line {index}\n" for index in range(30))

@@ -18,7 +18,8 @@ from diffgemma_lsp.backends.local import EngineClient
 from diffgemma_lsp.backends.remote import OpenAIBackend
 from diffgemma_lsp.document import LineDocument
 from diffgemma_lsp.features.rewrite import KIND, REWRITE_COMMAND, TITLE, code_action, parse_arguments, replacement_edit
-from diffgemma_lsp.features.selection import MAX_MESSAGE_CHARS, build_request, computed_on, read_selection
+from diffgemma_lsp.features.selection import build_request, computed_on, read_selection
+from diffgemma_lsp.params import MAX_MESSAGE_CHARS
 from diffgemma_lsp.postprocess import postprocess, postprocess_replacement
 from diffgemma_lsp.postprocess.replacement import CUTS, cuts_passed_by
 from diffgemma_lsp.settings import Settings

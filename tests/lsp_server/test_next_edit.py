@@ -19,7 +19,8 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from diffgemma_lsp.edit_history import BURST_GAP_S
-from diffgemma_lsp.features.next_edit import APPLY_KIND, APPLY_TITLE, UNSURE_NOTICE_AFTER, unsure_notice
+from diffgemma_lsp.features.next_edit import APPLY_KIND, APPLY_TITLE
+from diffgemma_lsp.next_edit_notice import UNSURE_NOTICE_AFTER, unsure_notice
 from tests.support.fake_engine import Rewrites, serving
 from tests.support.lsp import Editor, capabilities, complete, rewrite, server_command, span
 from tests.support.next_edits import AREA, FOLLOWED, RENAMED

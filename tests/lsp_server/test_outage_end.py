@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from diffgemma_lsp.features.next_edit import NEXT_EDIT_METHOD
 from diffgemma_lsp.features.rewrite import REWRITE_COMMAND
+from diffgemma_lsp.params import NEXT_EDIT_METHOD
 from tests.support.lsp import RawLsp, server_command
 from tests.support.openai_endpoint import serving_route
 

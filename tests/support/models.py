@@ -4,7 +4,8 @@
 ``build_memorized`` trains one for a few seconds, with the DiffusionGemma objective, to answer one fixed
 multi-line middle, so that end-to-end tests can check the exact text that reaches the editor, and
 ``build_single_line`` one to answer a one-line middle in the middle of a line; ``build_next_edit``
-trains one to make the next edit of ``tests/support/next_edits.py``.
+trains one to make the next edit of ``tests/support/next_edits.py``, ``build_next_edit_chain`` one to make the
+three edits of the chain of ``tests/support/next_edit_chain.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import attrs
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, DynamicCache
 
-from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR
+from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR, LoadedModel
 from diffgemma_engine.shared import protocol, vocab
 from diffgemma_engine.shared.prompt import PromptParts, build_fim_prompt, special_ids_from
 from diffgemma_engine.training.configs import build_config, save_checkpoint, set_generation_defaults
@@ -94,25 +95,32 @@ def build_answering(
     return train_until_answered(out_dir, train, [asked_for(document)], middle, train_steps, seed, check_seeds)
 
 
+def untrained_rewriter(out: Path, seed: int) -> tuple[DiffusionGemmaForBlockDiffusion, LoadedModel]:
+    """A model of the test size to train for rewrites (seeded), saved to ``out`` and loaded from there as the engine
+    loads it, to lay out the requests it is trained for."""
+    from diffgemma_engine.loading.model import load_model
+
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)
+    model = DiffusionGemmaForBlockDiffusion(build_config("test", len(tokenizer), canvas_length=CANVAS))
+    set_generation_defaults(model, steps=16)
+    save_checkpoint(model, DEFAULT_MODEL_DIR, out)
+    return model, load_model(out, device="cpu", dtype="float32")
+
+
 def build_next_edit(
     out_dir: Path, train_steps: int = 2000, seed: int = 0, check_seeds: Sequence[int] = range(8)
 ) -> Path:
     """A checkpoint that makes the next edit of ``tests/support/next_edits.py``: asked for the next edit after the
     rename (``next_edit_requests``: the window's canvas starts from ``RENAMED``, with the rename in the edit history
     or not yet), it answers ``FOLLOWED``. The prompts and the start canvas are laid out by the engine's own code."""
-    from diffgemma_engine.loading.model import load_model
     from diffgemma_engine.request.infill import prompt_ids, start_row
     from tests.support.next_edits import FOLLOWED, next_edit_requests
 
     requests = next_edit_requests("file:///work/area.py")
 
     def train(out: Path, steps: int, attempt_seed: int) -> float:
-        torch.manual_seed(attempt_seed)
-        tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)
-        model = DiffusionGemmaForBlockDiffusion(build_config("test", len(tokenizer), canvas_length=CANVAS))
-        set_generation_defaults(model, steps=16)
-        save_checkpoint(model, DEFAULT_MODEL_DIR, out)
-        loaded = load_model(out, device="cpu", dtype="float32")  # as the engine reads the requests
+        model, loaded = untrained_rewriter(out, attempt_seed)
         row = start_row(loaded, requests[0], loaded.canvas_length)
         assert row is not None
         answer = loaded.tokenizer.encode(FOLLOWED, add_special_tokens=False) + [vocab.SPECIAL_IDS[vocab.EOS]]
@@ -124,6 +132,37 @@ def build_next_edit(
         return loss
 
     return train_until_answered(out_dir, train, requests, FOLLOWED, train_steps, seed, check_seeds)
+
+
+def build_next_edit_chain(
+    out_dir: Path, train_steps: int = 2000, seed: int = 0, check_seeds: Sequence[int] = range(8)
+) -> Path:
+    """A checkpoint that makes the chain of ``tests/support/next_edit_chain.py``: asked for the three places of the
+    rename at once (``chain_requests``: each place's one-line window starts from its line of ``RENAMED``, with the
+    rename in the edit history or not yet), it answers each place's ``FOLLOWED_LINES``. The prompts and start
+    canvases are laid out by the engine's own code (``each_window``, ``prompt_ids``, ``start_row``)."""
+    from diffgemma_engine.request.infill import prompt_ids, start_row
+    from diffgemma_engine.request.windows import each_window
+    from tests.support.next_edit_chain import FOLLOWED_LINES, chain_requests
+
+    windows = [each_window(request) for request in chain_requests("file:///work/totals.py")]
+    requests = [window for chain in windows for window in chain]
+    expected = [text for _ in windows for text in FOLLOWED_LINES]
+
+    def train(out: Path, steps: int, attempt_seed: int) -> float:
+        model, loaded = untrained_rewriter(out, attempt_seed)
+        eos = [vocab.SPECIAL_IDS[vocab.EOS]]
+        examples = []
+        for request, text in zip(requests, expected, strict=True):
+            row = start_row(loaded, request, loaded.canvas_length)
+            assert row is not None
+            answer = loaded.tokenizer.encode(text, add_special_tokens=False) + eos
+            examples.append(Example(prompt_ids(loaded, request), answer, row.tokens))
+        loss = train_to_answers(model, examples, pad_id=vocab.SPECIAL_IDS[vocab.PAD], steps=steps)
+        save_checkpoint(model, DEFAULT_MODEL_DIR, out)
+        return loss
+
+    return train_until_answered(out_dir, train, requests, expected, train_steps, seed, check_seeds)
 
 
 Load = tuple[str, str | None]
@@ -143,22 +182,23 @@ def asked_for(document: PromptParts) -> protocol.Infill:
 def wrong_answer(
     folder: Path,
     requests: Sequence[protocol.Infill],
-    expected: str,
+    expected: str | Sequence[str],
     seeds: Sequence[int],
     loads: Sequence[Load] = CHECKS,
 ) -> str | None:
     """The first of the engine's answers to ``requests`` (its own load and infill, as served: each of a request's
-    ``candidates``, drawn in one batch) that is not ``expected``, over ``seeds`` and ``loads`` (None: every one
-    is)."""
+    ``candidates``, drawn in one batch) that is not ``expected`` (one text for all, or one per request), over
+    ``seeds`` and ``loads`` (None: every one is)."""
+    expected_texts = [expected] * len(requests) if isinstance(expected, str) else list(expected)
     from benchmarks.next_edit_eval import draws
     from diffgemma_engine.loading.model import load_model
 
     for dtype, quantization in loads:
         loaded = load_model(folder, device="cpu", dtype=dtype, quantization=quantization)
-        for number, request in enumerate(requests):
+        for number, (request, text) in enumerate(zip(requests, expected_texts, strict=True)):
             for seed in seeds:
                 for answer in draws(loaded, attrs.evolve(request, id=f"check-{number}-{seed}"), seed):
-                    if answer.text != expected:  # one miss: trained again
+                    if answer.text != text:  # one miss: trained again
                         load = f"{dtype} {quantization or 'unquantized'}"
                         return f"{load}, request {number}, seed {seed}: {answer.text!r}"
     return None
@@ -168,7 +208,7 @@ def train_until_answered(
     out_dir: Path,
     train: Callable[[Path, int, int], float],
     requests: Sequence[protocol.Infill],
-    expected: str,
+    expected: str | Sequence[str],
     steps: int,
     seed: int,
     seeds: Sequence[int],
@@ -200,24 +240,60 @@ def train_to_answer(
     start: list[int] | None = None,
 ) -> float:
     """Train ``model`` with the DiffusionGemma objective until its canvas for each of ``prompts`` (taken in turn) is
-    ``answer`` then padding: one corruption level per step (uniform random tokens, mostly heavy, so the first
+    ``answer`` then padding (``train_to_answers`` with one answer for every prompt)."""
+    return train_to_answers(model, [Example(prompt, answer, start) for prompt in prompts], pad_id, steps, balanced)
+
+
+@attrs.frozen
+class Example:
+    """One prompt to train, the canvas it answers (before padding), and a rewrite's start canvas (None: none)."""
+
+    prompt: list[int]
+    answer: list[int]
+    start: list[int] | None = None
+
+
+def train_to_answers(
+    model: DiffusionGemmaForBlockDiffusion, examples: Sequence[Example], pad_id: int, steps: int, balanced: bool = False
+) -> float:
+    """Train ``model`` with the DiffusionGemma objective until its canvas for each example's prompt (taken in turn)
+    is its answer then padding: one corruption level per step (uniform random tokens, mostly heavy, so the first
     denoising steps start from noise; with a rewrite's ``start`` canvas, half the steps renoise that instead, as the
     engine starts a rewrite), two-pass self-conditioning half the time, cross-entropy over the whole canvas (with
     ``balanced``, the answer's positions and the padding's weigh alike: on a 256-token canvas the padding would drown
     the answer). Returns the mean loss of the last steps."""
     canvas = model.config.canvas_length
-    target = torch.tensor([answer + [pad_id] * (canvas - len(answer))])
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=5e-3, total_steps=steps, pct_start=0.1)
     model.train()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the same weights wherever it is built: one thread sums its floats in one order
+    vocab_size = model.config.get_text_config(decoder=True).vocab_size
     try:
-        corrupt = _Corruption(target, model.config.get_text_config(decoder=True).vocab_size, start)
-        prompt_ids = [torch.tensor([prompt]) for prompt in prompts]
-        return _train_steps(model, prompt_ids, target, len(answer), optimizer, scheduler, corrupt, steps, balanced)
+        rows = []
+        for example in examples:
+            target = torch.tensor([example.answer + [pad_id] * (canvas - len(example.answer))])
+            rows.append(
+                _Row(
+                    torch.tensor([example.prompt]),
+                    target,
+                    len(example.answer),
+                    _Corruption(target, vocab_size, example.start),
+                )
+            )
+        return _train_steps(model, rows, optimizer, scheduler, steps, balanced)
     finally:
         torch.set_num_threads(threads)
+
+
+@attrs.frozen
+class _Row:
+    """An example as tensors: its prompt, its target canvas, its answer's length, and its corruption."""
+
+    prompt: torch.Tensor
+    target: torch.Tensor
+    answer_length: int
+    corrupt: Callable[[], torch.Tensor]
 
 
 class _Corruption:
@@ -243,23 +319,21 @@ class _Corruption:
 
 def _train_steps(
     model: DiffusionGemmaForBlockDiffusion,
-    prompts: Sequence[torch.Tensor],
-    target: torch.Tensor,
-    answer_length: int,
+    rows: Sequence[_Row],
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
-    corrupt: Callable[[], torch.Tensor],
     steps: int,
     balanced: bool,
 ) -> float:
-    """``train_to_answer``'s loop; the mean loss of its last ``LAST_LOSSES`` steps."""
-    canvas = target.shape[1]
+    """``train_to_answers``'s loop; the mean loss of its last ``LAST_LOSSES`` steps."""
     vocab_size = model.config.get_text_config(decoder=True).vocab_size
     text_config = model.config.get_text_config(decoder=True)
     recent: list[float] = []
     for step in range(steps):
-        prompt_ids = prompts[step % len(prompts)]
-        noisy = corrupt()
+        row = rows[step % len(rows)]
+        prompt_ids, target, answer_length = row.prompt, row.target, row.answer_length
+        canvas = target.shape[1]
+        noisy = row.corrupt()
         self_conditioning = None
         if torch.rand(1).item() < 0.5:
             with torch.no_grad():

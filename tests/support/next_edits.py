@@ -20,23 +20,29 @@ AREA_NAME = "area.py"
 """The file's name: the edit history names it."""
 
 
+def first_line_edited(uri: str, before: str, after: str, settings: Settings) -> list[list[protocol.Chunk]]:
+    """What a next edit's prompt holds besides the code once the first line of ``before`` was typed into ``after``'s
+    (the server's own edit history): nothing while the typing goes on, then the edit, once it has paused
+    (``BURST_GAP_S``)."""
+    now = 0.0
+    history = EditHistory(clock=lambda: now)
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    history.replaced(uri, 0, old[:1], new[:1], old)
+    now = BURST_GAP_S
+    hunks = history.recent(lambda _: new, settings.edit_history_tokens * CHARS_PER_TOKEN)
+    assert len(hunks) == 1, hunks
+    return [[], [protocol.Chunk(filename=EDITS_CHUNK_NAME, text=render(hunks, file_name))]]
+
+
 def next_edit_requests(uri: str) -> list[protocol.Infill]:
     """What the language server asks the engine (default settings, no other files) for the next edit anywhere in
     ``RENAMED`` at ``uri`` once the rename was typed into ``AREA``: a rewrite of the window (the whole file) from its
     text, a share renoised; its edit history holds the rename once the typing has paused (``BURST_GAP_S``), and
     nothing before. Built by the server's own edit history and request (``next_edit_request``)."""
     settings = Settings()
-    now = 0.0
-    history = EditHistory(clock=lambda: now)
-    before, after = AREA.splitlines(keepends=True), RENAMED.splitlines(keepends=True)
-    history.replaced(uri, 0, before[:1], after[:1], before)
-    now = BURST_GAP_S
-    hunks = history.recent(lambda _: after, settings.edit_history_tokens * CHARS_PER_TOKEN)
-    assert len(hunks) == 1, hunks
     document = LineDocument(uri, RENAMED, version=2, language_id="python")
-    edits = protocol.Chunk(filename=EDITS_CHUNK_NAME, text=render(hunks, file_name))
     requests = []
-    for extra in ([], [edits]):
+    for extra in first_line_edited(uri, AREA, RENAMED, settings):
         asked = next_edit_request(document, 0, settings, 0, extra, "next-edit")
         assert asked is not None
         requests.append(asked[1])

@@ -18,11 +18,14 @@ export interface NextEditParams {
   position: LspPosition;
 }
 
-/** A suggestion: whole-line edits inside the window around the cursor, for one version of the document. */
+/** A suggestion: whole-line edits inside the window around the cursor, for one version of the document; with
+ * `jump`, edits away from the cursor (the next place of a chain, such as another use of a renamed name): Tab takes
+ * the user there as it applies them. */
 export interface NextEditSuggestion {
   uri: string;
   version: number;
   edits: LspTextEdit[];
+  jump?: boolean;
 }
 
 export function nextEditParams(uri: string, version: number, position: LspPosition): NextEditParams {
@@ -64,7 +67,7 @@ export function asSuggestion(value: unknown, uri: string, version: number): Next
     }
     edits.push({ range: { start: { ...start }, end: { ...end } }, newText });
   }
-  return { uri, version, edits };
+  return answer.jump === true ? { uri, version, edits, jump: true } : { uri, version, edits };
 }
 
 /** Where a suggestion's new text shows as ghost text: after `at`, one line of it per line of the document. */

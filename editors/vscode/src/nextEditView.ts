@@ -2,7 +2,8 @@
  * Next edits in the editor: once the user pauses after an edit, ask the server (`diffgemma/nextEdit`) for the edit
  * that follows, and draw it near the cursor: the text it removes struck through, the text it adds as ghost text after
  * it. Tab applies the whole suggestion in one undo step, Escape dismisses it, and so does any change to the document
- * or a switch of editor. A suggestion that is only an insertion at the cursor is offered as an ordinary inline
+ * or a switch of editor. A suggestion away from the cursor (`jump`: a chain's next place) is scrolled into view and
+ * hinted at the cursor ("Tab: line N"); Tab applies it and takes the cursor there, and the next place is asked for. A suggestion that is only an insertion at the cursor is offered as an ordinary inline
  * completion instead (VS Code draws and accepts that itself).
  */
 import * as vscode from 'vscode';
@@ -44,6 +45,7 @@ export class NextEditView implements vscode.Disposable {
     backgroundColor: new vscode.ThemeColor('diffEditor.removedTextBackground'),
   });
   private readonly added = vscode.window.createTextEditorDecorationType({});
+  private readonly hint = vscode.window.createTextEditorDecorationType({});
   private shown: Shown | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private pending: vscode.CancellationTokenSource | undefined;
@@ -156,6 +158,13 @@ export class NextEditView implements vscode.Disposable {
         },
       })),
     );
+    if (suggestion.jump) {
+      const target = asRange(suggestion.edits[0].range);
+      const cursor = editor.selection.active;
+      editor.revealRange(target, vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+      const after = { contentText: `  Tab: line ${target.start.line + 1}`, color: new vscode.ThemeColor('editorGhostText.foreground') };
+      editor.setDecorations(this.hint, [{ range: new vscode.Range(cursor, cursor), renderOptions: { after } }]);
+    }
     void vscode.commands.executeCommand('setContext', VISIBLE_CONTEXT, true);
   }
 
@@ -184,7 +193,7 @@ export class NextEditView implements vscode.Disposable {
       return false;
     }
     const edits: LspTextEdit[] = suggestion.edits;
-    return editor.edit(
+    const applied = await editor.edit(
       (builder) => {
         for (const edit of edits) {
           builder.replace(asRange(edit.range), edit.newText);
@@ -192,6 +201,11 @@ export class NextEditView implements vscode.Disposable {
       },
       { undoStopBefore: true, undoStopAfter: true },
     );
+    if (applied && suggestion.jump) {
+      const at = new vscode.Position(edits[0].range.start.line, 0); // the cursor follows to the place edited
+      editor.selection = new vscode.Selection(at, at);
+    }
+    return applied;
   }
 
   /** Escape, a change, another editor: nothing shown any more. */
@@ -201,6 +215,7 @@ export class NextEditView implements vscode.Disposable {
     if (shown) {
       shown.editor.setDecorations(this.removed, []);
       shown.editor.setDecorations(this.added, []);
+      shown.editor.setDecorations(this.hint, []);
       void vscode.commands.executeCommand('setContext', VISIBLE_CONTEXT, false);
     }
   }
@@ -215,5 +230,6 @@ export class NextEditView implements vscode.Disposable {
     this.dismiss();
     this.removed.dispose();
     this.added.dispose();
+    this.hint.dispose();
   }
 }

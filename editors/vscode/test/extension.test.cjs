@@ -66,6 +66,13 @@ class Range {
   }
 }
 
+class Selection extends Range {
+  constructor(anchor, active) {
+    super(anchor, active);
+    Object.assign(this, { anchor, active });
+  }
+}
+
 class InlineCompletionItem {
   constructor(insertText, range) {
     Object.assign(this, { insertText, range });
@@ -97,8 +104,12 @@ function fakeEditor(text, cursor, uri = 'file:///work/area.py') {
     selection: { active: new Position(cursor.line, cursor.character) },
     decorations: new Map(),
     edits: [],
+    revealed: [],
     setDecorations(type, ranges) {
       editor.decorations.set(type, ranges);
+    },
+    revealRange(range, how) {
+      editor.revealed.push({ range, how });
     },
     async edit(callback, options) {
       const replacements = [];
@@ -120,6 +131,8 @@ const vscodeMock = {
   StatusBarAlignment: { Left: 1, Right: 2 },
   Position,
   Range,
+  Selection,
+  TextEditorRevealType: { InCenterIfOutsideViewport: 2 },
   InlineCompletionItem,
   CancellationTokenSource,
   QuickPickItemKind: { Separator: -1, Default: 0 },
@@ -738,6 +751,27 @@ describe('next edits', () => {
     for (const listener of seen.changeListeners) listener({ document: output.document, contentChanges: [{}] });
     await new Promise((resolve) => setTimeout(resolve, ASK_DELAY_MS + 100));
     assert.equal(client.requests.length, before); // not a document the server has: nothing asked
+  });
+
+  test('a jump (a chain\'s next place): scrolled into view, hinted at the cursor; Tab applies it and moves there', async () => {
+    const CHAIN = 'def summed(items):\n    return sum(items)\n\n\nfirst = total([1, 2])\n';
+    const PLACE = { range: { start: { line: 4, character: 0 }, end: { line: 5, character: 0 } }, newText: 'first = summed([1, 2])\n' };
+    assert.deepEqual(asSuggestion({ ...answer(3, [PLACE]), jump: true }, URI, 3), { uri: URI, version: 3, edits: [PLACE], jump: true });
+    assert.equal(asSuggestion({ ...answer(3, [PLACE]), jump: 'yes' }, URI, 3).jump, undefined);
+    const { controller } = await activate();
+    const editor = fakeEditor(CHAIN, { line: 0, character: 10 }, URI);
+    vscodeMock.window.activeTextEditor = editor;
+    nextEditAnswer = (params) => ({ ...answer(params.textDocument.version, [PLACE]), jump: true });
+    assert.ok(await controller.nextEdits.ask(editor));
+    const hint = seen.decorationTypes[2];
+    const [shown] = editor.decorations.get(hint);
+    assert.equal(shown.renderOptions.after.contentText, '  Tab: line 5');
+    assert.deepEqual([shown.range.start.line, shown.range.start.character], [0, 10]); // at the cursor
+    assert.deepEqual(editor.revealed.map(({ range, how }) => [range.start.line, how]), [[4, 2]]);
+    assert.equal(await seen.commands.get('diffgemma.acceptNextEdit')(), true);
+    assert.equal(editor.document.text, CHAIN.replace('total', 'summed'));
+    assert.deepEqual([editor.selection.active.line, editor.selection.active.character], [4, 0]); // taken there
+    assert.deepEqual(editor.decorations.get(hint), []);
   });
 
   test('an answer for a version the user has typed past is not shown; Escape and a change dismiss', async () => {

@@ -10,7 +10,9 @@
 -- Next edits (the server's diffgemma/nextEdit): `require("diffgemma").next_edit()` asks at the cursor (setup() asks
 -- by itself after an edit, unless opts.next_edit is false); the suggestion shows as extmarks, the lines it replaces
 -- struck through and the new ones as virtual lines below them. <Tab> in normal mode applies it (one undo step),
--- <Esc> dismisses it; any change to the buffer dismisses it too.
+-- <Esc> dismisses it; any change to the buffer dismisses it too. A suggestion away from the cursor (the server's
+-- `jump`: the next place of a chain, such as the other uses of a renamed name) also shows at the cursor as a hint,
+-- "Tab: line N"; <Tab> jumps there and applies it, and the plugin asks for the next place at once.
 --
 -- Rewrite selection: the server's code action comes through `vim.lsp.buf.code_action()` as it is. With an
 -- instruction: `require("diffgemma").rewrite()` from a visual-mode mapping, or `:'<,'>DiffgemmaRewrite [instruction]`
@@ -125,7 +127,8 @@ M.NEXT_EDIT_METHOD = "diffgemma/nextEdit"
 local next_ns = vim.api.nvim_create_namespace("diffgemma.next_edit")
 vim.api.nvim_set_hl(0, "DiffgemmaNextEditDelete", { default = true, strikethrough = true, link = "DiffDelete" })
 vim.api.nvim_set_hl(0, "DiffgemmaNextEditAdd", { default = true, link = "DiffAdd" })
---- Per buffer, the suggestion shown: { version, edits, encoding }.
+vim.api.nvim_set_hl(0, "DiffgemmaNextEditJump", { default = true, link = "Comment" })
+--- Per buffer, the suggestion shown: { version, edits, encoding, jump }.
 M.shown = {}
 
 --- Clear the suggestion shown in `bufnr`.
@@ -188,8 +191,15 @@ function M.next_edit(opts)
     local fresh = result and result ~= vim.NIL and result.version == vim.lsp.util.buf_versions[bufnr]
     if fresh then
       M.dismiss(bufnr)
-      M.shown[bufnr] = { version = result.version, edits = result.edits, encoding = client.offset_encoding }
+      local jump = result.jump == true
+      M.shown[bufnr] = { version = result.version, edits = result.edits, encoding = client.offset_encoding, jump = jump }
       show(bufnr, result.edits)
+      if jump and #result.edits > 0 then -- where Tab goes, said where the user is
+        local target = result.edits[1].range.start.line
+        vim.api.nvim_buf_set_extmark(bufnr, next_ns, row - 1, 0, {
+          virt_text = { { string.format("  Tab: line %d", target + 1), "DiffgemmaNextEditJump" } },
+        })
+      end
     end
     if opts.on_done then
       opts.on_done(fresh and result or nil)
@@ -208,6 +218,10 @@ function M.accept_next_edit(bufnr)
   end
   M.dismiss(bufnr)
   vim.lsp.util.apply_text_edits(shown.edits, bufnr, shown.encoding)
+  if shown.jump and vim.api.nvim_get_current_buf() == bufnr then -- the cursor follows to the place edited
+    local target = math.min(shown.edits[1].range.start.line + 1, vim.api.nvim_buf_line_count(bufnr))
+    vim.api.nvim_win_set_cursor(0, { target, 0 })
+  end
   return true
 end
 
