@@ -15,6 +15,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ from tests.support.next_edits import AREA, AREA_NAME, FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
 
-DRIVER = r"""
+PRELUDE = r"""
 local cfg = vim.json.decode(vim.env.DIFFGEMMA_TEST)
 local report = { log = {} }
 local done = false
@@ -55,14 +56,7 @@ local function feed(keys) log("feed %s", keys); vim.api.nvim_feedkeys(vim.keycod
 local ns = vim.api.nvim_create_namespace("diffgemma.next_edit")
 local function marks() return vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true }) end
 
-local function ask(then_)
-  vim.api.nvim_win_set_cursor(0, { 1, 10 })
-  local answered = nil
-  require("diffgemma").next_edit({ on_done = function(result) answered = { result = result } end })
-  poll(30000, function() return answered end, function() then_(answered.result) end, "the next edit")
-end
-
--- Until the engine the server started has loaded its model (diffgemma.status), then the user's rename.
+-- Until the engine the server started has loaded its model (diffgemma.status).
 local function when_ready(client, then_)
   local engine = nil
   poll(60000, function()
@@ -73,13 +67,32 @@ local function when_ready(client, then_)
   end, then_, "the engine")
 end
 
-require("diffgemma").setup({ cmd = cfg.cmd, settings = { debounceMs = 0, extraContextTokens = 0 }, next_edit = true })
-vim.cmd.edit(vim.fn.fnameescape(cfg.file))
-vim.bo.filetype = "python"
-poll(20000, function()
-  local client = vim.lsp.get_clients({ bufnr = 0, name = "diffgemma" })[1]
-  return client and client.initialized and client
-end, function(client) when_ready(client, function()
+
+-- The plugin set up with these settings, the file opened as Python, then(), once the engine is ready.
+local function start(settings, then_)
+  require("diffgemma").setup({ cmd = cfg.cmd, settings = settings, next_edit = true })
+  vim.cmd.edit(vim.fn.fnameescape(cfg.file))
+  vim.bo.filetype = "python"
+  poll(20000, function()
+    local client = vim.lsp.get_clients({ bufnr = 0, name = "diffgemma" })[1]
+    return client and client.initialized and client
+  end, function(client) when_ready(client, then_) end, "the client")
+end
+"""
+"""The drivers' helpers (Lua): the report written when the driver finishes, ``poll``, ``feed``, the next-edit
+extmarks, ``when_ready`` and ``start``."""
+
+DRIVER = (
+    PRELUDE
+    + r"""
+local function ask(then_)
+  vim.api.nvim_win_set_cursor(0, { 1, 10 })
+  local answered = nil
+  require("diffgemma").next_edit({ on_done = function(result) answered = { result = result } end })
+  poll(30000, function() return answered end, function() then_(answered.result) end, "the next edit")
+end
+
+start({ debounceMs = 0, extraContextTokens = 0 }, function()
   vim.api.nvim_buf_set_text(0, 0, 9, 0, 14, { "size" })
   log("renamed: %s", vim.api.nvim_buf_get_lines(0, 0, 1, false)[1])
   -- The plugin asks by itself after the edit, and draws the answer.
@@ -105,20 +118,69 @@ end, function(client) when_ready(client, function()
       end)
     end, "the dismissal")
   end, "the suggestion after the edit")
-end) end, "the client")
+end)
 """
+)
+
+
+async def run_driver(
+    nvim: str, short_tmp: Path, driver: str, cfg: dict[str, object], cwd: Path, socket_path: Path, timeout_s: float
+) -> tuple[dict[str, Any], str]:
+    """Run the Lua ``driver`` in headless Neovim with the plugin and ``cfg`` (its ``report`` path), in ``cwd``, with
+    its state under ``short_tmp/state``; stop the engine on ``socket_path`` after. Returns the report and Neovim's
+    output."""
+    path = short_tmp / "driver.lua"
+    path.write_text(driver)
+    command = [
+        nvim,
+        "--headless",
+        "-u",
+        "NONE",
+        "-i",
+        "NONE",
+        "-n",
+        "--cmd",
+        f"set rtp+={PLUGIN}",
+        "-c",
+        f"luafile {path}",
+    ]
+    env = dict(os.environ, DIFFGEMMA_TEST=json.dumps(cfg), XDG_STATE_HOME=str(short_tmp / "state"))
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        async with asyncio.timeout(timeout_s):
+            output, _ = await process.communicate()
+    finally:
+        _kill_engine(socket_path, signal.SIGTERM)
+    return read_report(Path(str(cfg["report"]))), output.decode(errors="replace")
+
+
+def prepared(short_tmp: Path, name: str, text: str) -> tuple[Path, Path]:
+    """A private socket folder and a file ``name`` holding ``text`` in a folder of its own: (socket, file)."""
+    socket_dir = short_tmp / "run"
+    socket_dir.mkdir(mode=0o700)
+    source = short_tmp / "work" / name
+    source.parent.mkdir()
+    source.write_text(text)
+    return socket_dir / "engine.sock", source
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """The driver's report, or why there is none."""
+    return json.loads(path.read_text()) if path.exists() else {"ok": False, "why": "no report"}
 
 
 async def test_neovim_shows_a_next_edit_applies_it_with_tab_in_one_undo_and_dismisses_it(
     short_tmp: Path, next_edit_model_dir: Path
 ) -> None:
     nvim = _nvim011()
-    socket_dir = short_tmp / "run"
-    socket_dir.mkdir(mode=0o700)
-    socket_path = socket_dir / "engine.sock"
-    source = short_tmp / "work" / AREA_NAME
-    source.parent.mkdir()
-    source.write_text(AREA)
+    socket_path, source = prepared(short_tmp, AREA_NAME, AREA)
     report_path = short_tmp / "report.json"
     cfg = {
         "file": str(source),
@@ -129,26 +191,8 @@ async def test_neovim_shows_a_next_edit_applies_it_with_tab_in_one_undo_and_dism
         "timeout_ms": 90_000,
         "t0": time.monotonic(),
     }
-    driver = short_tmp / "driver.lua"
-    driver.write_text(DRIVER)
-    command = [nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd", f"set rtp+={PLUGIN}"]
-    command += ["-c", f"luafile {driver}"]
-    env = dict(os.environ, DIFFGEMMA_TEST=json.dumps(cfg), XDG_STATE_HOME=str(short_tmp / "state"))
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *command,
-            cwd=source.parent,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        async with asyncio.timeout(180):
-            output, _ = await process.communicate()
-    finally:
-        _kill_engine(socket_path, signal.SIGTERM)
-    report = json.loads(report_path.read_text()) if report_path.exists() else {"ok": False, "why": "no report"}
-    explained = json.dumps(report, indent=2) + "\n" + output.decode(errors="replace")[-2000:]
+    report, output = await run_driver(nvim, short_tmp, DRIVER, cfg, source.parent, socket_path, 180)
+    explained = json.dumps(report, indent=2) + "\n" + output[-2000:]
     assert report["ok"], explained
     assert report["edits"] == [
         {
