@@ -19,10 +19,25 @@ from ..shared.session_key import session_key
 from ..vllm.client import VllmError, VllmServer, one_line
 from ..vllm.completions import CACHED_UNREPORTED, STEPS_UNREPORTED, ReplyError, completion_body, read_reply
 from .canvas_ask import canvas_ask
-from .infill import Answer, finish_row
+from .infill import Answer, StartRow, finish_row
 from .windows import each_window
 
 STOPS_ON_THE_WAY = (protocol.StopReason.CANCELLED.value, protocol.StopReason.SUPERSEDED.value)
+
+
+def with_held(ids: list[int], row: StartRow | None, decode: Callable[[list[int]], str]) -> list[int]:
+    """``ids`` (a choice's tokens), or, where their text up to the start's last held token does not begin with the
+    start's, ``ids`` with the held tokens put back at their places. vLLM holds a pinned position's seed token in the
+    canvas it denoises (``diffusion_pinned``) but emits its own argmax there, so a held token the model would not
+    have written (the text a user typed into a suggestion, ``diffgemma_lsp.refine``) came back changed; where its
+    argmax only spells the held text with other tokens (``"\\n   "`` for a held ``"\\n"``), its tokens are kept, so that
+    what follows still joins them. A reply that ends before the last held token gets the rest of the start."""
+    if row is None or not any(row.held):
+        return ids
+    if decode(ids[: row.held_until]).startswith(decode(row.tokens[: row.held_until])):
+        return ids
+    out = [*ids, *row.tokens[len(ids) : row.held_until]]
+    return [row.tokens[i] if i < len(row.held) and row.held[i] else token for i, token in enumerate(out)]
 
 
 def run_on_vllm(
@@ -67,7 +82,7 @@ def run_on_vllm(
     end = min(loaded.eos_ids) if loaded.eos_ids else None
     answers = []
     for choice in answer.choices:
-        ids = choice.token_ids
+        ids = with_held(choice.token_ids, laid.row, loaded.decode)
         if not choice.finished_by_length and end is not None and not set(ids) & loaded.eos_ids:
             ids = [*ids, end]  # vLLM stopped on an end-of-sequence it did not return
         answers.append(

