@@ -198,7 +198,7 @@ def draws(loaded: LoadedModel, request: protocol.Infill, number: int) -> list[An
 def suggestion_of(loaded: LoadedModel, window: Selection, answers: list[Answer]) -> str | None:
     """What the language server makes of the engine's draws: the first answer and the other distinct ones, as the
     wire carries them, through ``suggested_window``."""
-    texts = [answers[0].text, *distinct_alternatives(answers)]
+    texts = [answers[0].text, *(other.text for other in distinct_alternatives(answers))]
     return suggested_window(window, texts, instruct=loaded.layout.name is protocol.Layout.CHAT)
 
 

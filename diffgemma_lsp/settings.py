@@ -47,6 +47,12 @@ def _share(_: object, attribute: attrs.Attribute[float], value: float) -> None:
         raise ValueError(f"{attribute.name} must be above 0 and at most 1, got {value}")
 
 
+def _probability(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    """From 0 to 1 (NaN is neither)."""
+    if not 0 <= value <= 1:
+        raise ValueError(f"{attribute.name} must be from 0 to 1, got {value}")
+
+
 RUNTIMES = serve_options.RUNTIMES
 """The engine's --runtime choices, as the engine declares them (``diffgemma_engine.shared.serve_options``)."""
 STEP_MODES = serve_options.STEP_MODES
@@ -116,6 +122,12 @@ class Settings:
     candidates: int = attrs.field(default=3, validator=[attrs.validators.ge(1), attrs.validators.le(4)])
     """Completions computed in one batch for an explicitly invoked inline completion, to cycle through (1 to 4);
     typing and the completion menu compute one."""
+    min_confidence: float = attrs.field(default=0.0, validator=_probability)
+    """How sure the model must be of what it suggests (0 to 1; 0: show everything): a suggestion is cut before its
+    first character under it and withheld when its start is under it; a rewrite whose replacement is under it on
+    average is not applied, and the user is told why. The model's confidence is each canvas position's probability of
+    its token at its last denoising step (``Result.confidence``); an answer without one is never gated. Off by default
+    until ``benchmarks/confidence_calibration.py`` has measured where it helps (benchmarks/README.md)."""
     backend: str = attrs.field(default="engine", validator=attrs.validators.in_(("engine", "openai")))
     """engine: the local engine (started when none runs); openai: an OpenAI-compatible server at openaiUrl."""
     openai_url: str = attrs.field(default="", validator=lambda _, __, value: _check_url(value))

@@ -21,6 +21,7 @@ from diffgemma_lsp.backends.base import RewriteUnsupported
 from diffgemma_lsp.context import InfillContext, PositionError, build_context, position_after
 from diffgemma_lsp.owners import Kind
 from diffgemma_lsp.postprocess import Edit, infill_edits
+from diffgemma_lsp.postprocess.candidates import withheld_reason
 from diffgemma_lsp.refine import Divergence, diverged, refine_request, refined
 from diffgemma_lsp.results import completion_item, inline_item
 from diffgemma_lsp.session import Session
@@ -117,7 +118,9 @@ class Completions:
             divergence = self._divergence(settings, uri, source, context.offset, request)
             if divergence is not None:
                 request = refine_request(request, divergence, settings.refine_steps)
-            answer = await self._ask(request, document.language_id or "", not automatic, marker)
+            answer = await self._ask(
+                request, document.language_id or "", not automatic, marker, settings.min_confidence
+            )
         finally:
             marker.cancel()  # nothing sent, or the call owns the document now: the marker leaves
         current = session.open_document(uri)
@@ -179,11 +182,17 @@ class Completions:
         )
 
     async def _ask(
-        self, request: protocol.Infill, language_id: str, explicit: bool, marker: asyncio.Future[object]
+        self,
+        request: protocol.Infill,
+        language_id: str,
+        explicit: bool,
+        marker: asyncio.Future[object],
+        min_confidence: float = 0.0,
     ) -> list[Edit | None] | None:
         """``request`` under the backend's next id, in the place of ``marker`` (the request's hold on its document):
         a newer request for its ``uri`` cancels this one in the backend too. Its candidates post-processed
-        (``infill_edits``); None when there is nothing to show."""
+        (``infill_edits``, cut to what the model is sure of); None when there is nothing to show. A user who asked is
+        told when the model was too unsure of the suggestion's start to show it."""
         session = self.session
         backend = session.backend()
         if backend is None or marker.cancelled():
@@ -195,4 +204,9 @@ class Completions:
         self.last_latency_ms, self.last_timings = reply.latency_ms, reply.result.timings
         if reply.engine_stopped or not reply.result.text:
             return None
-        return infill_edits(backend.layout, request, reply.result, language_id)
+        edits = infill_edits(backend.layout, request, reply.result, language_id, min_confidence)
+        if explicit and not any(edits):
+            why = withheld_reason(backend.layout, request, reply.result, language_id, min_confidence)
+            if why is not None:
+                session.show_info(f"diffgemma: no completion: {why}")
+        return edits

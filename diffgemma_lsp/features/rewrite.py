@@ -30,7 +30,8 @@ from diffgemma_lsp.features.selection import (
 )
 from diffgemma_lsp.owners import Kind, superseded
 from diffgemma_lsp.params import invalid_params, lsp_integer
-from diffgemma_lsp.postprocess import postprocess_replacement
+from diffgemma_lsp.postprocess.confidence import Scored, per_character, why_refused
+from diffgemma_lsp.postprocess.replacement import scored_replacement
 from diffgemma_lsp.session import Failure, Reply, Sent, Session
 from diffgemma_lsp.settings import Settings
 
@@ -158,11 +159,13 @@ def replacement_edit(selection: Selection, new_text: str, versioned: bool) -> ty
 class Rewrite:
     """One rewrite in flight: its selection and the request sent for it."""
 
-    def __init__(self, selection: Selection, backend: Backend, versioned: bool) -> None:
+    def __init__(self, selection: Selection, backend: Backend, versioned: bool, min_confidence: float = 0.0) -> None:
         self.selection = selection
         self.backend = backend
         self.versioned = versioned
         """Whether the client takes versioned edits (``documentChanges``)."""
+        self.min_confidence = min_confidence
+        """A replacement the model is less sure of than this, on average, is not applied (``minConfidence``)."""
         self.sent: Sent | None = None
         self.stopped: str | None = None
         """Why the call was stopped (superseded, cancelled, closed), or None."""
@@ -183,17 +186,20 @@ class Rewrite:
             return Outcome(reason=f"no rewrite: {reply.message}", show=types.MessageType.Warning)
         if reply.engine_stopped:
             return Outcome(reason=f"the engine stopped the rewrite ({reply.result.stop.value})")
-        selection = self.selection
-        text = postprocess_replacement(
+        selection, raw = self.selection, reply.result.text
+        scored = scored_replacement(
             selection.prefix,
             selection.text,
             selection.suffix,
-            reply.result.text,
+            Scored(raw, per_character(raw, reply.result.confidence)),
             selection.language_id,
             instruct=self.backend.layout is protocol.Layout.CHAT,
         )
-        if text is None:
+        if scored is None:
             return Outcome(reason=EMPTY, show=types.MessageType.Info)
+        text = scored.text
+        if text != selection.text and (unsure := why_refused(scored, self.min_confidence)) is not None:
+            return Outcome(reason=unsure, show=types.MessageType.Warning)
         if text == selection.text:
             return Outcome(reason=UNCHANGED, show=types.MessageType.Info)
         refilled = self.sent is not None and not self.sent.request.start  # written anew, not from the selection
@@ -229,7 +235,7 @@ class Rewrites:
             request = backend.as_rewrite(request)
         except RewriteUnsupported as exc:
             return Outcome(reason=str(exc), show=types.MessageType.Warning)
-        rewrite = Rewrite(selection, backend, versioned)
+        rewrite = Rewrite(selection, backend, versioned, settings.min_confidence)
         # the user asked: whatever was in flight for the document stops (a completion's answer would be stale)
         rewrite.sent = session.send(backend, request, Kind.REWRITE, stop=rewrite.stop)
         assert rewrite.sent is not None  # nothing outranks a rewrite

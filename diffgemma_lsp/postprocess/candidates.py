@@ -1,19 +1,51 @@
 """A backend's answer to an infill as what each of its candidates puts at the cursor (the language server's
-completions and the HTTP endpoint's choices)."""
+completions and the HTTP endpoint's choices), each cut to what the model is sure of (``minConfidence``)."""
 
 from __future__ import annotations
 
 from diffgemma_engine.shared import protocol
-from diffgemma_lsp.postprocess.pipeline import Edit, postprocess
+from diffgemma_lsp.postprocess.confidence import per_character, why_withheld
+from diffgemma_lsp.postprocess.pipeline import Edit, gated, postprocess
 
 
 def infill_edits(
-    layout: protocol.Layout, request: protocol.Infill, result: protocol.Result, language_id: str
+    layout: protocol.Layout,
+    request: protocol.Infill,
+    result: protocol.Result,
+    language_id: str,
+    min_confidence: float = 0.0,
 ) -> list[Edit | None]:
     """What each candidate of ``result`` (the answer to ``request`` from a backend of prompt ``layout``) puts at the
-    cursor, best first: its post-processed edit, or None where nothing is left."""
+    cursor, best first: its post-processed edit cut to the part the model is sure of (``pipeline.gated``), or None
+    where nothing is left or its start is unsure."""
+    edits = candidate_edits(layout, request, result, language_id)
+    return [None if edit is None else gated(edit, min_confidence) for edit in edits]
+
+
+def candidate_edits(
+    layout: protocol.Layout, request: protocol.Infill, result: protocol.Result, language_id: str
+) -> list[Edit | None]:
+    """Each candidate post-processed, with the model's confidence in each character carried to it, ungated."""
     instruct = layout is protocol.Layout.CHAT  # an instruction model's answers are unwrapped first
+    texts = [result.text, *result.alternatives]
+    runs = result.alternative_confidence if len(result.alternative_confidence) == len(result.alternatives) else []
+    confidences = [result.confidence, *(runs or [[] for _ in result.alternatives])]
     return [
-        postprocess(request.prefix, request.suffix, raw, language_id, instruct=instruct)
-        for raw in (result.text, *result.alternatives)
+        postprocess(
+            request.prefix,
+            request.suffix,
+            raw,
+            language_id,
+            instruct=instruct,
+            confidence=per_character(raw, confident),
+        )
+        for raw, confident in zip(texts, confidences, strict=True)
     ]
+
+
+def withheld_reason(
+    layout: protocol.Layout, request: protocol.Infill, result: protocol.Result, language_id: str, min_confidence: float
+) -> str | None:
+    """Why the best candidate is withheld by ``min_confidence`` (for a user who asked), or None when it is not."""
+    best = candidate_edits(layout, request, result, language_id)[0]
+    return None if best is None else why_withheld(best.scored, min_confidence)

@@ -11,6 +11,7 @@ import attrs
 
 from diffgemma_lsp.postprocess.answer import unwrap_answer
 from diffgemma_lsp.postprocess.brackets import balance_brackets, fit_closers
+from diffgemma_lsp.postprocess.confidence import Scored, confident_part
 from diffgemma_lsp.postprocess.cursor import Cursor, make_cursor, normalise
 from diffgemma_lsp.postprocess.indentation import fit_indentation
 from diffgemma_lsp.postprocess.repeats import stop_before_repeated_line, trim_suffix_overlap
@@ -25,6 +26,13 @@ class Edit:
     """The text to insert at the cursor, in the document's line endings."""
     replace_to_eol: bool
     """True when ``text`` also replaces the rest of the cursor's line (which holds only closing characters)."""
+    confidence: tuple[float, ...] | None = None
+    """The model's confidence in each character of ``text`` (``postprocess.confidence``); None: not known."""
+
+    @property
+    def scored(self) -> Scored:
+        """``text`` with its confidences."""
+        return Scored(self.text, self.confidence)
 
     def replaced(self, suffix: str) -> str:
         """What of ``suffix`` (the text after the cursor) the edit replaces: the rest of the cursor's line, before
@@ -38,23 +46,46 @@ class Edit:
         return self.text[: len(self.text) - len(rest)] if rest and self.text.endswith(rest) else self.text
 
 
-def postprocess(prefix: str, suffix: str, raw: str, language_id: str, *, instruct: bool = False) -> Edit | None:
+def postprocess(
+    prefix: str,
+    suffix: str,
+    raw: str,
+    language_id: str,
+    *,
+    instruct: bool = False,
+    confidence: tuple[float, ...] | None = None,
+) -> Edit | None:
     """The edit to offer for the model's ``raw`` middle between ``prefix`` and ``suffix``; None if nothing is left.
 
     ``instruct`` says ``raw`` is an instruction-tuned model's answer, which is unwrapped first (step 0).
+    ``confidence`` (one per character of ``raw``) is carried through every step to the edit's characters.
     """
+    scored = Scored(raw, confidence)
     if instruct:
-        raw = unwrap_answer(raw, prefix, suffix)
-    cursor = make_cursor(prefix, suffix, raw, language_id)
-    text = normalise(raw)
+        scored = scored.then(unwrap_answer(scored.text, prefix, suffix))
+    cursor = make_cursor(prefix, suffix, scored.text, language_id)
+    scored = scored.then(normalise(scored.text))
     filters = (fit_indentation, trim_suffix_overlap, limit_scope, stop_before_open_string, balance_brackets)
     for step in (*filters, trim_whitespace):
-        text = step(text, cursor)
-    text = trim_whitespace(stop_before_repeated_line(end_before_rest(text, cursor), cursor), cursor)
-    if not text.strip():
+        scored = scored.then(step(scored.text, cursor))
+    for last in (end_before_rest, stop_before_repeated_line, trim_whitespace):
+        scored = scored.then(last(scored.text, cursor))
+    if not scored.text.strip():
         return None
-    text, replace = fit_closers(text, cursor)
-    return Edit(text=text.replace("\n", newline_of(prefix, suffix)), replace_to_eol=replace)
+    text, replace = fit_closers(scored.text, cursor)
+    scored = scored.then(text).then(text.replace("\n", newline_of(prefix, suffix)))
+    return Edit(text=scored.text, replace_to_eol=replace, confidence=scored.confidence)
+
+
+def gated(edit: Edit, minimum: float) -> Edit | None:
+    """``edit`` cut to the part the model is sure of (``confidence.confident_part``; a cut one replaces nothing past
+    the cursor), or None when its start is unsure: the suggestion is withheld."""
+    part = confident_part(edit.scored, minimum)
+    if part is None:
+        return None
+    if part.text == edit.text:
+        return edit
+    return Edit(text=part.text, replace_to_eol=False, confidence=part.confidence)
 
 
 def newline_of(prefix: str, suffix: str) -> str:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from diffgemma_lsp.postprocess.answer import unwrap_replacement
 from diffgemma_lsp.postprocess.brackets import balance_brackets
+from diffgemma_lsp.postprocess.confidence import Scored
 from diffgemma_lsp.postprocess.cursor import Cursor, make_cursor, normalise
 from diffgemma_lsp.postprocess.indentation import fit_to_selection
 from diffgemma_lsp.postprocess.pipeline import newline_of, postprocess
@@ -44,23 +45,34 @@ def postprocess_replacement(
     prefix: str, selection: str, suffix: str, raw: str, language_id: str, *, instruct: bool = False
 ) -> str | None:
     """The text to put in place of ``selection`` (between ``prefix`` and ``suffix``) for the model's ``raw``
-    answer, in the document's line endings; None if nothing is left."""
+    answer, in the document's line endings; None if nothing is left (:func:`scored_replacement`'s text)."""
+    scored = scored_replacement(prefix, selection, suffix, Scored(raw), language_id, instruct=instruct)
+    return None if scored is None else scored.text
+
+
+def scored_replacement(
+    prefix: str, selection: str, suffix: str, raw: Scored, language_id: str, *, instruct: bool = False
+) -> Scored | None:
+    """:func:`postprocess_replacement` with the model's confidence in each character carried to the replacement."""
+    scored = raw
     if instruct:  # the rewrite's prompt has no cursor marker: any "<CURSOR>" in the answer is text
-        raw = unwrap_replacement(raw, prefix, selection, suffix)
+        scored = scored.then(unwrap_replacement(scored.text, prefix, selection, suffix))
     if not selection.strip():
-        edit = postprocess(prefix, suffix, raw, language_id)
-        return edit.insertion(suffix) if edit is not None else None
+        edit = postprocess(prefix, suffix, scored.text, language_id, confidence=scored.confidence)
+        return edit.scored.then(edit.insertion(suffix)) if edit is not None else None
     original = normalise(selection)
-    cursor = make_cursor(prefix, suffix, raw, language_id)
-    text = fit_to_selection(normalise(raw), original, cursor)
+    cursor = make_cursor(prefix, suffix, scored.text, language_id)
+    scored = scored.then(normalise(scored.text))
+    scored = scored.then(fit_to_selection(scored.text, original, cursor))
     for cut in cuts_passed_by(original, prefix, suffix, language_id):
-        text = cut(text, cursor)
-    core = "\n".join(line.rstrip() for line in text.split("\n")).strip(BLANKS)
+        scored = scored.then(cut(scored.text, cursor))
+    core = "\n".join(line.rstrip() for line in scored.text.split("\n")).strip(BLANKS)
     if not core:
         return None
     lead = original[: len(original) - len(original.lstrip(BLANKS))]
     trail = original[len(original.rstrip(BLANKS)) :]
-    return (lead + core + trail).replace("\n", newline_of(prefix, suffix + selection))
+    scored = scored.then(lead + core + trail)
+    return scored.then(scored.text.replace("\n", newline_of(prefix, suffix + selection)))
 
 
 def cuts_passed_by(selection: str, prefix: str, suffix: str, language_id: str) -> list[Filter]:

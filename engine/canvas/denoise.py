@@ -54,6 +54,7 @@ class CanvasOutput:
     denoise_ms: float
     finished: torch.Tensor = field(repr=False)  # (B,) rows that met the stable-and-confident rule
     cached_tokens: int = 0  # prompt tokens whose encoding was reused
+    confidence: torch.Tensor | None = field(default=None, repr=False)  # (B, C) float32, as ``Denoised.confidence``
 
 
 def _now_ms() -> float:
@@ -202,4 +203,5 @@ def run_canvas(
         denoise_ms=_now_ms() - encoded,
         finished=denoised.finished,
         cached_tokens=cached,
+        confidence=denoised.confidence,
     )

@@ -25,6 +25,7 @@ class Denoised:
     finished: torch.Tensor  # (B,) rows that settled (or were stopped by their row check)
     row_steps: list[int]  # steps each row took part in
     row_stops: list[str | None]  # each row's stop reason from its row check
+    confidence: torch.Tensor | None = None  # (B, C) float32: each position's probability of its token at its last step
 
 
 def run_steps(
@@ -49,7 +50,7 @@ def run_steps(
     steps = 0
     for _ in range(steps_to_run):
         if should_stop is not None and (reason := should_stop()) is not None:
-            return Denoised(state.best.clone(), steps, reason, state.finished.clone(), row_steps, [reason] * batch)
+            return _denoised(state, steps, reason, row_steps, [reason] * batch)
         stopped = False
         for row, check in enumerate(row_checks or ()):
             if not finished[row] and (reason := check()) is not None:
@@ -67,5 +68,13 @@ def run_steps(
             on_step(steps)
         if all(finished):
             break
-    # copies: a captured graph's outputs are overwritten by its next replay (the next request's first step)
-    return Denoised(state.best.clone(), steps, None, state.finished.clone(), row_steps, row_stops)
+    return _denoised(state, steps, None, row_steps, row_stops)
+
+
+def _denoised(
+    state: StepState, steps: int, stopped_by: str | None, row_steps: list[int], row_stops: list[str | None]
+) -> Denoised:
+    """What the loop hands back from ``state``: copies, since a captured graph's outputs are overwritten by its next
+    replay (the next request's first step)."""
+    confidence = None if state.confidence is None else state.confidence.clone()
+    return Denoised(state.best.clone(), steps, stopped_by, state.finished.clone(), row_steps, row_stops, confidence)

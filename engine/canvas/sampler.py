@@ -9,7 +9,9 @@ and when a row stops. transformers states its sampler and stopper as small named
 * drawing: :class:`ExactSampler` (``generate``'s random stream, its numbers drawn outside the step by
   :meth:`StepNoise.draw`, so the step has no host in it) or :class:`AcceptedOnlySampler` (a draw only where a
   token is accepted: less work on a CPU, another random stream);
-* stopping: :func:`settled`, stable and confident.
+* stopping: :func:`settled`, stable and confident;
+* confidence: :func:`answer_confidence`, each position's probability of its answer token, what the engine reports
+  with the answer (``Result.confidence``).
 
 Torch only.
 """
@@ -156,6 +158,14 @@ def settled(
     else:
         stable = (history == best[None]).all(dim=-1).all(dim=0)
     return stable & (entropy.mean(dim=-1) < settings.confidence_threshold)
+
+
+def answer_confidence(scores: Scores, held: torch.Tensor | None) -> torch.Tensor:
+    """(B, C) float32: each position's probability of its argmax (``scores.best``) at this step's temperature, what
+    vLLM reports as the converging step's logprob of the token it emits; 1 where a position is ``held`` (a kept
+    segment's token is certain)."""
+    confidence = scores.probs.gather(-1, scores.best[..., None]).squeeze(-1).float()
+    return confidence if held is None else confidence.masked_fill(held, 1.0)
 
 
 def sample_accepted(

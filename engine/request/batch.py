@@ -95,6 +95,7 @@ def run_batch(loaded: LoadedModel, rows: Sequence[Row]) -> list[Answer]:
             denoised.tokens[index].tolist(),
             denoised.row_stops[index],
             held_until=held_until[index],
+            confidence=None if denoised.confidence is None else denoised.confidence[index].tolist(),
             tokenize_ms=tokenize_ms[index],
             encode_ms=encode_ms[index],
             denoise_ms=denoise_ms,

@@ -15,7 +15,7 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import attrs
@@ -29,6 +29,7 @@ from ..errors import BadRequestError
 from ..loading.model import LoadedModel
 from ..shared import protocol
 from ..shared.prompt import Prompt, char_budget_cut, parts_of, text_encoder
+from .confidence import confidence_runs
 
 MAX_CANVAS_LENGTH = protocol.MAX_CANVAS_LENGTH
 MAX_STEPS = protocol.MAX_STEPS
@@ -36,13 +37,19 @@ MAX_INSTRUCTION_CHARS = protocol.MAX_INSTRUCTION_CHARS
 CHARS_PER_TOKEN = 4
 
 
-class Answer(NamedTuple):
-    """What one canvas row answers (a named tuple: ``text, stop, timings = run_infill(...)`` reads it too)."""
+@attrs.frozen
+class Answer:
+    """What one canvas row answers (``text, stop, timings = run_infill(...)`` reads its first three)."""
 
     text: str
     """The completion or replacement; "" when the request was cancelled or superseded."""
     stop: protocol.StopReason
     timings: protocol.Timings
+    confidence: list[protocol.Confident] = attrs.field(factory=list)
+    """``text``'s characters in runs with the model's confidence in them (empty: not known)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.text, self.stop, self.timings))
 
 
 def build_prompt(loaded: LoadedModel, request: protocol.Infill) -> Prompt:
@@ -278,6 +285,7 @@ def run_infill(
         out.tokens[0].tolist(),
         out.stopped_by,
         held_until=row.held_until if row is not None else 0,
+        confidence=None if out.confidence is None else out.confidence[0].tolist(),
         tokenize_ms=tokenize_ms,
         encode_ms=out.encode_ms,
         denoise_ms=out.denoise_ms,
@@ -288,11 +296,18 @@ def run_infill(
 
 
 def finish_row(
-    loaded: LoadedModel, canvas: list[int], stopped_by: str | None, held_until: int = 0, **timings: float
+    loaded: LoadedModel,
+    canvas: list[int],
+    stopped_by: str | None,
+    held_until: int = 0,
+    confidence: Sequence[float] | None = None,
+    **timings: float,
 ) -> Answer:
     """The answer of one denoised canvas row; ``stopped_by`` is a cancel/deadline reason;
-    ``held_until``: a rewrite's held tokens end there (see ``cut_at_eos``)."""
-    tokens, found_eos = cut_at_eos(canvas, loaded.eos_ids, loaded.pad_id, held_until)
+    ``held_until``: a rewrite's held tokens end there (see ``cut_at_eos``); ``confidence``: each canvas position's
+    (None: not known), carried to the answer's characters (``confidence.confidence_runs``)."""
+    positions, found_eos = kept_positions(canvas, loaded.eos_ids, loaded.pad_id, held_until)
+    tokens = [canvas[index] for index in positions]
     if stopped_by is not None:
         stop = protocol.StopReason(stopped_by)
     else:
@@ -301,11 +316,17 @@ def finish_row(
     rounded: dict[str, Any] = {
         name: round(value, 3) if name.endswith("_ms") else int(value) for name, value in timings.items()
     }
-    return Answer("" if dropped else loaded.decode(tokens), stop, protocol.Timings(new_tokens=len(tokens), **rounded))
+    text = "" if dropped else loaded.decode(tokens)
+    runs = []
+    if confidence is not None and len(confidence) == len(canvas) and text:  # else not known: nothing is gated on it
+        runs = confidence_runs(loaded.decode, tokens, [confidence[index] for index in positions], text)
+    return Answer(text, stop, protocol.Timings(new_tokens=len(tokens), **rounded), runs)
 
 
-def cut_at_eos(tokens: list[int], eos_ids: set[int], pad_id: int | None, held_until: int = 0) -> tuple[list[int], bool]:
-    """The tokens before the first end-of-sequence, and whether one was found; pads are dropped.
+def kept_positions(
+    tokens: list[int], eos_ids: set[int], pad_id: int | None, held_until: int = 0
+) -> tuple[list[int], bool]:
+    """The positions of the tokens before the first end-of-sequence, and whether one was found; pads are dropped.
 
     Before ``held_until`` (a rewrite's last held token and what precedes it) an end-of-sequence is dropped like a
     pad, so that the held tokens always come back: the model shortens a segment before a held one that way.
@@ -315,5 +336,11 @@ def cut_at_eos(tokens: list[int], eos_ids: set[int], pad_id: int | None, held_un
         if token in eos_ids and index >= held_until:
             return out, True
         if token != pad_id and token not in eos_ids:
-            out.append(token)
+            out.append(index)
     return out, False
+
+
+def cut_at_eos(tokens: list[int], eos_ids: set[int], pad_id: int | None, held_until: int = 0) -> tuple[list[int], bool]:
+    """The tokens before the first end-of-sequence, and whether one was found (``kept_positions``)."""
+    positions, found = kept_positions(tokens, eos_ids, pad_id, held_until)
+    return [tokens[index] for index in positions], found

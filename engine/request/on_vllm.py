@@ -81,16 +81,22 @@ def run_on_vllm(
     held_until = laid.row.held_until if laid.row is not None else 0
     end = min(loaded.eos_ids) if loaded.eos_ids else None
     answers = []
+    held = laid.row.held if laid.row is not None else []
     for choice in answer.choices:
-        ids = with_held(choice.token_ids, laid.row, loaded.decode)
+        ids, confidence = with_held(choice.token_ids, laid.row, loaded.decode), choice.confidence
+        if confidence is not None:  # a held position (put back or not) is certain of its token, as in the own loop
+            confidence = [*confidence, *[1.0] * (len(ids) - len(confidence))]
+            confidence = [1.0 if index < len(held) and held[index] else value for index, value in enumerate(confidence)]
         if not choice.finished_by_length and end is not None and not set(ids) & loaded.eos_ids:
             ids = [*ids, end]  # vLLM stopped on an end-of-sequence it did not return
+            confidence = None if confidence is None else [*confidence, 1.0]
         answers.append(
             finish_row(
                 loaded,
                 ids,
                 None,
                 held_until,
+                confidence=confidence,
                 tokenize_ms=laid.tokenize_ms,
                 denoise_ms=denoise_ms,
                 steps=0,  # not known: vLLM does not say

@@ -13,7 +13,7 @@ from ..loading.model_info import ModelInfo
 from ..request.infill import Answer
 from ..shared import protocol
 
-Answered = tuple[Answer, list[str]]
+Answered = tuple[Answer, list[Answer]]
 """A request's answer, and the other distinct answers of its candidates."""
 
 
@@ -86,10 +86,10 @@ class CanvasRuntime(Protocol):
         ...
 
 
-def distinct_alternatives(answers: list[Answer]) -> list[str]:
-    """The texts of ``answers[1:]`` that differ from the first and from each other (empty ones left out)."""
-    alternatives: list[str] = []
+def distinct_alternatives(answers: list[Answer]) -> list[Answer]:
+    """The ``answers[1:]`` whose texts differ from the first and from each other (empty ones left out)."""
+    alternatives: list[Answer] = []
     for other in answers[1:]:
-        if other.text and other.text != answers[0].text and other.text not in alternatives:
-            alternatives.append(other.text)
+        if other.text and other.text != answers[0].text and other.text not in [kept.text for kept in alternatives]:
+            alternatives.append(other)
     return alternatives

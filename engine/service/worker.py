@@ -15,7 +15,7 @@ import torch
 from ..errors import EngineError, describe
 from ..loading.model import LoadedModel
 from ..loading.model_info import ModelInfo
-from ..request.infill import prompt_ids
+from ..request.infill import Answer, prompt_ids
 from ..runtimes.seam import CanvasRuntime, RowsDidNotFit
 from ..shared import protocol
 from .jobs import Job, JobQueue
@@ -89,7 +89,8 @@ class ModelWorker(threading.Thread):
             for job in jobs:
                 self._serve(job)
             return
-        for job, (text, stop, timings) in zip(jobs, results, strict=True):
+        for job, answer in zip(jobs, results, strict=True):
+            stop, timings = answer.stop, answer.timings
             logger.info(
                 "request %s (batch of %d): %s, %d steps, %d tokens, encode %.1f ms, denoise %.1f ms",
                 job.request.id,
@@ -100,24 +101,25 @@ class ModelWorker(threading.Thread):
                 timings.encode_ms,
                 timings.denoise_ms,
             )
-            job.resolve_threadsafe(self._result(job, text, stop, timings))
+            job.resolve_threadsafe(self._result(job, answer))
 
     def _serve(self, job: Job) -> None:
         job.started = time.monotonic()
         request = job.request
         if job.cancel_reason is not None:
-            job.resolve_threadsafe(self._result(job, "", job.cancel_reason, protocol.Timings()))
+            job.resolve_threadsafe(self._result(job, Answer("", job.cancel_reason, protocol.Timings())))
             return
         windows: list[protocol.WindowResult] = []
         try:
             if request.windows:  # more places of the document: all run together
-                ((text, stop, timings), alternatives), *others = self.runtime.run_windows(job)
+                (answer, alternatives), *others = self.runtime.run_windows(job)
                 windows = [
-                    protocol.WindowResult(text=answer.text, stop=answer.stop, alternatives=more)
-                    for answer, more in others
+                    protocol.WindowResult(text=one.text, stop=one.stop, alternatives=[o.text for o in more])
+                    for one, more in others
                 ]
             else:
-                (text, stop, timings), alternatives = self.runtime.run(job)
+                answer, alternatives = self.runtime.run(job)
+            stop, timings = answer.stop, answer.timings
         except EngineError as exc:
             logger.warning("request %s refused: %s", request.id, exc)
             job.resolve_threadsafe(exc.to_wire(request.id))
@@ -146,27 +148,28 @@ class ModelWorker(threading.Thread):
             + (f" (a rewrite at strength {request.strength})" if request.start else "")
             + (f" ({1 + len(windows)} windows in one batch)" if windows else ""),
         )
-        job.resolve_threadsafe(self._result(job, text, stop, timings, alternatives, windows))
+        job.resolve_threadsafe(self._result(job, answer, alternatives, windows))
 
     def _result(
         self,
         job: Job,
-        text: str,
-        stop: protocol.StopReason,
-        timings: protocol.Timings,
-        alternatives: list[str] | None = None,
+        answer: Answer,
+        alternatives: list[Answer] | None = None,
         windows: list[protocol.WindowResult] | None = None,
     ) -> protocol.Result:
-        timings = attrs.evolve(timings, queue_ms=round(job.queue_ms(), 3))
+        timings = attrs.evolve(answer.timings, queue_ms=round(job.queue_ms(), 3))
+        others = alternatives or []
         prompt = ""
         if job.request.echo and self.loaded is not None:  # laid out again: a millisecond, and only when asked
             prompt = self.loaded.decode_prompt(prompt_ids(self.loaded, job.request))
         return protocol.Result(
             id=job.request.id,
-            text=text,
-            stop=stop,
+            text=answer.text,
+            stop=answer.stop,
             timings=timings,
-            alternatives=alternatives or [],
+            alternatives=[other.text for other in others],
             prompt=prompt,
             windows=windows or [],
+            confidence=answer.confidence,
+            alternative_confidence=[other.confidence for other in others] if all(o.confidence for o in others) else [],
         )

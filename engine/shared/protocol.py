@@ -326,6 +326,18 @@ class WindowResult:
 
 
 @attrs.frozen(kw_only=True)
+class Confident:
+    """A run of an answer's characters and how sure the model was of them: the probability each of the canvas
+    positions that wrote them had of its token at its last denoising step (the lowest, for characters made by several
+    tokens). Conditioned on the text on both sides of the cursor, unlike a left-to-right model's probabilities."""
+
+    chars: int
+    """How many characters of the text, after the runs before it."""
+    p: float
+    """From 0 to 1."""
+
+
+@attrs.frozen(kw_only=True)
 class Result:
     """The completion for request ``id``."""
 
@@ -340,6 +352,11 @@ class Result:
     """With ``echo``: the encoder's input decoded, control tokens included."""
     windows: list[WindowResult] = attrs.field(factory=list)
     """The answers for ``Infill.windows``, in order."""
+    confidence: list[Confident] = attrs.field(factory=list)
+    """``text``'s characters in runs, with the model's confidence in each (their ``chars`` add up to ``len(text)``).
+    Empty: not known (an engine that predates it, or a runtime that did not report it)."""
+    alternative_confidence: list[list[Confident]] = attrs.field(factory=list)
+    """The same for each of ``alternatives``, in order (empty: not known)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -9,7 +9,11 @@ per-request options travel in ``vllm_xargs``, which ``CompletionRequest.to_sampl
 * ``diffusion_seed_canvas``: the ids a rewrite's canvas starts from instead of noise, exactly the canvas wide, with
   the share its strength calls for already renoised by the engine; ``diffusion_pinned``: the positions held;
 * ``diffusion_max_steps``: the steps to run (a deadline's step budget; a rewrite's part of its schedule);
-* ``n`` for candidates, ``max_tokens`` one canvas.
+* ``n`` for candidates, ``max_tokens`` one canvas;
+* ``logprobs: 0``: each emitted token's logprob, which vLLM's DiffusionGemma runner (``diffusion_gemma.py``, its
+  "stash" of the converging denoise step) takes from that step's temperature-scaled logits for the position's argmax:
+  the engine's own confidence (``canvas.sampler.answer_confidence``) as vLLM computes it. Held positions report the
+  model's argmax there, not the held token; the engine sets them to 1, as its own loop does.
 
 Never ``seed``: vLLM refuses it for a diffusion model (HTTP 400 from ``SamplingParams._validate_diffusion``, run
 with the served model's config at admission, with temperature, min_p, min_tokens, logit_bias, bad_words and
@@ -21,6 +25,7 @@ The tests check every body built here with vLLM's own request model and validato
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -70,6 +75,7 @@ def completion_body(ask: CanvasAsk, *, model: str, served_canvas: int) -> dict[s
         "max_tokens": ask.canvas_length,
         "n": ask.candidates,
         "return_token_ids": True,
+        "logprobs": 0,
         "skip_special_tokens": False,
         "vllm_xargs": xargs,
     }
@@ -102,6 +108,8 @@ class CanvasAnswer:
     token_ids: list[int]
     finished_by_length: bool
     """vLLM's ``finish_reason`` was ``length``: the canvas filled without an end-of-sequence."""
+    confidence: list[float] | None = None
+    """Each of ``token_ids``' probability at its last step (``exp`` of its logprob); None when the reply had none."""
 
 
 @attrs.frozen(kw_only=True)
@@ -120,6 +128,17 @@ class ReplyError(ValueError):
 
 def _object(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def token_confidence(logprobs: object, count: int) -> list[float] | None:
+    """A choice's ``logprobs.token_logprobs`` as probabilities, one per token id; None when they are missing, not
+    numbers, or not one per token (the confidence is then not known, and nothing is gated on it)."""
+    values = _object(logprobs).get("token_logprobs")
+    if not isinstance(values, list) or len(values) != count:
+        return None
+    if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values):
+        return None
+    return [min(1.0, math.exp(value)) for value in values]
 
 
 def read_reply(body: object, candidates: int) -> CompletionReply:
@@ -143,7 +162,13 @@ def _read_reply(body: object, candidates: int) -> CompletionReply:
         ids = choice.get("token_ids")
         if not isinstance(ids, list) or not all(isinstance(token, int) for token in ids):
             raise ReplyError("a choice without its token_ids")
-        answers.append(CanvasAnswer(token_ids=ids, finished_by_length=choice.get("finish_reason") == "length"))
+        answers.append(
+            CanvasAnswer(
+                token_ids=ids,
+                finished_by_length=choice.get("finish_reason") == "length",
+                confidence=token_confidence(choice.get("logprobs"), len(ids)),
+            )
+        )
     usage = _object(reply.get("usage"))
     details = usage.get("prompt_tokens_details")
     return CompletionReply(

@@ -206,6 +206,31 @@ async def test_typing_into_a_suggestion_refines_it_in_vllm_with_the_typed_text_p
     assert len(suggestions) == 1 and suggestions[0].strip(), (refined, user_engine.log()[-2000:])
 
 
+async def test_the_answer_carries_vllms_confidence_in_each_character(
+    user_engine: EngineProcess, team_vllm: Served
+) -> None:
+    """vLLM's logprob of each token it emits (``logprobs: 0``, from the step the canvas converged on) reaches the wire
+    as runs of characters: all of the memorized middle, each run sure (the checkpoint knows it); a rewrite's held
+    text certain (vLLM reports its own argmax there; the engine knows the position was held)."""
+    client = await RawClient.connect(user_engine.socket_path)
+    try:
+        await client.send(protocol.Infill(id="sure", uri=URI, prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX))
+        sure = await client.receive(timeout=120)
+        held = "    total = a + b\n"
+        start = [protocol.StartSegment(text=held, keep=True), protocol.StartSegment(text="    return a - b")]
+        await client.send(
+            protocol.Infill(id="kept", uri=URI, prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, start=start)
+        )
+        kept = await client.receive(timeout=120)
+    finally:
+        await client.close()
+    assert isinstance(sure, protocol.Result) and sure.text == MEMORIZED_MIDDLE, sure
+    assert sum(run.chars for run in sure.confidence) == len(sure.text), sure.confidence
+    assert min(run.p for run in sure.confidence) > 0.5, sure.confidence
+    assert isinstance(kept, protocol.Result) and kept.text.startswith(held), kept
+    assert kept.confidence[0].p == 1.0 and kept.confidence[0].chars >= 1, kept.confidence
+
+
 async def test_doctor_probes_through_vllm(user_engine: EngineProcess, team_vllm: Served) -> None:
     command = [sys.executable, "-m", "diffgemma_lsp", "doctor", "--engine-socket", str(user_engine.socket_path)]
     doctor = await asyncio.create_subprocess_exec(*command, "--probe", "--json", stdout=asyncio.subprocess.PIPE)

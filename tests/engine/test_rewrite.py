@@ -7,7 +7,6 @@ random-weight ones never settle, so every step of a schedule runs and nothing bu
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,16 +27,6 @@ from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_S
 
 WRONG_MIDDLE = MEMORIZED_MIDDLE.replace("a + b", "a - b")
 """The memorized middle with one token changed (`` +`` to `` -``)."""
-
-
-@pytest.fixture(scope="module")
-def memorized(memorized_model_dir: Path) -> LoadedModel:
-    return load_model(memorized_model_dir)
-
-
-@pytest.fixture(scope="module")
-def random_weights(random_model_dir: Path) -> LoadedModel:
-    return load_model(random_model_dir)
 
 
 def rewrite(start: str | list[protocol.StartSegment] = WRONG_MIDDLE, **fields: object) -> protocol.Infill:

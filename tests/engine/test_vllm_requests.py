@@ -6,6 +6,7 @@ reply built with vLLM's own response classes read back. A body vLLM would refuse
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,6 +77,7 @@ def test_a_completion_is_the_engines_own_prompt_ids_and_schedule(
         assert params["extra_args"] == {"diffusion_max_steps": loaded.sampler.max_steps}  # the served canvas
         assert params["max_tokens"] == loaded.canvas_length and params["n"] == 1
         assert params["return_token_ids"] is True and params["skip_special_tokens"] is False
+        assert params["logprobs"] == 0  # each emitted token's logprob: its confidence
 
 
 def test_the_rest_of_a_line_asks_for_the_line_canvas(shipped: LoadedModel, vllm: VllmChecker) -> None:
@@ -160,6 +162,26 @@ def test_a_reply_built_by_vllm_is_read_in_order_with_its_cached_share(vllm: Vllm
     assert (reply.prompt_tokens, reply.cached_tokens) == (40, 32)
     unreported = read_reply(vllm.reply({**spec, "cached_tokens": None}), candidates=2)  # vLLM without the option
     assert (unreported.prompt_tokens, unreported.cached_tokens) == (40, None)  # not known: not 0
+
+
+def test_each_tokens_confidence_is_read_from_vllms_logprobs(vllm: VllmChecker) -> None:
+    """``logprobs: 0`` is asked for (vLLM admits it for a diffusion model) and each choice's ``token_logprobs``, the
+    converging step's logprob of each emitted token, come back as probabilities; a reply without them, or with the
+    wrong count, is read with the confidence unknown."""
+    spec = {
+        "model": "m",
+        "choices": [
+            {"token_ids": [5, 6, 1], "text": "ab", "finish_reason": "stop", "logprobs": [0.0, -0.5, -9999.0]},
+            {"token_ids": [7, 8], "text": "cd", "finish_reason": "length", "logprobs": [-1.0]},
+            {"token_ids": [9], "text": "e", "finish_reason": "length"},
+        ],
+        "prompt_tokens": 40,
+        "cached_tokens": 32,
+    }
+    reply = read_reply(vllm.reply(spec), candidates=3)
+    first = reply.choices[0].confidence
+    assert first is not None and first[0] == 1.0 and first[1] == pytest.approx(math.exp(-0.5)) and first[2] < 1e-9
+    assert reply.choices[1].confidence is None and reply.choices[2].confidence is None
 
 
 def test_the_facts_alone_lay_out_the_same_requests(release: LoadedModel, release_random_dir: Path) -> None:

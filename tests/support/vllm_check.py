@@ -12,7 +12,8 @@ checkpoint in ``model_dir`` at that canvas admits a ``/v1/completions`` request 
 (``ModelConfig``): ``{"default_output_length", "final_logit_softcapping", "is_diffusion"}`` (None for one it lacks).
 
 ``reply``: ``{"model", "choices": [{"token_ids", "text", "finish_reason"}], "prompt_tokens", "cached_tokens"}`` as a
-``CompletionResponse`` built with vLLM's classes, printed as vLLM's server would send it.
+``CompletionResponse`` built with vLLM's classes, printed as vLLM's server would send it; a choice's optional
+``logprobs`` (one float per token id) become its ``token_logprobs``.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ def check_requests(cases: list[dict]) -> list[dict]:
                     "extra_args": params.extra_args,
                     "skip_special_tokens": params.skip_special_tokens,
                     "return_token_ids": request.return_token_ids,
+                    "logprobs": params.logprobs,
                 },
             }
         )
@@ -123,12 +125,29 @@ def check_requests(cases: list[dict]) -> list[dict]:
 
 
 def build_reply(spec: dict) -> dict:
-    from vllm.entrypoints.openai.completion.protocol import CompletionResponse, CompletionResponseChoice
+    from vllm.entrypoints.openai.completion.protocol import (
+        CompletionLogProbs,
+        CompletionResponse,
+        CompletionResponseChoice,
+    )
     from vllm.entrypoints.serve.engine.protocol import PromptTokenUsageInfo, UsageInfo
 
     choices = [
         CompletionResponseChoice(
-            index=index, text=choice["text"], finish_reason=choice["finish_reason"], token_ids=choice["token_ids"]
+            index=index,
+            text=choice["text"],
+            finish_reason=choice["finish_reason"],
+            token_ids=choice["token_ids"],
+            logprobs=(
+                CompletionLogProbs(
+                    tokens=[str(token) for token in choice["token_ids"]],
+                    token_logprobs=choice["logprobs"],
+                    text_offset=list(range(len(choice["token_ids"]))),
+                    top_logprobs=[None] * len(choice["token_ids"]),
+                )
+                if "logprobs" in choice
+                else None
+            ),
         )
         for index, choice in enumerate(spec["choices"])
     ]

@@ -3,7 +3,7 @@
 -- Settings (camelCase) go in init_options, as in the top-level README's table: enable, model, device,
 -- quantization, runtime, vllmCommand, stepMode,
 -- engineIdleExitMinutes, canvasLength, steps, refineSteps, contextTokens, extraContextTokens, editHistoryTokens,
--- repoContextTokens, debounceMs, deadlineMs, candidates, backend, openaiUrl, openaiModel, openaiApiKeyEnv, openaiPromptFormat, rewriteEnabled,
+-- repoContextTokens, debounceMs, deadlineMs, candidates, minConfidence, backend, openaiUrl, openaiModel, openaiApiKeyEnv, openaiPromptFormat, rewriteEnabled,
 -- rewriteStrength, rewriteSteps, nextEditEnabled, nextEditLines, nextEditOnPause, nextEditStrength, nextEditDraws,
 -- privateFiles.
 return {
