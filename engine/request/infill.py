@@ -39,7 +39,8 @@ CHARS_PER_TOKEN = 4
 
 @attrs.frozen
 class Answer:
-    """What one canvas row answers (``text, stop, timings = run_infill(...)`` reads its first three)."""
+    """What one canvas row answers (``text, stop, timings = run_infill(...)`` and ``answer[0]`` read its first three,
+    as when it was a named tuple of them)."""
 
     text: str
     """The completion or replacement; "" when the request was cancelled or superseded."""
@@ -50,6 +51,9 @@ class Answer:
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.text, self.stop, self.timings))
+
+    def __getitem__(self, index: int) -> Any:
+        return (self.text, self.stop, self.timings)[index]
 
 
 def build_prompt(loaded: LoadedModel, request: protocol.Infill) -> Prompt:
