@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from diffgemma_engine.shared import protocol, socket_paths
+from diffgemma_engine.shared import frames, protocol, socket_paths
 from diffgemma_engine.shared.units import GIB, size_text
 from diffgemma_lsp.settings import Settings
 
@@ -110,7 +110,7 @@ async def wait_for_load(reader: asyncio.StreamReader) -> None:
     try:
         while True:
             async with asyncio.timeout(LOAD_WAIT_S):
-                message = await protocol.read_message(reader)
+                message = await frames.read_message(reader)
             if isinstance(message, protocol.Ready):
                 return
             if isinstance(message, protocol.Error) and message.code is protocol.ErrorCode.MODEL_ERROR:
@@ -131,7 +131,7 @@ class _Conversation:
         the way raises ``LoadFailed``, and a ``Ready`` is skipped."""
         while True:
             async with asyncio.timeout(TIMEOUT_S * 6):
-                message = await protocol.read_message(self.reader)
+                message = await frames.read_message(self.reader)
             if isinstance(message, protocol.Error) and message.id is None and request_id is not None:
                 if message.code is protocol.ErrorCode.MODEL_ERROR:
                     raise LoadFailed(message.message)
@@ -142,7 +142,7 @@ class _Conversation:
                 return message
 
     async def ask(self, message: protocol.Message, request_id: str | None) -> protocol.Message:
-        self.writer.write(protocol.encode(message))
+        self.writer.write(frames.encode(message))
         await self.writer.drain()
         return await self.reply(request_id)
 
@@ -195,7 +195,7 @@ async def gather(socket_path: Path, probe: bool) -> tuple[dict[str, object], int
     except LoadFailed as exc:
         report["problem"] = f"{exc} (the engine exits after a failed load)"
         return report, 1
-    except (OSError, asyncio.IncompleteReadError, TimeoutError, protocol.ProtocolError) as exc:
+    except (OSError, asyncio.IncompleteReadError, TimeoutError, frames.ProtocolError) as exc:
         report["problem"] = f"the engine stopped answering: {exc!r}"
         return report, 2
     finally:

@@ -225,20 +225,20 @@ that build them."""
 
 def _next_edit_requests() -> bytes:
     """The requests the next-edit checkpoint is trained to answer, as the language server sends them."""
-    from diffgemma_engine.shared import protocol
+    from diffgemma_engine.shared import frames
     from tests.support.next_edits import next_edit_requests
 
-    return b"".join(protocol.encode(request) for request in next_edit_requests("file:///work/area.py"))
+    return b"".join(frames.encode(request) for request in next_edit_requests("file:///work/area.py"))
 
 
 def _chain_requests() -> bytes:
     """The requests the next-edit chain checkpoint is trained to answer, as the language server sends them, and the
     answers (its module's other code changes nothing it is trained on)."""
-    from diffgemma_engine.shared import protocol
+    from diffgemma_engine.shared import frames
     from tests.support.next_edit_chain import FOLLOWED_LINES, chain_requests
 
     requests = chain_requests("file:///work/totals.py")
-    return b"".join(protocol.encode(request) for request in requests) + "".join(FOLLOWED_LINES).encode()
+    return b"".join(frames.encode(request) for request in requests) + "".join(FOLLOWED_LINES).encode()
 
 
 REQUESTS = {"next-edit": _next_edit_requests, "next-edit-chain": _chain_requests}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import attrs
 
-from diffgemma_engine.shared import protocol, socket_paths
+from diffgemma_engine.shared import frames, protocol, socket_paths
 from diffgemma_lsp.backends.base import (
     OLD_ENGINE,
     BackendState,
@@ -131,7 +131,7 @@ class EngineClient(StateReporter):
             self._set_state(BackendState.CONNECTING)
             try:
                 reader = await self._connect()
-            except (OSError, EOFError, TimeoutError, EngineRequestError, protocol.ProtocolError) as exc:
+            except (OSError, EOFError, TimeoutError, EngineRequestError, frames.ProtocolError) as exc:
                 if isinstance(exc, EngineRequestError) and exc.error.code is protocol.ErrorCode.MODEL_ERROR:
                     self._model_failed(exc.error.message)  # an engine whose model failed: do not retry it
                     return
@@ -173,13 +173,11 @@ class EngineClient(StateReporter):
             exited = await self.start_engine()
             reader, writer = await self._wait_for_socket(exited)
         writer.write(
-            protocol.encode(
-                protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client=self.client_name, pid=os.getpid())
-            )
+            frames.encode(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client=self.client_name, pid=os.getpid()))
         )
         await writer.drain()
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
-            reply = await protocol.read_message(reader)
+            reply = await frames.read_message(reader)
         if isinstance(reply, protocol.Error):
             writer.close()
             raise EngineRequestError(reply)
@@ -211,10 +209,10 @@ class EngineClient(StateReporter):
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
         while True:
             try:
-                message = await protocol.read_message(reader)
+                message = await frames.read_message(reader)
             except (asyncio.IncompleteReadError, ConnectionError):
                 return
-            except protocol.ProtocolError as exc:
+            except frames.ProtocolError as exc:
                 logger.warning("bad frame from the engine: %s", exc)
                 if exc.fatal:
                     return
@@ -321,8 +319,8 @@ class EngineClient(StateReporter):
             self.start()
             raise EngineUnavailable(f"the engine is {self.state.value}")
         try:
-            frame = protocol.encode(request)
-        except protocol.ProtocolError as exc:  # too large for one frame: the request's fault, said plainly
+            frame = frames.encode(request)
+        except frames.ProtocolError as exc:  # too large for one frame: the request's fault, said plainly
             raise EngineRequestError(exc.to_error()) from None
         future: asyncio.Future[protocol.Result] = asyncio.get_running_loop().create_future()
         self._pending[request.id] = future
@@ -348,4 +346,4 @@ class EngineClient(StateReporter):
     def _send_nowait(self, message: protocol.Message) -> None:
         if self._writer is not None and not self._writer.is_closing():
             with contextlib.suppress(ConnectionError):
-                self._writer.write(protocol.encode(message))
+                self._writer.write(frames.encode(message))

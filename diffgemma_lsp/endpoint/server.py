@@ -23,7 +23,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from aiohttp.web_urldispatcher import _default_expect_handler
 
-from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared import frames, protocol
 from diffgemma_engine.shared.logfile import setup_logging
 from diffgemma_lsp import __version__
 from diffgemma_lsp.backends.base import BackendState, EngineRequestError, EngineUnavailable
@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8790
 API_KEY_ENV = "DIFFGEMMA_API_KEY"
-MAX_BODY_BYTES = protocol.MAX_FRAME_BYTES
+MAX_BODY_BYTES = frames.MAX_FRAME_BYTES
 ENGINE = web.AppKey("engine", EngineClient)
 API_KEY = web.AppKey("api_key", str)
 DEADLINE_MS = web.AppKey("deadline_ms", int)
@@ -214,8 +214,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     infill = protocol.Infill(
         id=engine.new_id(),
         uri=f"openai:{completion_id}",
-        prefix=protocol.valid_text(prefix),
-        suffix=protocol.valid_text(suffix),
+        prefix=frames.valid_text(prefix),
+        suffix=frames.valid_text(suffix),
         canvas_length=canvas_for(wanted.max_tokens, engine.hello.canvas_length, engine.layout),
         deadline_ms=request.app[DEADLINE_MS],
         max_steps=request.app[MAX_STEPS],

@@ -17,7 +17,14 @@ from ..loading.model import LoadedModel
 from ..shared import protocol
 from ..shared.session_key import session_key
 from ..vllm.client import VllmError, VllmServer, one_line
-from ..vllm.completions import CACHED_UNREPORTED, STEPS_UNREPORTED, ReplyError, completion_body, read_reply
+from ..vllm.completions import (
+    CACHED_UNREPORTED,
+    STEPS_UNREPORTED,
+    CanvasAnswer,
+    ReplyError,
+    completion_body,
+    read_reply,
+)
 from .canvas_ask import canvas_ask
 from .infill import Answer, StartRow, finish_row
 from .windows import each_window
@@ -79,17 +86,9 @@ def run_on_vllm(
         if answer.cached_tokens is None:
             notes.add(CACHED_UNREPORTED)
     held_until = laid.row.held_until if laid.row is not None else 0
-    end = min(loaded.eos_ids) if loaded.eos_ids else None
     answers = []
-    held = laid.row.held if laid.row is not None else []
     for choice in answer.choices:
-        ids, confidence = with_held(choice.token_ids, laid.row, loaded.decode), choice.confidence
-        if confidence is not None:  # a held position (put back or not) is certain of its token, as in the own loop
-            confidence = [*confidence, *[1.0] * (len(ids) - len(confidence))]
-            confidence = [1.0 if index < len(held) and held[index] else value for index, value in enumerate(confidence)]
-        if not choice.finished_by_length and end is not None and not set(ids) & loaded.eos_ids:
-            ids = [*ids, end]  # vLLM stopped on an end-of-sequence it did not return
-            confidence = None if confidence is None else [*confidence, 1.0]
+        ids, confidence = _choice_ids(loaded, choice, laid.row)
         answers.append(
             finish_row(
                 loaded,
@@ -105,6 +104,23 @@ def run_on_vllm(
             )
         )
     return answers
+
+
+def _choice_ids(
+    loaded: LoadedModel, choice: CanvasAnswer, row: StartRow | None
+) -> tuple[list[int], list[float] | None]:
+    """One choice's canvas ids as the own loop would hand them to ``finish_row`` (held tokens put back, the
+    end-of-sequence vLLM stopped on but did not return added) and each one's confidence, if vLLM reported it."""
+    ids, confidence = with_held(choice.token_ids, row, loaded.decode), choice.confidence
+    held = row.held if row is not None else []
+    if confidence is not None:  # a held position (put back or not) is certain of its token, as in the own loop
+        confidence = [*confidence, *[1.0] * (len(ids) - len(confidence))]
+        confidence = [1.0 if index < len(held) and held[index] else value for index, value in enumerate(confidence)]
+    end = min(loaded.eos_ids) if loaded.eos_ids else None
+    if not choice.finished_by_length and end is not None and not set(ids) & loaded.eos_ids:
+        ids = [*ids, end]  # vLLM stopped on an end-of-sequence it did not return
+        confidence = None if confidence is None else [*confidence, 1.0]
+    return ids, confidence
 
 
 def run_windows_on_vllm(request: protocol.Infill, run: Callable[[protocol.Infill], list[Answer]]) -> list[list[Answer]]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import EngineError, describe
 from ..loading.model_info import ModelInfo
-from ..shared import protocol, socket_paths
+from ..shared import frames, protocol, socket_paths
 from .idle import idle_exit_after
 from .jobs import Job, JobQueue
 from .socket_file import SocketFile
@@ -162,7 +162,7 @@ class EngineServer:
         writer, lock = entry
         async with lock:
             with contextlib.suppress(ConnectionError):
-                writer.write(protocol.encode(message))
+                writer.write(frames.encode(message))
                 await writer.drain()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -194,8 +194,8 @@ class EngineServer:
                 return
             while True:
                 try:
-                    message = await protocol.read_message(reader)
-                except protocol.ProtocolError as exc:
+                    message = await frames.read_message(reader)
+                except frames.ProtocolError as exc:
                     logger.warning("connection %d: %s", connection, exc)
                     await self._send(connection, exc.to_error())
                     if exc.fatal:
@@ -213,8 +213,8 @@ class EngineServer:
 
     async def _handshake(self, connection: int, reader: asyncio.StreamReader) -> bool:
         try:
-            hello = await protocol.read_message(reader)
-        except protocol.ProtocolError as exc:
+            hello = await frames.read_message(reader)
+        except frames.ProtocolError as exc:
             await self._send(connection, exc.to_error())
             return False
         if not isinstance(hello, protocol.Hello):

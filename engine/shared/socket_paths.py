@@ -16,7 +16,7 @@ import struct
 from collections.abc import Mapping
 from pathlib import Path
 
-from .protocol import MAX_FRAME_BYTES
+from .frames import MAX_FRAME_BYTES
 
 MAX_SOCKET_PATH_BYTES = 100
 """Unix socket paths are limited to 107 bytes; keep room for the socket's own name."""

@@ -204,14 +204,14 @@ def test_a_client_that_hangs_up_cancels_the_engines_work(isolated_env: Path, ran
 def _engine_stats(socket_path: Path):
     import asyncio
 
-    from diffgemma_engine.shared import protocol
+    from diffgemma_engine.shared import frames, protocol
 
     async def ask() -> protocol.Stats:
         reader, writer = await asyncio.open_unix_connection(str(socket_path))
-        writer.write(protocol.encode(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="test")))
-        await protocol.read_message(reader)
-        writer.write(protocol.encode(protocol.GetStats(id="s")))
-        while not isinstance(message := await protocol.read_message(reader), protocol.Stats):
+        writer.write(frames.encode(protocol.Hello(protocol=protocol.PROTOCOL_VERSION, client="test")))
+        await frames.read_message(reader)
+        writer.write(frames.encode(protocol.GetStats(id="s")))
+        while not isinstance(message := await frames.read_message(reader), protocol.Stats):
             pass
         writer.close()
         return message

@@ -14,7 +14,7 @@ from diffgemma_engine.loading.model import LoadedModel
 from diffgemma_engine.request.batch import Row, run_batch
 from diffgemma_engine.request.confidence import confidence_runs, token_boundaries
 from diffgemma_engine.request.infill import run_infill
-from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared import frames, protocol
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 
@@ -108,6 +108,6 @@ def test_the_wire_carries_the_runs_and_an_old_engines_result_has_none() -> None:
     result = protocol.Result(
         id="a", text="ab", stop=protocol.StopReason.EOS, confidence=[protocol.Confident(chars=2, p=0.25)]
     )
-    assert protocol.decode(protocol.encode(result)[4:]) == result
+    assert frames.decode(frames.encode(result)[4:]) == result
     old = b'{"type": "result", "id": "a", "text": "ab", "stop": "eos"}'
-    assert protocol.decode(old) == protocol.Result(id="a", text="ab", stop=protocol.StopReason.EOS)
+    assert frames.decode(old) == protocol.Result(id="a", text="ab", stop=protocol.StopReason.EOS)

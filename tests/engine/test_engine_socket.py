@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from diffgemma_engine.canvas.clock import MIN_STEP_SHARE
-from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared import frames, protocol
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
@@ -202,7 +202,7 @@ async def test_a_cancel_right_behind_its_request_stops_it(random_engine: EngineP
     the ``Cancel`` was read before the ``Infill``'s job was queued, found nothing, and the request ran to its end."""
     client = await RawClient.connect(random_engine.socket_path)
     request = _infill("cancelled-at-once", max_steps=200)
-    await client.send_raw(protocol.encode(request) + protocol.encode(protocol.Cancel(id=request.id)))
+    await client.send_raw(frames.encode(request) + frames.encode(protocol.Cancel(id=request.id)))
     result = await client.receive()
     assert isinstance(result, protocol.Result) and result.id == request.id
     assert result.stop is protocol.StopReason.CANCELLED, result
@@ -262,7 +262,7 @@ BAD_FRAMES = {
 @pytest.mark.parametrize("name", list(BAD_FRAMES))
 async def test_bad_frame_gets_a_clear_error_and_the_connection_keeps_serving(client: RawClient, name: str) -> None:
     body = BAD_FRAMES[name]
-    await client.send_raw(protocol.HEADER.pack(len(body)) + body)
+    await client.send_raw(frames.HEADER.pack(len(body)) + body)
     error = await client.receive()
     assert isinstance(error, protocol.Error)
     assert error.code in (protocol.ErrorCode.BAD_REQUEST, protocol.ErrorCode.UNKNOWN_TYPE)
@@ -273,8 +273,8 @@ async def test_bad_frame_gets_a_clear_error_and_the_connection_keeps_serving(cli
 
 
 async def test_oversized_frame_is_refused_and_skipped(client: RawClient) -> None:
-    size = protocol.MAX_FRAME_BYTES + 1
-    await client.send_raw(protocol.HEADER.pack(size) + b"x" * size)
+    size = frames.MAX_FRAME_BYTES + 1
+    await client.send_raw(frames.HEADER.pack(size) + b"x" * size)
     error = await client.receive()
     assert isinstance(error, protocol.Error) and error.code is protocol.ErrorCode.TOO_LARGE
     await client.send(_infill("after"))

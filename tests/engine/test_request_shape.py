@@ -9,7 +9,7 @@ import pytest
 
 from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR, HINTS_FILE
 from diffgemma_engine.request.infill import check_request
-from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared import frames, protocol
 
 
 def _model(line_canvas: int | None) -> SimpleNamespace:
@@ -42,11 +42,11 @@ def test_a_model_without_the_hint_keeps_its_canvas() -> None:
 def test_unknown_scope_is_refused() -> None:
     """``Infill.scope`` is an enum: an unknown value is refused with ``bad_request`` naming the field when the frame
     is read, before any request reaches the model."""
-    frame = protocol.encode(_request())[protocol.HEADER.size :]
+    frame = frames.encode(_request())[frames.HEADER.size :]
     body = json.loads(frame)
     body["scope"] = "file"
-    with pytest.raises(protocol.ProtocolError, match="scope") as refused:
-        protocol.decode(json.dumps(body).encode())
+    with pytest.raises(frames.ProtocolError, match="scope") as refused:
+        frames.decode(json.dumps(body).encode())
     assert refused.value.code is protocol.ErrorCode.BAD_REQUEST
     with pytest.raises(ValueError, match="file"):
         _request(scope="file")

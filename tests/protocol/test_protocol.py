@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared import frames, protocol
 
 MESSAGES = [
     protocol.Hello(protocol=1, client="test", pid=42),
@@ -53,43 +53,43 @@ MESSAGES = [
 
 @pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
 def test_round_trip(message: protocol.Message) -> None:
-    frame = protocol.encode(message)
-    (length,) = protocol.HEADER.unpack(frame[:4])
+    frame = frames.encode(message)
+    (length,) = frames.HEADER.unpack(frame[:4])
     assert length == len(frame) - 4
     assert json.loads(frame[4:])["type"] == message.TYPE
-    assert protocol.decode(frame[4:]) == message
+    assert frames.decode(frame[4:]) == message
 
 
 async def _read(data: bytes) -> protocol.Message:
     reader = asyncio.StreamReader()
     reader.feed_data(data)
     reader.feed_eof()
-    return await protocol.read_message(reader)
+    return await frames.read_message(reader)
 
 
 async def test_read_message_reads_one_frame_at_a_time() -> None:
     reader = asyncio.StreamReader()
-    reader.feed_data(b"".join(protocol.encode(m) for m in MESSAGES[:3]))
+    reader.feed_data(b"".join(frames.encode(m) for m in MESSAGES[:3]))
     reader.feed_eof()
-    assert [await protocol.read_message(reader) for _ in range(3)] == MESSAGES[:3]
+    assert [await frames.read_message(reader) for _ in range(3)] == MESSAGES[:3]
     with pytest.raises(asyncio.IncompleteReadError):
-        await protocol.read_message(reader)
+        await frames.read_message(reader)
 
 
 async def test_oversized_frame_is_skipped_and_the_next_frame_read() -> None:
-    size = protocol.MAX_FRAME_BYTES + 10
+    size = frames.MAX_FRAME_BYTES + 10
     reader = asyncio.StreamReader(limit=2**26)
-    reader.feed_data(protocol.HEADER.pack(size) + b"z" * size + protocol.encode(MESSAGES[4]))
+    reader.feed_data(frames.HEADER.pack(size) + b"z" * size + frames.encode(MESSAGES[4]))
     reader.feed_eof()
-    with pytest.raises(protocol.ProtocolError) as caught:
-        await protocol.read_message(reader)
+    with pytest.raises(frames.ProtocolError) as caught:
+        await frames.read_message(reader)
     assert caught.value.code is protocol.ErrorCode.TOO_LARGE and not caught.value.fatal
-    assert await protocol.read_message(reader) == MESSAGES[4]
+    assert await frames.read_message(reader) == MESSAGES[4]
 
 
 async def test_absurd_frame_length_is_fatal() -> None:
-    with pytest.raises(protocol.ProtocolError) as caught:
-        await _read(protocol.HEADER.pack(2**32 - 1))
+    with pytest.raises(frames.ProtocolError) as caught:
+        await _read(frames.HEADER.pack(2**32 - 1))
     assert caught.value.fatal
 
 
@@ -135,15 +135,15 @@ async def test_absurd_frame_length_is_fatal() -> None:
     ],
 )
 def test_bad_frames_say_what_is_wrong(body: bytes, code: protocol.ErrorCode, words: str) -> None:
-    with pytest.raises(protocol.ProtocolError) as caught:
-        protocol.decode(body)
+    with pytest.raises(frames.ProtocolError) as caught:
+        frames.decode(body)
     assert caught.value.code is code
     assert words in str(caught.value)
 
 
 def test_request_id_is_kept_on_errors_when_readable() -> None:
-    with pytest.raises(protocol.ProtocolError) as caught:
-        protocol.decode(b'{"type": "infill", "id": "abc"}')
+    with pytest.raises(frames.ProtocolError) as caught:
+        frames.decode(b'{"type": "infill", "id": "abc"}')
     assert caught.value.to_error().id == "abc"
 
 
@@ -151,8 +151,8 @@ def test_request_id_is_kept_on_errors_when_readable() -> None:
 @given(st.binary(max_size=256))
 def test_decode_never_fails_any_other_way(body: bytes) -> None:
     try:
-        protocol.decode(body)
-    except protocol.ProtocolError as exc:
+        frames.decode(body)
+    except frames.ProtocolError as exc:
         assert exc.code in protocol.ErrorCode
 
 
@@ -160,7 +160,7 @@ def test_decode_never_fails_any_other_way(body: bytes) -> None:
 @given(st.text(), st.text(), st.integers(min_value=0, max_value=2**31))
 def test_any_text_round_trips(prefix: str, suffix: str, version: int) -> None:
     message = protocol.Infill(id="1", uri="file:///x", prefix=prefix, suffix=suffix, doc_version=version)
-    assert protocol.decode(protocol.encode(message)[4:]) == message
+    assert frames.decode(frames.encode(message)[4:]) == message
 
 
 def test_language_server_does_not_import_torch() -> None:
@@ -178,11 +178,11 @@ def test_a_step_report_is_typed_and_spelled_as_before(state: protocol.StepState)
     reason = "RuntimeError: no C++ compiler found" if state.value.endswith("failed") else ""
     report = protocol.StepReport(state, reason)
     stats = protocol.Stats(id="s", model_id="m", device="cpu", ready=True, uptime_s=1, connections=1, queued=0)
-    frame = protocol.encode(attrs.evolve(stats, compiled=report))
-    assert json.loads(frame[protocol.HEADER.size :])["compiled"] == (
+    frame = frames.encode(attrs.evolve(stats, compiled=report))
+    assert json.loads(frame[frames.HEADER.size :])["compiled"] == (
         f"{state.value}: {reason}" if reason else state.value
     )
-    decoded = protocol.decode(frame[protocol.HEADER.size :])
+    decoded = frames.decode(frame[frames.HEADER.size :])
     assert isinstance(decoded, protocol.Stats) and decoded.compiled == report
 
 
@@ -206,6 +206,6 @@ def test_unknown_enum_values_are_refused_when_read() -> None:
         ),
     ):
         body = json.dumps({"type": tag, **extra, field: "turbo"}).encode()
-        with pytest.raises(protocol.ProtocolError, match=field) as refused:
-            protocol.decode(body)
+        with pytest.raises(frames.ProtocolError, match=field) as refused:
+            frames.decode(body)
         assert refused.value.code is protocol.ErrorCode.BAD_REQUEST

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared import frames, protocol
 from diffgemma_lsp.backends.base import EngineUnavailable
 from diffgemma_lsp.backends.local import ANSWER_SLACK_S, EngineClient, ExitCheck
 from diffgemma_lsp.backends.remote import MAX_ANSWER_BYTES, OpenAIBackend
@@ -23,17 +23,17 @@ pytestmark = pytest.mark.e2e
 
 
 async def _hello_then_drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await protocol.read_message(reader)
-    writer.write(protocol.encode(HELLO_OK))
+    await frames.read_message(reader)
+    writer.write(frames.encode(HELLO_OK))
     await writer.drain()
 
 
 async def _hello_then_silence(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await protocol.read_message(reader)
-    writer.write(protocol.encode(HELLO_OK))
+    await frames.read_message(reader)
+    writer.write(frames.encode(HELLO_OK))
     await writer.drain()
     while True:  # reads every request and answers none (an engine stopped with SIGSTOP, or answering wrong ids)
-        await protocol.read_message(reader)
+        await frames.read_message(reader)
 
 
 @pytest.fixture
@@ -104,14 +104,14 @@ or three candidates in one batch) answers this late."""
 
 
 async def _hello_then_late_answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await protocol.read_message(reader)
-    writer.write(protocol.encode(HELLO_OK))
+    await frames.read_message(reader)
+    writer.write(frames.encode(HELLO_OK))
     await writer.drain()
     while True:
-        message = await protocol.read_message(reader)
+        message = await frames.read_message(reader)
         if isinstance(message, protocol.Infill):
             await asyncio.sleep(LATE_S)
-            writer.write(protocol.encode(protocol.Result(id=message.id, text="late", stop=protocol.StopReason.EOS)))
+            writer.write(frames.encode(protocol.Result(id=message.id, text="late", stop=protocol.StopReason.EOS)))
             await writer.drain()
 
 

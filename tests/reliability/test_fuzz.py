@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared import frames, protocol
 from diffgemma_lsp.features.rewrite import REWRITE_COMMAND
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.lsp import RawLsp, server_command
@@ -18,10 +18,10 @@ from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_S
 FRAMES = 100_000
 LIVE_FRAMES = 3_000
 VALID = [
-    protocol.encode(protocol.Infill(id="1", uri="file:///a.py", prefix="def f(", suffix=")", max_steps=1))[4:],
-    protocol.encode(protocol.Cancel(id="1"))[4:],
-    protocol.encode(protocol.Hello(protocol=1, client="x"))[4:],
-    protocol.encode(protocol.GetStats(id="s"))[4:],
+    frames.encode(protocol.Infill(id="1", uri="file:///a.py", prefix="def f(", suffix=")", max_steps=1))[4:],
+    frames.encode(protocol.Cancel(id="1"))[4:],
+    frames.encode(protocol.Hello(protocol=1, client="x"))[4:],
+    frames.encode(protocol.GetStats(id="s"))[4:],
 ]
 JUNK_VALUES: list[object] = [None, True, -1, 2**63, 1.5, "", "\ud800", [], {}, "x" * 1000, [1, "a"], {"a": None}]
 
@@ -60,9 +60,9 @@ def test_hundred_thousand_frames_decode_or_fail_clearly() -> None:
     outcomes = {"decoded": 0, "refused": 0}
     for _ in range(FRAMES):
         try:
-            protocol.decode(mutate(rng))
+            frames.decode(mutate(rng))
             outcomes["decoded"] += 1
-        except protocol.ProtocolError as exc:
+        except frames.ProtocolError as exc:
             assert exc.code in protocol.ErrorCode and str(exc)
             outcomes["refused"] += 1
     print(f"frames fuzzed: {FRAMES} ({outcomes}), crashes 0")
@@ -78,12 +78,12 @@ async def test_live_engine_survives_fuzzed_frames(memorized_engine: EngineProces
     for _ in range(LIVE_FRAMES):
         body = mutate(rng)
         try:
-            message = protocol.decode(body)
-        except protocol.ProtocolError:
+            message = frames.decode(body)
+        except frames.ProtocolError:
             expected_replies += 1  # an Error
         else:
             expected_replies += not isinstance(message, protocol.Cancel)  # Cancel has no reply
-        await client.send_raw(protocol.HEADER.pack(len(body)) + body)
+        await client.send_raw(frames.HEADER.pack(len(body)) + body)
     replies = [await client.receive(timeout=120) for _ in range(expected_replies)]
     with pytest.raises(asyncio.TimeoutError):
         await client.receive(timeout=1.0)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared import frames, protocol
 
 ENGINE_START_TIMEOUT_S = 120
 LISTEN_GRACE_S = 5.0
@@ -91,7 +91,7 @@ class RawClient:
         deadline = time.monotonic() + LISTEN_GRACE_S
         while True:
             try:
-                reader, writer = await asyncio.open_unix_connection(str(socket_path), limit=protocol.MAX_FRAME_BYTES)
+                reader, writer = await asyncio.open_unix_connection(str(socket_path), limit=frames.MAX_FRAME_BYTES)
                 break
             except ConnectionRefusedError:
                 if time.monotonic() > deadline:
@@ -109,7 +109,7 @@ class RawClient:
 
     async def send(self, message: protocol.Message) -> None:
         """Write one message."""
-        self.writer.write(protocol.encode(message))
+        self.writer.write(frames.encode(message))
         await self.writer.drain()
 
     async def send_raw(self, data: bytes) -> None:
@@ -119,7 +119,7 @@ class RawClient:
 
     async def receive(self, timeout: float = 60) -> protocol.Message:
         """Read one message."""
-        return await asyncio.wait_for(protocol.read_message(self.reader), timeout)
+        return await asyncio.wait_for(frames.read_message(self.reader), timeout)
 
     async def wait_compiled(self, timeout: float = 900) -> str:
         """Poll the engine's stats until its denoising step is no longer compiling; returns the final state."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import attrs
 
-from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared import frames, protocol
 
 HELLO_OK = protocol.HelloOk(protocol=protocol.PROTOCOL_VERSION, model_id="fake", ready=True, layout="fim")
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]
@@ -41,14 +41,14 @@ def answering_empty(received: list[protocol.Infill] | None = None) -> Handler:
     """A handler that shakes hands and answers every infill with an empty result, recording it in ``received``."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await protocol.read_message(reader)  # the client's hello
-        writer.write(protocol.encode(HELLO_OK))
+        await frames.read_message(reader)  # the client's hello
+        writer.write(frames.encode(HELLO_OK))
         while True:
-            message = await protocol.read_message(reader)
+            message = await frames.read_message(reader)
             if isinstance(message, protocol.Infill):
                 if received is not None:
                     received.append(message)
-                writer.write(protocol.encode(protocol.Result(id=message.id, text="", stop=protocol.StopReason.EOS)))
+                writer.write(frames.encode(protocol.Result(id=message.id, text="", stop=protocol.StopReason.EOS)))
             await writer.drain()
 
     return handle
@@ -94,8 +94,8 @@ class Rewrites:
         connection)."""
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await protocol.read_message(reader)
-            writer.write(protocol.encode(attrs.evolve(HELLO_OK, features=self.features)))
+            await frames.read_message(reader)
+            writer.write(frames.encode(attrs.evolve(HELLO_OK, features=self.features)))
             self.connections += 1
             held: dict[str, asyncio.Task[None]] = {}
             held_for: dict[str, str] = {}
@@ -105,7 +105,7 @@ class Rewrites:
                 if (task := held.pop(request_id, None)) is not None and not task.done():
                     task.cancel()
                     self.stopped.append((request_id, why))
-                    writer.write(protocol.encode(protocol.Result(id=request_id, text="", stop=why)))
+                    writer.write(frames.encode(protocol.Result(id=request_id, text="", stop=why)))
 
             async def answer_later(request: protocol.Infill) -> None:
                 await self.release.wait()
@@ -121,11 +121,11 @@ class Rewrites:
                         stop=protocol.StopReason.EOS,
                         alternatives=self.alternatives[: request.candidates - 1],
                     )
-                writer.write(protocol.encode(result))
+                writer.write(frames.encode(result))
 
             try:
                 while True:
-                    message = await protocol.read_message(reader)
+                    message = await frames.read_message(reader)
                     if isinstance(message, protocol.Cancel):
                         self.cancelled.append(message.id)
                         stop(message.id, protocol.StopReason.CANCELLED)
@@ -139,7 +139,7 @@ class Rewrites:
                             self.arrived.set()
                         else:
                             result = protocol.Result(id=message.id, text="", stop=protocol.StopReason.EOS)
-                            writer.write(protocol.encode(result))
+                            writer.write(frames.encode(result))
                     await writer.drain()
             finally:
                 for task in held.values():
@@ -153,20 +153,20 @@ def relaying(target: Path, sent: list[protocol.Message]) -> Handler:
     recording in ``sent`` each message the client sent (a tap on a real engine's socket)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        engine_reader, engine_writer = await asyncio.open_unix_connection(str(target), limit=protocol.MAX_FRAME_BYTES)
+        engine_reader, engine_writer = await asyncio.open_unix_connection(str(target), limit=frames.MAX_FRAME_BYTES)
 
         async def answers() -> None:
             with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
                 while True:
-                    writer.write(protocol.encode(await protocol.read_message(engine_reader)))
+                    writer.write(frames.encode(await frames.read_message(engine_reader)))
                     await writer.drain()
 
         back = asyncio.ensure_future(answers())
         try:
             while True:
-                message = await protocol.read_message(reader)
+                message = await frames.read_message(reader)
                 sent.append(message)
-                engine_writer.write(protocol.encode(message))
+                engine_writer.write(frames.encode(message))
                 await engine_writer.drain()
         finally:
             back.cancel()
