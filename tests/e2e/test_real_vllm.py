@@ -174,6 +174,42 @@ async def test_a_rewrite_starts_from_the_selection_and_vllm_pins_the_held_text(
     assert extra["diffusion_max_steps"] == 8  # half the schedule: strength 0.5
 
 
+async def test_a_rewrite_with_more_windows_asks_vllm_for_each_and_answers_each(
+    user_engine: EngineProcess, team_vllm: Served
+) -> None:
+    """Next edits that jump (issue 45): the other places of a chain ride in one rewrite request (``Infill.windows``);
+    through vLLM each place is a completions request of its own, all in flight together, each seeded from its
+    place's text. Every window is answered, in order: the one the checkpoint knows with its memorized middle."""
+    wrong = [protocol.StartSegment(text="    return a - b")]
+    other = protocol.Window(prefix="# another place\n" + MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, start=wrong)
+    known = protocol.Window(prefix=MEMORIZED_PREFIX, suffix=MEMORIZED_SUFFIX, start=wrong)
+    client = await RawClient.connect(user_engine.socket_path)
+    before = len(received(team_vllm))
+    try:
+        await client.send(
+            protocol.Infill(
+                id="chain",
+                uri=URI,
+                prefix=MEMORIZED_PREFIX,
+                suffix=MEMORIZED_SUFFIX,
+                start=wrong,
+                strength=0.5,
+                windows=[other, known],
+            )
+        )
+        result = await client.receive(timeout=240)
+    finally:
+        await client.close()
+    assert isinstance(result, protocol.Result), (result, user_engine.log()[-2000:])
+    assert result.text == MEMORIZED_MIDDLE, result
+    assert len(result.windows) == 2 and result.windows[1].text == MEMORIZED_MIDDLE, result.windows
+    assert result.windows[0].stop is not None
+    asked = received(team_vllm)[before:]
+    assert len(asked) == 3, asked  # the request's own place and its two windows
+    canvases = [extra["diffusion_seed_canvas"] for extra in asked]
+    assert all(isinstance(canvas, list) and len(canvas) == 32 for canvas in canvases), asked  # each place seeded
+
+
 async def test_typing_into_a_suggestion_refines_it_in_vllm_with_the_typed_text_pinned(
     user_engine: EngineProcess, team_vllm: Served
 ) -> None:
