@@ -64,6 +64,7 @@ def refine_request(insertion: protocol.Infill, divergence: Divergence, steps: in
             protocol.StartSegment(text=divergence.typed, keep=True),
             protocol.StartSegment(text=divergence.seed),
         ],
+        refine=True,
         strength=REFINE_STRENGTH,
         max_steps=min(protocol.MAX_STEPS, math.ceil(steps / REFINE_STRENGTH)),
         candidates=1,

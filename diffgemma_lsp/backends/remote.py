@@ -30,6 +30,7 @@ from diffgemma_lsp.backends.base import (
     BackendState,
     EngineRequestError,
     EngineUnavailable,
+    RewriteUnsupported,
     StateListener,
     StateReporter,
 )
@@ -109,7 +110,10 @@ class OpenAIBackend(StateReporter):
         """For the ``chat`` format, ``request`` as it is: the chat turn shows the selection, marked, with the
         instruction (``engine/shared/prompt.py``). A completions API cannot start a canvas from text: for the other
         formats the selection is written anew between the same prefix and suffix, as a rewrite of strength 1 would be
-        (the instruction, which a FIM prompt has no place for, is dropped)."""
+        (the instruction, which a FIM prompt has no place for, is dropped). A refine of a shown suggestion is not
+        served (``RewriteUnsupported``): the chat turn could only ask anew, which the completion does anyway."""
+        if request.refine:
+            raise RewriteUnsupported("a remote server cannot start a canvas from the shown suggestion")
         if self.prompt_format == CHAT:
             return request
         return attrs.evolve(request, start=[], strength=1.0, instruction="")

@@ -26,7 +26,8 @@ exist:
   A rewrite (``PromptParts.selection``) asks instead to rewrite the code marked ``<SELECTION>...</SELECTION>``
   where the cursor would be, with the user's instruction (``REWRITE_INSTRUCTION`` without one). The ``fim`` layout
   has no place for either: its prompt is the insertion's, and the selection starts the canvas
-  (``diffgemma_engine.request.infill``).
+  (``diffgemma_engine.request.infill``). A refine (``Infill.refine``: the user typed into a shown suggestion) is
+  laid out as the insertion it refines in both layouts: its start only seeds the canvas.
 
 Both layouts budget the code, not the rendered ids: the fixed parts always survive, and prefix and suffix are cut
 on line boundaries that stay put while the user types (``diffgemma_engine.shared.budget``). Text from the user is
@@ -96,7 +97,7 @@ def parts_of(request: protocol.Infill) -> PromptParts:
         suffix=request.suffix,
         extra=[(chunk.filename, chunk.text) for chunk in request.extra],
         language=request.language_id,
-        selection="".join(segment.text for segment in request.start) if request.start else None,
+        selection=None if request.refine or not request.start else "".join(segment.text for segment in request.start),
         instruction=request.instruction,
     )
 

@@ -233,6 +233,11 @@ class Infill:
     instruction: str = ""
     """With ``start``, for a chat-layout checkpoint: what to do with the text (it goes into the prompt). FIM
     checkpoints ignore it and re-fill the span."""
+    refine: bool = False
+    """With ``start``: the start is a shown suggestion the user typed into (refine as you type), not a selection to
+    rewrite. The prompt is the insertion's at the cursor (the chat layout marks no selection and asks nothing), so
+    it is the one the suggestion was computed with and its cached prefix serves again; the start only seeds the
+    canvas."""
     windows: list[Window] = attrs.field(factory=list)
     """With ``start``: more places of the same document, each rewritten as this request's own window is (the same
     instruction, strength, extra chunks and candidates) and denoised in the same batch; answered in

@@ -172,6 +172,23 @@ def test_a_rewrite_without_an_instruction_asks_to_rewrite_the_selection(release_
     assert parts_of(attrs.evolve(request, start=[])).selection is None  # an insertion: the cursor's turn
 
 
+def test_a_refine_keeps_the_insertions_prompt_and_only_seeds_the_canvas(release_tokenizer) -> None:
+    """Refine as you type: the user typed ``z`` into the shown ``return a + b``. Its prompt is the one the
+    suggestion was computed with (so the engine's prefix cache serves it again), not a rewrite of the shown text."""
+    from diffgemma_lsp.refine import Divergence, refine_request
+
+    layout = layout_for(release_tokenizer)
+    offered = protocol.Infill(id="c", uri="u", prefix="def add(a, b):\n    ", suffix="\n", language_id="python")
+    typed = attrs.evolve(offered, prefix=offered.prefix + "z")
+    refine = refine_request(typed, Divergence(offset=len(offered.prefix), typed="z", seed="eturn a + b"), 1)
+    assert refine.start and refine.refine
+    assert layout.prompt(parts_of(refine), 1024).ids == layout.prompt(parts_of(offered), 1024).ids
+    as_rewrite = release_tokenizer.decode(
+        layout.prompt(parts_of(attrs.evolve(refine, refine=False)), 1024).ids, skip_special_tokens=False
+    )
+    assert SELECTION_OPEN in as_rewrite  # the same start without the mark: a selection to rewrite
+
+
 def test_a_long_document_keeps_the_selection_and_the_instruction_whole(release_tokenizer) -> None:
     parts = PromptParts(
         prefix=long_document() + "def add(a, b):\n",

@@ -355,6 +355,14 @@ def test_the_remote_chat_backend_sends_the_selection_and_the_instruction() -> No
     assert "<SELECTION>    total = a - b\n    return total</SELECTION>" in message["content"]
 
 
+def test_the_remote_chat_backend_does_not_refine_a_suggestion() -> None:
+    """A chat completions API cannot start a canvas from the shown text: a refine is not sent there (the completion
+    asks anew, from noise)."""
+    backend = OpenAIBackend("http://127.0.0.1:1/v1/chat/completions", prompt_format="chat")
+    with pytest.raises(RewriteUnsupported, match="shown suggestion"):
+        backend.as_rewrite(attrs.evolve(_rewrite_request(), refine=True))
+
+
 def test_the_doctor_says_whether_the_engine_rewrites() -> None:
     from diffgemma_lsp.doctor import render
 
