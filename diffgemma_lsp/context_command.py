@@ -1,6 +1,7 @@
-"""``diffgemma-lsp context FILE:LINE:COL [--workspace DIR] [--json]``: what the model would be sent for a completion
-there (1-based line and column, the column in characters): the prefix, the suffix and every extra chunk with its
-origin and path, assembled by the language server's own code with the default settings. Run outside an editor
+"""``diffgemma-lsp context FILE:LINE:COL [--workspace DIR] [--private PATTERN]... [--json]``: what the model would be
+sent for a completion there (1-based line and column, the column in characters): the prefix, the suffix and every
+extra chunk with its origin and path, assembled by the language server's own code with the default settings and
+the ``privateFiles`` patterns given (the editor's setting is not known outside it). Run outside an editor
 there are no recently opened files or recent edits: the chunks are the workspace index's."""
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("location", metavar="FILE:LINE:COL", help="the position, line and column counted from 1")
     parser.add_argument("--workspace", type=Path, default=None, help="the workspace folder (default: the repository)")
     parser.add_argument(
+        "--private",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="a pattern of your privateFiles setting (gitignore syntax; repeat for each): files it names are left out",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help='{"prefix", "suffix", "chunks": [{origin, path, text}], "refused", "leftOut": [{path, reason}]}',
@@ -63,6 +71,8 @@ def main(argv: list[str]) -> int:
     uri = file.as_uri()
     document = LineDocument(uri, text, version=1, language_id=language_of_path(file) or "")
     session = Session(lambda asked: document if asked == unquote(uri) else None)  # looked up unquoted
+    settings = Settings(private_files=tuple(args.private))
+    session.repo.index.set_private_patterns(settings.private_files)  # as the server does with the editor's setting
     session.repo.index.build([workspace])
     lines = text.splitlines()
     if line > max(len(lines), 1):
@@ -70,7 +80,6 @@ def main(argv: list[str]) -> int:
         return 2
     before = lines[line - 1][: column - 1] if lines else ""
     position = types.Position(line=line - 1, character=len(before.encode("utf-16-le")) // 2)
-    settings = Settings()
     context = build_context(document, position, settings.context_tokens)
     refused = session.refusal(uri, context.prefix, context.suffix)
     chunks = session.context_chunks(settings, uri, position.line, position.character) if refused is None else []

@@ -101,6 +101,12 @@ def test_the_context_command_says_what_it_left_out_and_why(workspace: Path) -> N
     assert reasons[".env"] == privacy.SECRET_NAME and reasons["keys.py"] == privacy.SECRET_TEXT
     assert reasons["excluded.py"] == privacy.IGNORED and reasons[".hidden.py"] == privacy.HIDDEN
     assert shown["refused"] is None and shown["prefix"].startswith("def shared_function")
+    assert "customer_data.py" not in reasons  # the privateFiles setting is the user's: not known without it
+    done = subprocess.run([*command, "--private", "customer_*.py"], capture_output=True, text=True, timeout=120)
+    shown = json.loads(done.stdout)
+    reasons = {entry["path"]: entry["reason"] for entry in shown["leftOut"]}
+    assert reasons["customer_data.py"] == privacy.SETTING
+    assert not any("named_by_the_setting" in chunk["text"] for chunk in shown["chunks"])
     secret = [sys.executable, "-m", "diffgemma_lsp", "context", f"{workspace / 'keys.py'}:1:1", "--workspace"]
     done = subprocess.run([*secret, str(workspace)], capture_output=True, text=True, timeout=120, check=True)
     assert f"nothing is sent for {workspace / 'keys.py'}: {privacy.SECRET_TEXT}" in done.stdout
