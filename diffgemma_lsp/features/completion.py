@@ -4,7 +4,9 @@ goes first: the session's map) → stale check → post-process → a menu item 
 
 Where the user typed into the shown suggestion something it does not start with, the request asked is its refine
 (``refine.py``): the same completion, its canvas started from the shown text where it was offered, the typed text
-held, ``refineSteps`` steps; it answers the same way, and supersedes and is superseded as any completion."""
+held, ``refineSteps`` steps; it answers the same way, and supersedes and is superseded as any completion. A refine
+that keeps nothing after the typed text is followed at once by a new completion at the cursor, so the keystroke
+still gets a suggestion."""
 
 from __future__ import annotations
 
@@ -133,6 +135,9 @@ class Completions:
                 continue
             end = position_after(context, edit.replaced(context.suffix)) if edit.replace_to_eol else None
             found.append((attrs.evolve(context, replace_end=end), text))
+        if divergence is not None and not found:  # the refine left nothing after the typed text: ask anew at once
+            logger.info("the refine in %s kept nothing after the typed text: asking a new completion", uri)
+            return await self.complete(attrs.evolve(settings, refine_steps=0, debounce_ms=0), uri, position, automatic)
         if found:
             session.shown.remember(uri, source, context.offset, found[0][1])
         return found

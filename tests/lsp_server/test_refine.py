@@ -10,16 +10,17 @@ itself on a real engine: tests/e2e/test_refine_engine.py.
 from __future__ import annotations
 
 import asyncio
-import os
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 from diffgemma_engine.shared import protocol
 from tests.support.fake_engine import Rewrites, serving
-from tests.support.lsp import Editor, capabilities, complete, server_command, span
+from tests.support.lsp import Editor, attached_client, complete, span
 
 pytestmark = pytest.mark.e2e
 URI = "file:///work/add.py"
@@ -29,56 +30,69 @@ SUFFIX = "\n\nprint(add(1, 2))\n"
 TYPED = "    total = a -"
 
 
+@contextlib.asynccontextmanager
+async def on_fake_engine(isolated_env: Path, engine: Rewrites, **settings: object) -> AsyncIterator[LanguageClient]:
+    """The real server attached to the fake engine ``engine`` (its socket under ``isolated_env``)."""
+    socket_dir = isolated_env / "run"
+    socket_dir.mkdir(mode=0o700)
+    async with serving(socket_dir / "engine.sock", engine.handler()):
+        async with attached_client(socket_dir / "engine.sock", **settings) as client:
+            yield client
+
+
 async def test_the_next_keystroke_supersedes_the_refine_in_flight(isolated_env: Path) -> None:
     engine = Rewrites("    total = a - b\n    return total")
     engine.completion_answer = SHOWN
     engine.release.set()  # the first completion is answered at once
-    socket_dir = isolated_env / "run"
-    socket_dir.mkdir(mode=0o700)
-    socket_path = socket_dir / "engine.sock"
-    async with serving(socket_path, engine.handler()):
-        client = await ClientServerConfig(
-            server_command=server_command(socket_path, None), server_env=dict(os.environ)
-        ).start()
-        assert isinstance(client, LanguageClient)
-        try:
-            await client.initialize_session(
-                types.InitializeParams(
-                    capabilities=capabilities(),
-                    initialization_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, "refineSteps": 2}},
-                )
-            )
-            editor = Editor(client)
-            editor.open(URI, PREFIX + SUFFIX)
-            shown = await complete(client, URI, 1, 0)
-            assert [item.text_edit.new_text for item in shown.items if item.text_edit] == [SHOWN]
+    async with on_fake_engine(isolated_env, engine, refineSteps=2) as client:
+        editor = Editor(client)
+        editor.open(URI, PREFIX + SUFFIX)
+        shown = await complete(client, URI, 1, 0)
+        assert [item.text_edit.new_text for item in shown.items if item.text_edit] == [SHOWN]
 
-            engine.release.clear()  # hold what comes next
-            editor.change(URI, types.TextDocumentContentChangePartial(range=span(1, 0, 1, 0), text=TYPED))
-            first = asyncio.ensure_future(complete(client, URI, 1, len(TYPED)))
-            deadline = asyncio.get_running_loop().time() + 30
-            while not engine.rewrites():
-                assert asyncio.get_running_loop().time() < deadline, "the refine never reached the engine"
-                await asyncio.sleep(0.02)
-            [refine] = engine.rewrites()
-            assert refine.prefix == PREFIX and refine.suffix == SUFFIX  # where the suggestion was offered
-            assert refine.start == [
-                protocol.StartSegment(text=TYPED, keep=True),  # the typed text, held
-                protocol.StartSegment(text=" b\n    return total"),  # the shown text after it
-            ]
-            assert (refine.strength, refine.max_steps, refine.candidates) == (0.5, 4, 1)
+        engine.release.clear()  # hold what comes next
+        editor.change(URI, types.TextDocumentContentChangePartial(range=span(1, 0, 1, 0), text=TYPED))
+        first = asyncio.ensure_future(complete(client, URI, 1, len(TYPED)))
+        deadline = asyncio.get_running_loop().time() + 30
+        while not engine.rewrites():
+            assert asyncio.get_running_loop().time() < deadline, "the refine never reached the engine"
+            await asyncio.sleep(0.02)
+        [refine] = engine.rewrites()
+        assert refine.prefix == PREFIX and refine.suffix == SUFFIX  # where the suggestion was offered
+        assert refine.start == [
+            protocol.StartSegment(text=TYPED, keep=True),  # the typed text, held
+            protocol.StartSegment(text=" b\n    return total"),  # the shown text after it
+        ]
+        assert (refine.strength, refine.max_steps, refine.candidates) == (0.5, 4, 1)
 
-            end = span(1, len(TYPED), 1, len(TYPED))
-            editor.change(URI, types.TextDocumentContentChangePartial(range=end, text=" "))
-            second = asyncio.ensure_future(complete(client, URI, 1, len(TYPED) + 1))
-            while len(engine.rewrites()) < 2:
-                assert asyncio.get_running_loop().time() < deadline, "the second refine never reached the engine"
-                await asyncio.sleep(0.02)
-            assert not (await first).items  # superseded: nothing shown for the older keystroke
-            assert refine.id in engine.cancelled or (refine.id, protocol.StopReason.SUPERSEDED) in engine.stopped
-            engine.release.set()
-            assert [item.text_edit.new_text for item in (await second).items if item.text_edit] == [
-                "b\n    return total"
-            ]
-        finally:
-            await client.shutdown_session()
+        end = span(1, len(TYPED), 1, len(TYPED))
+        editor.change(URI, types.TextDocumentContentChangePartial(range=end, text=" "))
+        second = asyncio.ensure_future(complete(client, URI, 1, len(TYPED) + 1))
+        while len(engine.rewrites()) < 2:
+            assert asyncio.get_running_loop().time() < deadline, "the second refine never reached the engine"
+            await asyncio.sleep(0.02)
+        assert not (await first).items  # superseded: nothing shown for the older keystroke
+        assert refine.id in engine.cancelled or (refine.id, protocol.StopReason.SUPERSEDED) in engine.stopped
+        engine.release.set()
+        assert [item.text_edit.new_text for item in (await second).items if item.text_edit] == ["b\n    return total"]
+
+
+async def test_a_refine_that_keeps_nothing_after_the_typed_text_is_followed_by_a_new_completion(
+    isolated_env: Path,
+) -> None:
+    """The refine answers the shown text unchanged (it does not start with what was typed): the same keystroke
+    asks a plain completion at the cursor, and its answer is shown, rather than nothing until the next keystroke."""
+    engine = Rewrites(SHOWN)  # the refine comes back as the shown text: nothing of it follows the typed text
+    engine.completion_answer = SHOWN
+    engine.release.set()
+    async with on_fake_engine(isolated_env, engine, refineSteps=2) as client:
+        editor = Editor(client)
+        editor.open(URI, PREFIX + SUFFIX)
+        await complete(client, URI, 1, 0)
+        engine.completion_answer = " b\n    return total"
+        editor.change(URI, types.TextDocumentContentChangePartial(range=span(1, 0, 1, 0), text=TYPED))
+        shown = await complete(client, URI, 1, len(TYPED))
+        assert [item.text_edit.new_text for item in shown.items if item.text_edit] == [" b\n    return total"]
+        [first, refine, anew] = engine.received
+        assert not first.start and refine.start and refine.refine
+        assert not anew.start and anew.prefix == PREFIX + TYPED  # the plain completion at the cursor
