@@ -25,6 +25,7 @@ from benchmarks.machine import machine_report
 from benchmarks.plots import bars
 from benchmarks.report import RESULTS, add_step_argument, write_report
 from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared.serve_options import ServeOptions
 from tests.support.engine import RawClient, wait_for_bind
 
 
@@ -54,13 +55,13 @@ async def client_loop(socket_path: Path, index: int, seconds: float, text: str) 
 async def run(args: argparse.Namespace) -> dict[str, object]:
     """Start an engine, measure 1 then 4 clients."""
     socket_path = Path(tempfile.mkdtemp(prefix="dg-conc-", dir="/tmp")) / "engine.sock"
-    command = [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning"]
-    command += ["serve", "--socket", str(socket_path)]
-    command += ["--step", args.step]
-    if args.model:
-        command += ["--model", str(args.model)]
-    if args.device:
-        command += ["--device", args.device]
+    options = ServeOptions(
+        engine_socket=socket_path,
+        model=str(args.model) if args.model else None,
+        device=args.device or "auto",
+        step=args.step,
+    )
+    command = [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning", *options.argv()]
     engine = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
     text = (Path(sysconfig.get_paths()["stdlib"]) / "argparse.py").read_text()
     try:

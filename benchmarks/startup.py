@@ -22,16 +22,15 @@ from pathlib import Path
 from benchmarks.machine import machine_report
 from benchmarks.report import RESULTS, write_report
 from diffgemma_engine.shared import protocol
+from diffgemma_engine.shared.serve_options import ServeOptions
 from tests.support.engine import RawClient
 
 
 async def one_run(model: Path | None, threads: int | None) -> dict[str, float]:
     """One fresh engine: seconds from its start to the socket, to ``ready`` and to the first completion."""
     socket_path = Path(tempfile.mkdtemp(prefix="dg-start-", dir="/tmp")) / "engine.sock"
-    command = [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning"]
-    command += ["serve", "--socket", str(socket_path)]
-    command += ["--model", str(model)] if model else []
-    command += ["--threads", str(threads)] if threads else []
+    options = ServeOptions(engine_socket=socket_path, model=str(model) if model else None, threads=threads)
+    command = [sys.executable, "-m", "diffgemma_engine", "--log-level", "warning", *options.argv()]
     started = time.perf_counter()
     engine = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
     try:

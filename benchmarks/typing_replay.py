@@ -12,7 +12,8 @@ after each keystroke the language server's own code decides what is on screen:
 - otherwise, with ``discard``, a new completion at the cursor from noise (the whole schedule);
 - otherwise, with ``refine-N``, the shown suggestion refined (``diffgemma_lsp.refine``: the canvas starts from it
   where it was offered, the typed characters held, ``N`` steps run); a refine that leaves nothing after the typed
-  text shows nothing (``refine_empty``), and the next keystroke asks a new completion, as the server does.
+  text (``refine_empty``) is followed at once by a new completion at the cursor, as the server does, its steps
+  added to the keystroke's wait.
 
 Each request is served in-process by the engine's ``run_infill`` (seeded), its answer post-processed as the server
 does. Per policy, over the keystrokes typed while a suggestion was on screen:
@@ -194,6 +195,7 @@ def keystroke(
         return 0, rest
     prefix, suffix = source[:cursor], source[cursor:]
     last = shown.last(URI)
+    spent = 0
     if refine_steps and last is not None:
         divergence = diverged(last, source, cursor)
         if divergence is not None:
@@ -206,13 +208,15 @@ def keystroke(
             rest = refined_answer(divergence, request, answer.text) if answer.text else None
             tally.refined += rest is not None
             tally.empty += rest is None
-            return answer.timings.steps, rest
+            if rest is not None:
+                return answer.timings.steps, rest
+            spent = answer.timings.steps  # the refine kept nothing: the server asks a completion at once
     rest, answer = replay.complete(prefix, suffix, seed)
     if answer is None:
         return 0, None
     tally.asked += 1
     tally.ms.append(engine_ms(answer))
-    return answer.timings.steps, rest
+    return spent + answer.timings.steps, rest
 
 
 def in_time(tally: Tally, step_ms: float) -> float:
