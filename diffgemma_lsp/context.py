@@ -67,8 +67,9 @@ def build_context(document: TextDocument, position: types.Position, context_toke
     position = clamp_position(document, position, lines)
     source = document.source  # a LineDocument joins it once per change; the server reads it for reuse anyway
     server = document.position_codec.position_from_client_units(lines, position)
-    if server.line < len(lines):  # inside a surrogate pair (UTF-16) or a character's bytes (UTF-8): after it
+    if position.line < len(lines):  # inside a surrogate pair (UTF-16) or a character's bytes (UTF-8): after it
         position = document.position_codec.position_to_client_units(lines, server)
+    # (a position after the final line break stays: pygls reads it as the last line's end, past its line break)
     offset = server.character + _line_start(document, lines, server.line)
     budget = max(context_tokens, 1) * CHARS_PER_TOKEN
     suffix_budget = budget // 4

@@ -65,6 +65,9 @@ def test_character_past_the_end_of_the_line_is_clamped() -> None:
 def test_position_after_the_final_newline_is_valid() -> None:
     ctx = _at("ab\n", 1, 0)
     assert ctx.prefix == "ab\n" and ctx.suffix == ""
+    # and it stays where it is: (0, 3), past the end of "ab", is no position of the client's (VS Code reads it as
+    # (0, 2), so a whole-line edit of a document's last line ending there kept the old line break, issue 45)
+    assert ctx.position == types.Position(line=1, character=0)
 
 
 def test_empty_document() -> None:

@@ -16,6 +16,8 @@ from lsprotocol import types
 from pygls.workspace import TextDocument
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
+from diffgemma_lsp.context import clamp_position
+
 READY_TIMEOUT_S = 120
 
 
@@ -305,9 +307,13 @@ class Editor:
             edits = sorted(change.edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True)
             for edit in edits:
                 assert isinstance(edit, types.TextEdit)
+                # as VS Code reads a range: a character past its line's end is the line's end (LSP), never past
+                # its line break (pygls' own change would take that as the next line's start)
+                document = self.documents[change.text_document.uri]
+                start, end = (clamp_position(document, at) for at in (edit.range.start, edit.range.end))
                 self.change(
                     change.text_document.uri,
-                    types.TextDocumentContentChangePartial(range=edit.range, text=edit.new_text),
+                    types.TextDocumentContentChangePartial(range=types.Range(start=start, end=end), text=edit.new_text),
                 )
         return types.ApplyWorkspaceEditResult(applied=bool(changes))
 

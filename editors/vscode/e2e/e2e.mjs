@@ -15,6 +15,9 @@
 // - "menu": Ctrl+Space until the suggest widget lists cfg.label, Enter, then the editor shows cfg.expected; save.
 // - "next-edit": rename a parameter (cfg.renameAt, cfg.newName), wait for the next edit drawn (a line struck through,
 //   ghost text after it), Tab, save and read back, then one undo, save and read back.
+// - "next-edit-chain": rename a name (cfg.renameAt, cfg.newName), then for each of cfg.steps (the text after each Tab):
+//   wait for the chain's next place drawn away from the cursor, record it with the cursor and the engine's requests so
+//   far (cfg.engineLog), Tab, wait for the editor to show the step and the cursor to reach the place; then save.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -283,8 +286,9 @@ async function nextEditDrawing() {
   });
 }
 
-/** A next edit: rename a parameter at cfg.renameAt, wait for the suggestion drawn, Tab, save; then one undo, save. */
-async function nextEditSteps() {
+/** Rename the word at cfg.renameAt ("line:column", 1-based) to cfg.newName, typed as a user types it; waits for the
+ * editor to show cfg.renamed. */
+async function renameWord() {
   report.phase = 'rename';
   await page.keyboard.press('Control+P');
   const input = page.locator('.quick-input-widget input');
@@ -296,12 +300,21 @@ async function nextEditSteps() {
   await page.keyboard.type(cfg.newName);
   report.renamed = await untilText('renamed', 10000, cfg.renamed);
   log(`renamed: ${JSON.stringify(report.renamed)}`);
+}
 
-  report.phase = 'suggestion';
-  report.drawing = await poll('next edit drawn', 30000, async () => {
+/** Polls until a next edit is drawn (text struck through and ghost text after it); returns the drawing. */
+function untilDrawn(phase, ms) {
+  return poll(phase, ms, async () => {
     const drawing = await nextEditDrawing();
     return drawing.struck.length && drawing.after.length ? drawing : false;
   }, 200);
+}
+
+/** A next edit: rename a parameter at cfg.renameAt, wait for the suggestion drawn, Tab, save; then one undo, save. */
+async function nextEditSteps() {
+  await renameWord();
+  report.phase = 'suggestion';
+  report.drawing = await untilDrawn('next edit drawn', 30000);
   log(`drawn: ${JSON.stringify(report.drawing)}`);
   await shot('2-suggested');
 
@@ -318,6 +331,39 @@ async function nextEditSteps() {
   report.undone = await untilText('undone', 10000, cfg.renamed);
   log('one undo took the suggestion back');
   report.savedAfterUndo = await saveAndRead('undo', cfg.renamed);
+}
+
+/** The engine's next-edit requests (rewrites) so far, as its log (cfg.engineLog) holds them. */
+function engineRequests() {
+  if (!existsSync(cfg.engineLog)) return [];
+  return readFileSync(cfg.engineLog, 'utf8')
+    .split('\n')
+    .filter((line) => line.includes('a rewrite at strength'));
+}
+
+/** A rename chain (issue 45, next edits that jump): rename, then one Tab per place of cfg.steps, each drawn away from
+ * the cursor first; the cursor follows each Tab to its place (cfg.placeLines, 0-based). Then save. */
+async function nextEditChainSteps() {
+  await renameWord();
+  report.tabs = [];
+  for (const [index, expected] of cfg.steps.entries()) {
+    const drawing = await untilDrawn(`place ${index + 1} drawn`, 60000);
+    const tab = { drawing, cursor: await cursorText(), requests: engineRequests() };
+    log(`place ${index + 1}: ${JSON.stringify(drawing)}, cursor ${tab.cursor}`);
+    await shot(`${index + 2}-place-${index + 1}`);
+    report.phase = `Tab ${index + 1}`;
+    await page.keyboard.press('Tab');
+    tab.text = await untilText(`edit ${index + 1} applied`, 10000, expected);
+    const at = `Ln ${cfg.placeLines[index] + 1}, Col 1`;
+    tab.cursorAfter = await poll(`cursor at place ${index + 1}`, 5000, async () => {
+      const text = await cursorText();
+      return text === at || text.startsWith(`${at} `) ? text : false;
+    }).catch(cursorText);
+    log(`Tab ${index + 1} applied the place; cursor ${tab.cursorAfter}`);
+    report.tabs.push(tab);
+  }
+  report.drawingAfter = await nextEditDrawing();
+  report.saved = await saveAndRead('chain', cfg.steps[cfg.steps.length - 1]);
 }
 
 /** The user's steps; throws StepFailed (or Playwright's errors) when one does not happen in time. */
@@ -370,6 +416,10 @@ async function steps(browser) {
   await shot('1-ready');
   if (cfg.scenario === 'next-edit') {
     await nextEditSteps();
+    return;
+  }
+  if (cfg.scenario === 'next-edit-chain') {
+    await nextEditChainSteps();
     return;
   }
   if (cfg.scenario === 'menu') {
@@ -479,6 +529,7 @@ async function main() {
     log(`FAIL (${report.phase}): ${report.why}`);
     try {
       report.statusAtFailure = await statusText();
+      report.textAtFailure = await editorText();
       report.ghostDomAtFailure = await ghostDom();
       report.statusBarAtFailure = await page.evaluate(() =>
         [...document.querySelectorAll('.statusbar-item')].map((node) => `${node.id}: ${node.textContent}`),
