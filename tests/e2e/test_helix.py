@@ -1,6 +1,7 @@
 """A real Helix (25.07), under tmux, through editors/helix/languages.toml: the menu item inserts all its lines,
-"Rewrite selection" from the code-action menu (space a) replaces a selection in one undo step, and a next edit the
-server computed when the editing paused is applied from the same menu."""
+"Rewrite selection" from the code-action menu (space a) replaces a selection in one undo step, a next edit the
+server computed when the editing paused is applied from the same menu, and so are the three places of a rename
+chain, one action each, all computed in one batch."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from tests.support.models import (
     SINGLE_LINE_PREFIX,
     SINGLE_LINE_SUFFIX,
 )
+from tests.support.next_edit_chain import CHAIN, CHAIN_NAME, FOLLOWED_LINES, PLACE_LINES, STEPS
 from tests.support.next_edits import AREA, AREA_NAME, FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
@@ -255,6 +257,17 @@ def test_rewrite_selection_from_the_code_action_menu(isolated_env: Path, memoriz
         _kill_engine(socket_path, signal.SIGTERM)
 
 
+async def _loaded_engine(model_dir: Path, tmp: Path) -> tuple[EngineProcess, Path]:
+    """An engine on ``model_dir`` at ``tmp``/run/engine.sock (its log ``tmp``/engine.log), its model loaded (before
+    the edit is typed); and its socket."""
+    socket_path = tmp / "run" / "engine.sock"
+    socket_path.parent.mkdir(mode=0o700, exist_ok=True)
+    engine = EngineProcess(model_dir, socket_path, tmp / "engine.log")
+    ready = await RawClient.connect(socket_path)
+    await ready.close()
+    return engine, socket_path
+
+
 async def test_a_next_edit_computed_on_a_pause_is_applied_from_the_code_action_menu(
     isolated_env: Path, next_edit_model_dir: Path
 ) -> None:
@@ -262,11 +275,7 @@ async def test_a_next_edit_computed_on_a_pause_is_applied_from_the_code_action_m
     editing pauses and offers it as "Apply suggested edit" (space a); picking it makes the renamed parameter's use
     follow, and one `u` takes it back. The engine is the real one, on the checkpoint trained to make that edit."""
     hx = _helix()
-    socket_path = isolated_env / "run" / "engine.sock"
-    socket_path.parent.mkdir(mode=0o700, exist_ok=True)
-    engine = EngineProcess(next_edit_model_dir, socket_path, isolated_env / "engine.log")
-    ready = await RawClient.connect(socket_path)  # the model is loaded before the edit is typed
-    await ready.close()
+    engine, socket_path = await _loaded_engine(next_edit_model_dir, isolated_env)
 
     # Helix's workspace is its working directory, this repository: no chunks of it in the prompt the model learned.
     settings: dict[str, object] = {"nextEditOnPause": True, "repoContextTokens": 0}
@@ -286,22 +295,8 @@ async def test_a_next_edit_computed_on_a_pause_is_applied_from_the_code_action_m
             _tmux("send-keys", "-t", session, "Escape")
             _wait_for(session, "def area(size, height):", 10)
             time.sleep(BURST_GAP_S + 0.5)  # the burst of editing ends: the server computes the next edit
-            deadline = time.monotonic() + 60
-            menus = []
-            while "return size * height" not in (screen := _tmux("capture-pane", "-p", "-t", session)):
-                assert time.monotonic() < deadline, f"the next edit never landed:\n{screen}\n" + "\n".join(menus)
-                _tmux("send-keys", "-t", session, "Space", "a")
-                time.sleep(1.0)
-                menu = _tmux("capture-pane", "-p", "-t", session)
-                menus.append(menu)
-                if "Apply suggested edit" in menu:  # after "Rewrite selection" (Helix's cursor is a selection)
-                    items = [line for line in menu.splitlines() if "Rewrite selection" in line or "Apply sugg" in line]
-                    below = next(number for number, line in enumerate(items) if "Apply suggested edit" in line)
-                    _tmux("send-keys", "-t", session, *["Down"] * below, "Enter")
-                    time.sleep(1.0)
-                else:  # not computed yet: close the menu and ask again
-                    _tmux("send-keys", "-t", session, "Escape")
-                    time.sleep(0.5)
+            _pick_action(session, "Apply suggested edit")
+            _wait_for(session, "return size * height", 10)
             _saved_then_undone(session, source, FOLLOWED, RENAMED)
         finally:
             _tmux("kill-session", "-t", session)
@@ -310,3 +305,72 @@ async def test_a_next_edit_computed_on_a_pause_is_applied_from_the_code_action_m
         await asyncio.to_thread(drive)
     finally:
         engine.stop()
+
+
+def _pick_action(session: str, title: str, timeout: float = 60) -> None:
+    """space a until the code-action menu lists an action whose title holds ``title`` (closing it and asking again
+    while it does not: the server has not computed it yet), then that action picked (Down to it, Enter)."""
+    deadline = time.monotonic() + timeout
+    menus = []
+    while True:
+        _tmux("send-keys", "-t", session, "Space", "a")
+        time.sleep(1.0)
+        menu = _tmux("capture-pane", "-p", "-t", session)
+        menus.append(menu)
+        if title in menu:  # after "Rewrite selection" (Helix's cursor is a selection)
+            items = [line for line in menu.splitlines() if "Rewrite selection" in line or "Apply sugg" in line]
+            below = next(number for number, line in enumerate(items) if title in line)
+            _tmux("send-keys", "-t", session, *["Down"] * below, "Enter")
+            time.sleep(1.0)
+            return
+        assert time.monotonic() < deadline, f"{title!r} was never offered:\n" + "\n".join(menus)
+        _tmux("send-keys", "-t", session, "Escape")
+        time.sleep(0.5)
+
+
+async def test_a_rename_chain_is_applied_by_three_code_actions_computed_in_one_batch(
+    isolated_env: Path, next_edit_chain_model_dir: Path
+) -> None:
+    """Issue 45's next edits that jump in Helix (code actions: it has no Tab for them): a function renamed at its
+    definition; once the editing pauses the server computes the three places of its uses in one request, and space a
+    offers "Apply suggested edit (line N)" for each in turn, wherever the cursor is. Each one picked renames that use;
+    the engine's log holds the one request of three windows when each is offered (the 2nd and 3rd computed before
+    they were asked for)."""
+    hx = _helix()
+    engine, socket_path = await _loaded_engine(next_edit_chain_model_dir, isolated_env)
+    # nextEditLines 1: the window at the cursor (the definition) holds none of the uses, which are the chain's places.
+    settings: dict[str, object] = {"nextEditOnPause": True, "nextEditLines": 1, "repoContextTokens": 0}
+    (isolated_env / "xdg_config_home" / "helix").mkdir(parents=True)
+    (isolated_env / "xdg_config_home" / "helix" / "config.toml").write_text("[editor]\nauto-completion = false\n")
+
+    def requests() -> list[str]:
+        return [line for line in engine.log().splitlines() if "a rewrite at strength" in line]
+
+    def drive() -> list[list[str]]:
+        session, source = _start_helix(hx, isolated_env, socket_path, CHAIN, settings, CHAIN_NAME)
+        seen = []
+        try:
+            _wait_for(session, "def total(items):", 30)
+            time.sleep(2.0)  # the language server starts and takes the document
+            _tmux("send-keys", "-t", session, "g", "g", "4", "l", "e", "c", "summed")  # "total" at line 1's 5th
+            time.sleep(0.3)
+            _tmux("send-keys", "-t", session, "Escape")
+            _wait_for(session, "def summed(items):", 10)
+            time.sleep(BURST_GAP_S + 0.5)  # the burst of editing ends: the server computes the chain
+            for line, followed in zip(PLACE_LINES, FOLLOWED_LINES, strict=True):
+                _pick_action(session, f"Apply suggested edit (line {line + 1})")
+                _wait_for(session, followed.strip(), 10)
+                seen.append(requests())
+            assert _write_and_wait(session, source, STEPS[-1]) == STEPS[-1]
+            _tmux("send-keys", "-t", session, ":q!", "Enter")
+        finally:
+            _tmux("kill-session", "-t", session)
+        return seen
+
+    try:
+        seen = await asyncio.to_thread(drive)
+    finally:
+        engine.stop()
+    first, second, third = seen
+    assert len(first) == 1 and "(3 windows in one batch)" in first[0], engine.log()
+    assert second == third == first, engine.log()  # no request since: each later place was computed in it
