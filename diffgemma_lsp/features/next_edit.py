@@ -18,7 +18,8 @@ action offers it, so editors that never ask (Helix, Zed) get next edits too.
 After a rename (issue 45, next edits that jump), the other uses of the old name in the document are the places it
 implies (``diffgemma_lsp.jumps``). When none lies in the window at the cursor, their one-line windows go to the
 engine in one request, denoised in one batch; the first place's suggestion is the answer (with ``"jump": true``: the
-editor takes the user there), and each one accepted offers the next at once, computed already (``Chain``).
+editor takes the user there), and each one accepted offers the next at once, computed already (``Chain``). A place
+whose line is longer than a canvas is left out; the others go.
 
 "No edit" is also the answer when the model is not sure: the engine draws ``nextEditDraws`` canvases in one batch and
 an edit is suggested only when they all write it. Measured against the canvas's entropy (``benchmarks/README.md``),
@@ -46,8 +47,10 @@ from diffgemma_lsp.features.selection import (
     Selection,
     applied,
     build_request,
+    canvas_chars,
     computed_on,
     edit_window,
+    fits,
     holds,
     line_edits,
     read_selection,
@@ -73,11 +76,6 @@ NEXT_EDIT_INSTRUCTION = (
 """What an instruction model is asked (FIM models see the window and the edits alone)."""
 
 
-CHARS_PER_CANVAS_TOKEN = 2.5
-"""Characters a window may hold per token of the model's canvas: fewer than code averages (about 3.5), so that a
-window of dense code still fits with its end-of-sequence token (the engine refuses one that does not)."""
-
-
 def next_edit_request(
     document: TextDocument,
     line: int,
@@ -89,7 +87,7 @@ def next_edit_request(
     """The window around ``line`` (``nextEditLines`` each way, fitted to a canvas of ``canvas_tokens``, 0: not known)
     and the rewrite of it that asks for the next edit, with ``extra`` (the recent edits among them) in the prompt;
     None for an empty document."""
-    max_chars = int(canvas_tokens * CHARS_PER_CANVAS_TOKEN) if canvas_tokens else None
+    max_chars = canvas_chars(canvas_tokens)
     try:
         window = read_selection(
             document, edit_window(document, line, settings.next_edit_lines, max_chars), settings.context_tokens
@@ -378,8 +376,9 @@ class NextEdits:
     def _windows(
         self, settings: Settings, args: NextEditArguments, document: TextDocument, backend: Backend, lines: list[int]
     ) -> tuple[list[Selection], protocol.Infill] | None:
-        """The windows to rewrite (the places ``lines``, each its line; none: the window at the cursor) and the one
-        request that asks for them all; None for an empty document or a window the privacy rules keep out."""
+        """The windows to rewrite (the places ``lines``, each its line, those that fit a canvas; none: the window at
+        the cursor) and the one request that asks for them all; None for an empty document, no window that fits, or
+        a window the privacy rules keep out (a secret document, or a secret in any window's text: nothing is sent)."""
         session = self.session
         extra = session.extra_chunks(settings, args.uri, args.position.line, args.position.character)
         canvas = settings.canvas_length or backend.canvas_length
@@ -388,7 +387,7 @@ class NextEdits:
             next_edit_request(document, line, asked_with, canvas, extra, request_id)
             for line in lines or [args.position.line]
         ]
-        pairs = [pair for pair in asked if pair is not None]
+        pairs = [pair for pair in asked if pair is not None and fits(pair[0], canvas)]
         windows = [window for window, _ in pairs]
         if not pairs or any(session.refusal(args.uri, w.prefix, w.text, w.suffix) is not None for w in windows):
             return None

@@ -1,11 +1,12 @@
 """What a rewrite and a next edit share: a span of the document read with the text around it (``Selection``; a next
-edit's is a window of whole lines, ``edit_window``), the rewrite request that starts the canvas from it, the check
-that the document still holds the text it was read from, the edits that replace it, and how their arguments are
-read (an InvalidParams error that says what is wrong)."""
+edit's is a window of whole lines, ``edit_window``, as much as a canvas holds: ``fits``), the rewrite request that
+starts the canvas from it, the check that the document still holds the text it was read from, the edits that replace
+it, and how their arguments are read (an InvalidParams error that says what is wrong)."""
 
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Sequence
 
 import attrs
@@ -17,6 +18,8 @@ from diffgemma_lsp.context import PositionError, build_context
 from diffgemma_lsp.document import split_lines
 from diffgemma_lsp.params import invalid_params
 from diffgemma_lsp.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 
 @attrs.frozen(kw_only=True)
@@ -99,6 +102,26 @@ def build_request(
         strength=settings.rewrite_strength if strength is None else strength,
         instruction=instruction,
     )
+
+
+CHARS_PER_CANVAS_TOKEN = 2.5
+"""Characters a window may hold per token of the model's canvas: fewer than code averages (about 3.5), so that a
+window of dense code still fits with its end-of-sequence token (the engine refuses one that does not)."""
+
+
+def canvas_chars(canvas_tokens: int) -> int | None:
+    """The most characters a window may hold for a canvas of ``canvas_tokens`` (0: not known, None: no limit)."""
+    return int(canvas_tokens * CHARS_PER_CANVAS_TOKEN) if canvas_tokens else None
+
+
+def fits(window: Selection, canvas_tokens: int) -> bool:
+    """Whether ``window`` fits a canvas of ``canvas_tokens`` (``canvas_chars``); logged when it does not (a next
+    edit's chain leaves such a place out, where the engine would refuse the whole request)."""
+    limit = canvas_chars(canvas_tokens)
+    if limit is None or len(window.text) <= limit:
+        return True
+    logger.info("%s: line %d is longer than a canvas: left out", window.uri, window.range.start.line + 1)
+    return False
 
 
 def edit_window(document: TextDocument, line: int, lines_each_way: int, max_chars: int | None = None) -> types.Range:
