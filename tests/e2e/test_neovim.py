@@ -30,10 +30,10 @@ from tests.support.models import (
     SINGLE_LINE_PREFIX,
     SINGLE_LINE_SUFFIX,
 )
+from tests.support.neovim import headless_command
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-PLUGIN = ROOT / "editors" / "neovim"
 NVIM012_ENV = "DIFFGEMMA_NVIM012"
 
 DRIVER = r"""
@@ -291,19 +291,7 @@ def _run_nvim(
     }
     driver = tmp / "driver.lua"
     driver.write_text(driver_code)
-    command = [
-        nvim,
-        "--headless",
-        "-u",
-        "NONE",
-        "-i",
-        "NONE",
-        "-n",
-        "--cmd",
-        f"set rtp+={PLUGIN}",
-        "-c",
-        f"luafile {driver}",
-    ]
+    command = headless_command(nvim, driver)
     env = dict(os.environ, DIFFGEMMA_TEST=json.dumps(cfg))
     try:
         proc = subprocess.run(
@@ -533,8 +521,7 @@ def test_rewrite_range_of_a_visual_region(version: str, tmp_path: Path) -> None:
     script, report = tmp_path / "region.lua", tmp_path / "region.json"
     script.write_text(REGION_CHECK)
     env = dict(os.environ, DIFFGEMMA_REGION_REPORT=str(report), XDG_STATE_HOME=str(tmp_path / "state"))
-    command = [nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd", f"set rtp+={PLUGIN}"]
-    proc = subprocess.run([*command, "-c", f"luafile {script}"], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(headless_command(nvim, script), env=env, capture_output=True, text=True, timeout=60)
     assert report.exists(), proc.stdout + proc.stderr
     assert json.loads(report.read_text()) == {
         "linewise": [1, 0, 2, 16],

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_lsp_engine import _kill_engine
-from tests.e2e.test_neovim import PLUGIN, _nvim011
+from tests.e2e.test_neovim import _nvim011
 from tests.support.lsp import server_command
+from tests.support.neovim import headless_command
 from tests.support.next_edits import AREA, AREA_NAME, FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
@@ -131,19 +132,7 @@ async def run_driver(
     output."""
     path = short_tmp / "driver.lua"
     path.write_text(driver)
-    command = [
-        nvim,
-        "--headless",
-        "-u",
-        "NONE",
-        "-i",
-        "NONE",
-        "-n",
-        "--cmd",
-        f"set rtp+={PLUGIN}",
-        "-c",
-        f"luafile {path}",
-    ]
+    command = headless_command(nvim, path)
     env = dict(os.environ, DIFFGEMMA_TEST=json.dumps(cfg), XDG_STATE_HOME=str(short_tmp / "state"))
     try:
         process = await asyncio.create_subprocess_exec(
