@@ -1,10 +1,17 @@
-"""Turn a completion text into LSP items: a completion-menu item and an inline (ghost text) item."""
+"""Turn a completion text into LSP items: a completion-menu item and an inline (ghost text) item, the latter with
+the model's confidence in its characters where known (``data.confidence``, an addition clients may ignore)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import attrs
+from cattrs import Converter
 from lsprotocol import types
+from pygls.protocol import default_converter
 
 from diffgemma_lsp.context import InfillContext
+from diffgemma_lsp.postprocess.confidence import Scored
 
 LABEL_MAX = 60
 DETAIL = "diffgemma"
@@ -49,10 +56,49 @@ def completion_item(context: InfillContext, text: str, snippets: bool, invoked: 
     )
 
 
-def inline_item(context: InfillContext, text: str) -> types.InlineCompletionItem:
+@attrs.define
+class ScoredInlineItem(types.InlineCompletionItem):
+    """An inline item and, in ``data``, the model's confidence in its characters: ``{"confidence": [[n, p], ...]}``,
+    runs of ``n`` characters (code points of ``insert_text``) at confidence ``p`` (two decimals). LSP has no such
+    field on inline items; clients ignore properties they do not know (VS Code, Neovim's own ghost text), and the
+    Neovim plugin's own ghost text draws the unsure characters dimmer (editors/neovim/lua/diffgemma/ghost.lua)."""
+
+    data: dict[str, Any] | None = None
+
+
+def confidence_runs(confidence: tuple[float, ...]) -> list[list[float]]:
+    """``confidence`` (one per character) as runs ``[n, p]`` of equal confidence, rounded to two decimals."""
+    runs: list[list[float]] = []
+    for p in confidence:
+        rounded = round(p, 2)
+        if runs and runs[-1][1] == rounded:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, rounded])
+    return runs
+
+
+def inline_item(context: InfillContext, scored: Scored) -> types.InlineCompletionItem:
     """Ghost text at the cursor; it may replace closing characters to the end of the line (one line, as LSP
-    3.18 requires)."""
-    return types.InlineCompletionItem(
-        insert_text=text,
+    3.18 requires). With its characters' confidence in ``data`` where known (:class:`ScoredInlineItem`)."""
+    return ScoredInlineItem(
+        insert_text=scored.text,
         range=types.Range(start=context.position, end=context.replace_end or context.position),
+        data=None if scored.confidence is None else {"confidence": confidence_runs(scored.confidence)},
     )
+
+
+def converter() -> Converter:
+    """pygls's converter, sending a :class:`ScoredInlineItem`'s ``data`` too (lsprotocol's own hook for inline items
+    knows only their LSP fields)."""
+    out: Converter = default_converter()  # type: ignore[no-untyped-call]  # pygls does not annotate it
+    lsp_fields = out.get_unstructure_hook(types.InlineCompletionItem)
+
+    def unstructure(item: types.InlineCompletionItem) -> Any:
+        wire = lsp_fields(item)
+        if isinstance(item, ScoredInlineItem) and item.data is not None:
+            wire["data"] = item.data
+        return wire
+
+    out.register_unstructure_hook(types.InlineCompletionItem, unstructure)
+    return out

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import attrs
 
+from diffgemma_lsp.postprocess.confidence import Scored
+
 ANCHOR_CHARS = 256
 """How much text on each side of the cursor must be unchanged for a shown completion to still apply."""
 
@@ -23,6 +25,8 @@ class Shown:
     after: str
     """The first ``ANCHOR_CHARS`` characters after it."""
     text: str
+    confidence: tuple[float, ...] | None = None
+    """The model's confidence in each character of ``text`` (None: not known)."""
 
     def typed(self, source: str, cursor: int) -> str | None:
         """What the user typed where this was offered, up to ``cursor`` in ``source``, if the text around it is as
@@ -43,13 +47,17 @@ class ShownCompletions:
         self.hits = 0
         self.lookups = 0
 
-    def remember(self, uri: str, source: str, offset: int, text: str) -> None:
-        """Note that ``text`` was offered at ``offset`` of ``source``."""
+    def remember(
+        self, uri: str, source: str, offset: int, text: str, confidence: tuple[float, ...] | None = None
+    ) -> None:
+        """Note that ``text`` (with the model's ``confidence`` in each character, where known) was offered at
+        ``offset`` of ``source``."""
         self._shown[uri] = Shown(
             offset=offset,
             before=source[max(0, offset - ANCHOR_CHARS) : offset],
             after=source[offset : offset + ANCHOR_CHARS],
             text=text,
+            confidence=confidence,
         )
 
     def forget(self, uri: str) -> None:
@@ -69,12 +77,14 @@ class ShownCompletions:
         """The last completion shown for ``uri`` (None: none, or forgotten)."""
         return self._shown.get(uri)
 
-    def lookup(self, uri: str, source: str, offset: int) -> str | None:
-        """The rest of the shown completion if the user typed its start and changed nothing else around it."""
+    def lookup(self, uri: str, source: str, offset: int) -> Scored | None:
+        """The rest of the shown completion (with its confidences) if the user typed its start and changed nothing
+        else around it."""
         self.lookups += 1
         shown = self._shown.get(uri)
         typed = shown.typed(source, offset) if shown is not None else None
         if shown is None or typed is None or not shown.text.startswith(typed) or len(typed) >= len(shown.text):
             return None
         self.hits += 1
-        return shown.text[len(typed) :]
+        start = len(typed)
+        return Scored(shown.text[start:], None if shown.confidence is None else shown.confidence[start:])

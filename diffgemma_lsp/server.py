@@ -28,6 +28,7 @@ from diffgemma_lsp.index_progress import IndexProgress
 from diffgemma_lsp.jsonrpc import DiffgemmaProtocol
 from diffgemma_lsp.params import NEXT_EDIT_METHOD
 from diffgemma_lsp.repo.live import path_of
+from diffgemma_lsp.results import converter
 from diffgemma_lsp.session import Session
 from diffgemma_lsp.settings import Settings, parse_settings
 
@@ -41,7 +42,7 @@ class DiffgemmaServer(LanguageServer):
     """Holds the settings, the session and the features over it."""
 
     def __init__(self, engine_socket: Path | None = None, model: str | None = None) -> None:
-        super().__init__("diffgemma-lsp", __version__, protocol_cls=DiffgemmaProtocol)
+        super().__init__("diffgemma-lsp", __version__, protocol_cls=DiffgemmaProtocol, converter_factory=converter)
         self.settings = Settings(model=model)
         self.cli_model = model
         self.link = BackendLink(self, lambda: self.settings, engine_socket)

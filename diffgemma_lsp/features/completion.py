@@ -24,6 +24,7 @@ from diffgemma_lsp.context import InfillContext, PositionError, build_context, p
 from diffgemma_lsp.owners import Kind
 from diffgemma_lsp.postprocess import Edit, infill_edits
 from diffgemma_lsp.postprocess.candidates import withheld_reason
+from diffgemma_lsp.postprocess.confidence import Scored
 from diffgemma_lsp.refine import Divergence, diverged, refine_request, refined
 from diffgemma_lsp.results import completion_item, inline_item
 from diffgemma_lsp.session import Session
@@ -54,7 +55,7 @@ class Completions:
             return types.CompletionList(is_incomplete=True, items=[])
         found = await self.complete(settings, params.text_document.uri, params.position, automatic=not invoked)
         snippets = self._snippet_support()
-        items = [completion_item(context, text, snippets, invoked) for context, text in found]  # one canvas: at most 1
+        items = [completion_item(context, found_text.text, snippets, invoked) for context, found_text in found]
         return types.CompletionList(is_incomplete=True, items=items)
 
     async def inline(self, settings: Settings, params: types.InlineCompletionParams) -> types.InlineCompletionList:
@@ -94,9 +95,10 @@ class Completions:
 
     async def complete(
         self, settings: Settings, uri: str, position: types.Position, automatic: bool, candidates: int = 1
-    ) -> list[tuple[InfillContext, str]]:
-        """The distinct completions at ``position`` from ``candidates`` canvases, best first; empty when there is
-        none (backend down, superseded, stale or nothing left after post-processing)."""
+    ) -> list[tuple[InfillContext, Scored]]:
+        """The distinct completions at ``position`` from ``candidates`` canvases, best first, each with the model's
+        confidence in its characters where known; empty when there is none (backend down, superseded, stale or
+        nothing left after post-processing)."""
         if not settings.enable:
             return []
         session = self.session
@@ -128,18 +130,18 @@ class Completions:
         current = session.open_document(uri)
         if answer is None or current is None or current.version != context.version:
             return []  # no answer, or the document changed while the model worked: the result is stale
-        found: list[tuple[InfillContext, str]] = []
+        found: list[tuple[InfillContext, Scored]] = []
         for edit in answer:
             text = None if edit is None else edit.text if divergence is None else refined(divergence, edit.text)
-            if edit is None or text is None or any(text == other for _, other in found):
+            if edit is None or text is None or any(text == other.text for _, other in found):
                 continue
             end = position_after(context, edit.replaced(context.suffix)) if edit.replace_to_eol else None
-            found.append((attrs.evolve(context, replace_end=end), text))
+            found.append((attrs.evolve(context, replace_end=end), edit.scored if divergence is None else Scored(text)))
         if divergence is not None and not found:  # the refine left nothing after the typed text: ask anew at once
             logger.info("the refine in %s kept nothing after the typed text: asking a new completion", uri)
             return await self.complete(attrs.evolve(settings, refine_steps=0, debounce_ms=0), uri, position, automatic)
         if found:
-            session.shown.remember(uri, source, context.offset, found[0][1])
+            session.shown.remember(uri, source, context.offset, found[0][1].text, found[0][1].confidence)
         return found
 
     def _divergence(
@@ -161,7 +163,7 @@ class Completions:
         except RewriteUnsupported:
             return None
 
-    def _refused(self, reason: str, automatic: bool) -> list[tuple[InfillContext, str]]:
+    def _refused(self, reason: str, automatic: bool) -> list[tuple[InfillContext, Scored]]:
         """No completion, for ``reason``: the user who invoked it is told why (an automatic one stays quiet)."""
         if not automatic:
             self.session.show_info(f"diffgemma: no completion: {reason}")

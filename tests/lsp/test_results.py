@@ -6,7 +6,8 @@ import attrs
 from lsprotocol import types
 
 from diffgemma_lsp.context import InfillContext
-from diffgemma_lsp.results import completion_item, escape_snippet, inline_item, label_for
+from diffgemma_lsp.postprocess.confidence import Scored
+from diffgemma_lsp.results import completion_item, converter, escape_snippet, inline_item, label_for
 
 CONTEXT = InfillContext(
     prefix="def hel",
@@ -58,9 +59,28 @@ def test_only_an_invoked_item_is_preselected() -> None:
 
 
 def test_inline_item_is_inserted_at_the_cursor() -> None:
-    item = inline_item(CONTEXT, "lo():\n    pass")
+    item = inline_item(CONTEXT, Scored("lo():\n    pass"))
     assert item.insert_text == "lo():\n    pass"
     assert item.range == types.Range(start=CONTEXT.position, end=CONTEXT.position)
+
+
+def test_inline_items_carry_their_characters_confidence_on_the_wire() -> None:
+    """``data.confidence``: runs of characters at one confidence (two decimals), as the server sends them; an item
+    whose confidence is not known sends no ``data``, and the LSP fields are as before."""
+    scored = Scored("lo(x)", (0.991, 0.99, 0.5, 0.123, 0.12))
+    wire = converter().unstructure(types.InlineCompletionList(items=[inline_item(CONTEXT, scored)]))
+    position = {"line": 3, "character": 7}
+    assert wire == {
+        "items": [
+            {
+                "insertText": "lo(x)",
+                "range": {"start": position, "end": position},
+                "data": {"confidence": [[2, 0.99], [1, 0.5], [2, 0.12]]},
+            }
+        ]
+    }
+    unknown = converter().unstructure(types.InlineCompletionList(items=[inline_item(CONTEXT, Scored("lo"))]))
+    assert unknown == {"items": [{"insertText": "lo", "range": {"start": position, "end": position}}]}
 
 
 def test_label_is_the_first_non_empty_line_shortened() -> None:
@@ -70,5 +90,5 @@ def test_label_is_the_first_non_empty_line_shortened() -> None:
 
 def test_replacing_the_closers_after_the_cursor() -> None:
     context = attrs.evolve(CONTEXT, replace_end=types.Position(line=3, character=9))
-    assert inline_item(context, "lo())").range.end == types.Position(line=3, character=9)
+    assert inline_item(context, Scored("lo())")).range.end == types.Position(line=3, character=9)
     assert completion_item(context, "lo())", snippets=True).text_edit.range.end.character == 9

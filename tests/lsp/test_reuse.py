@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from diffgemma_lsp.postprocess.confidence import Scored
 from diffgemma_lsp.reuse import ShownCompletions
 
 SOURCE = "def add(a, b):\n\n\nprint(add(1, 2))\n"
@@ -18,8 +19,17 @@ def test_typing_the_suggestion_keeps_the_rest() -> None:
     shown.remember("u", SOURCE, CURSOR, TEXT)
     for n in (1, 4, 10, len(TEXT) - 1):
         source, offset = _typed(n)
-        assert shown.lookup("u", source, offset) == TEXT[n:]
+        assert shown.lookup("u", source, offset) == Scored(TEXT[n:])
     assert shown.hits == 4
+
+
+def test_the_rest_keeps_the_confidence_it_was_shown_with() -> None:
+    """Partial accept: the rest is shown again with the confidences of its own characters (the unsure tail stays
+    dim in an editor that draws them)."""
+    shown = ShownCompletions()
+    confidence = tuple(0.9 if i < 10 else 0.2 for i in range(len(TEXT)))
+    shown.remember("u", SOURCE, CURSOR, TEXT, confidence)
+    assert shown.lookup("u", *_typed(4)) == Scored(TEXT[4:], confidence[4:])
 
 
 def test_typing_something_else_misses() -> None:
