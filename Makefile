@@ -52,8 +52,8 @@ test-editors: setup  ## the real-editor tests CI skips: Neovim 0.12 (ghost text,
 	DIFFGEMMA_NVIM012=$(abspath $(EDITORS))/nvim012 DIFFGEMMA_HX=$(abspath $(EDITORS))/hx-sid DIFFGEMMA_REQUIRE_VSCODE=1 \
 	DIFFGEMMA_REQUIRE_NVIM=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs \
 	  tests/e2e/test_neovim.py tests/e2e/test_neovim_typing.py tests/e2e/test_neovim_readme.py \
-	  tests/e2e/test_neovim_next_edit_chain.py tests/e2e/test_helix.py tests/e2e/test_vscode.py \
-	  tests/e2e/test_vscode_next_edit_chain.py
+	  tests/e2e/test_neovim_next_edit_chain.py tests/e2e/test_neovim_partial_accept.py \
+	  tests/e2e/test_helix.py tests/e2e/test_vscode.py tests/e2e/test_vscode_next_edit_chain.py
 
 lint: setup  ## ruff check, ruff format check, then the type checker
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

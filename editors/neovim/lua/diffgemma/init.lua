@@ -4,7 +4,15 @@
 -- opts.filetypes    where it runs (default: the list in lsp/diffgemma.lua, next to this plugin)
 -- opts.settings     init_options, camelCase: { model = "...", device = "cuda", debounceMs = 75, ... }
 -- opts.autotrigger  ask for completions on the server's trigger characters (default: true)
--- opts.accept_key   Neovim 0.12+: insert-mode key that accepts the ghost text (default: "<Tab>")
+-- opts.accept_key   insert-mode key that accepts the ghost text (default: "<Tab>")
+-- opts.accept_word_key, opts.accept_line_key
+--                   insert-mode keys that accept the ghost text's next word / next line (defaults: "<M-Right>",
+--                   "<M-C-Right>", copilot.vim's; false: no mapping). The rest stays shown.
+-- opts.ghost_text   Neovim 0.11, which has no ghost text of its own: show suggestions as ghost text (the plugin's,
+--                   diffgemma/ghost.lua) as you type; the menu then opens only when asked (<C-Space>) unless
+--                   opts.autotrigger is true (default: false; 0.12+ always shows Neovim's own)
+-- opts.unsure_below the plugin's ghost text shows characters the model was less sure of than this (0 to 1) in
+--                   DiffgemmaGhostUnsure (default: 0.5)
 -- opts.next_edit    next edits: ask after each insert (InsertLeave) and normal-mode change, debounced (default: true)
 --
 -- Next edits (the server's diffgemma/nextEdit): `require("diffgemma").next_edit()` asks at the cursor (setup() asks
@@ -22,12 +30,8 @@ local M = {}
 --- The server's command: its code action "Rewrite selection" runs it too.
 M.REWRITE_COMMAND = "diffgemma.rewriteSelection"
 
---- An LSP position for byte column `col` (0-based) of line `row` (0-based), in the client's position encoding.
-local function lsp_position(bufnr, row, col, encoding)
-  local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, true)[1]
-  col = math.max(0, math.min(col, #line))
-  return { line = row, character = vim.str_utfindex(line, encoding, col, false) }
-end
+local ghost = require("diffgemma.ghost")
+local lsp_position = require("diffgemma.position").lsp_position
 
 --- The LSP range of a visual region: `first` and `last` are getpos() results (1-based rows and byte columns, in
 --- either order), `mode` is "v" (charwise, `last`'s character included unless 'selection' is exclusive), or "V" or
@@ -294,6 +298,19 @@ end
 --- typed just after a menu opened closes the menu and the line break is lost (Neovim 0.11 and 0.12).
 M.COMPLETEOPT = { "menuone", "noselect" }
 
+--- Map insert-mode `key` (false: none) in `bufnr` to accept `kind` ("all", "word", "line") of the ghost text, or
+--- to type the key's own meaning when none is shown. Not an expr mapping: those may not change the text.
+local function accept_mapping(bufnr, key, kind)
+  if not key then
+    return
+  end
+  vim.keymap.set("i", key, function()
+    if not ghost.accept(bufnr, kind) then
+      vim.api.nvim_feedkeys(vim.keycode(key), "ni", false)
+    end
+  end, { buffer = bufnr, desc = "diffgemma: accept the suggestion's " .. (kind == "all" and "whole text" or "next " .. kind) })
+end
+
 function M.setup(opts)
   opts = opts or {}
   vim.lsp.config("diffgemma", {
@@ -314,6 +331,12 @@ function M.setup(opts)
   end, { range = true, nargs = "*", desc = "diffgemma: rewrite the selection (with an instruction)" })
 
   local accept_key = opts.accept_key or "<Tab>"
+  local own_ghost = opts.ghost_text == true and not vim.lsp.inline_completion
+  local autotrigger = opts.autotrigger
+  if autotrigger == nil then
+    autotrigger = not own_ghost -- ghost text as you type, the menu when asked
+  end
+  ghost.unsure_below = opts.unsure_below or ghost.unsure_below
   vim.api.nvim_create_autocmd("LspAttach", {
     group = vim.api.nvim_create_augroup("diffgemma", { clear = true }),
     callback = function(args)
@@ -322,7 +345,7 @@ function M.setup(opts)
         return
       end
       local bufnr = args.buf
-      vim.lsp.completion.enable(true, client.id, bufnr, { autotrigger = opts.autotrigger ~= false })
+      vim.lsp.completion.enable(true, client.id, bufnr, { autotrigger = autotrigger })
       local cot = vim.bo[bufnr].completeopt ~= "" and vim.bo[bufnr].completeopt or vim.go.completeopt
       cot = vim.split(cot, ",", { trimempty = true })
       for _, option in ipairs(M.COMPLETEOPT) do
@@ -341,6 +364,13 @@ function M.setup(opts)
             return accept_key
           end
         end, { buffer = bufnr, expr = true, desc = "diffgemma: accept the suggestion" })
+      elseif own_ghost then
+        ghost.attach(bufnr)
+        accept_mapping(bufnr, accept_key, "all")
+      end
+      if vim.lsp.inline_completion or own_ghost then
+        accept_mapping(bufnr, opts.accept_word_key == nil and "<M-Right>" or opts.accept_word_key, "word")
+        accept_mapping(bufnr, opts.accept_line_key == nil and "<M-C-Right>" or opts.accept_line_key, "line")
       end
     end,
   })
