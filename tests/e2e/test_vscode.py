@@ -186,6 +186,7 @@ def _run_vscode(
     scenario: dict[str, object],
     extra_settings: dict[str, object] | None = None,
     name: str = "example.py",
+    keybindings: list[dict[str, str]] | None = None,
 ) -> tuple[dict, str, Path]:
     """Package and install the extension, start code-server on a workspace whose file ``name`` holds ``original``,
     and run the driver with ``scenario`` added to its configuration (the engine at ``tmp``/run/engine.sock: one the
@@ -242,6 +243,8 @@ def _run_vscode(
     }
     (user_data / "User").mkdir(parents=True, exist_ok=True)
     (user_data / "User" / "settings.json").write_text(json.dumps(settings, indent=2))
+    if keybindings:  # the user's own keybindings.json
+        (user_data / "User" / "keybindings.json").write_text(json.dumps(keybindings, indent=2))
 
     workspace = tmp / "ws"
     workspace.mkdir()
@@ -278,6 +281,7 @@ def _run_vscode(
             "shots": str(tmp / "shots"),
             "readyTimeoutMs": READY_TIMEOUT_S * 1000,
             "timeoutMs": (READY_TIMEOUT_S + 150) * 1000,  # the driver's own watchdog, before _run_driver's
+            "engineLog": str(tmp / "xdg_state_home" / "diffgemma" / "engine.log"),
             **scenario,
         }
         exit_code, output = _run_driver([node, str(DRIVER)], dict(os.environ, DIFFGEMMA_E2E=json.dumps(cfg)))
@@ -339,6 +343,47 @@ def test_inline_completion_in_vscode_ghost_text_accepted_with_tab(
     assert report["saved"] == expected, explain
     # The status bar item shows the last completion's latency.
     assert re.fullmatch(r"DG \d+ ms", report["statusAfter"]), explain
+
+
+ACCEPT_NEXT_LINE = {
+    "key": "shift+tab",
+    "command": "editor.action.inlineSuggest.acceptNextLine",
+    "when": "inlineSuggestionVisible && !editorReadonly",
+}
+"""The binding editors/vscode/README.md gives for acceptNextLine, which VS Code (and Copilot) leave unbound."""
+
+
+def test_partial_accept_in_vscode_takes_words_and_lines_and_the_rest_stays_shown(
+    vscode_tools: tuple[str, str, list[str], str],
+    memorized_model_dir: Path,
+    isolated_env: Path,
+) -> None:
+    """code-server: VS Code's own acceptNextWord (Ctrl+Right) and acceptNextLine (bound as the README says) take the
+    ghost text piece by piece; after each the rest is still shown, and no new request reached the engine for it."""
+    scenario = {
+        "scenario": "partial",
+        "prefix": MEMORIZED_PREFIX,
+        "middle": MEMORIZED_MIDDLE,
+        "suffix": MEMORIZED_SUFFIX,
+        "presses": ["Control+ArrowRight", "Control+ArrowRight", "Shift+Tab", "Shift+Tab", "Shift+Tab"],
+    }
+    report, explain, source = _run_vscode(
+        vscode_tools,
+        memorized_model_dir,
+        isolated_env,
+        MEMORIZED_PREFIX + MEMORIZED_SUFFIX,
+        scenario,
+        keybindings=[ACCEPT_NEXT_LINE],
+    )
+    steps = report["steps"]
+    # VS Code's word: the indentation, then the word; its line: to the line break, then the next line.
+    assert [step["piece"] for step in steps] == ["    ", "total", " = a + b\n", "    return total"], explain
+    assert [step["ghost"] for step in steps[:-1]] == [MEMORIZED_MIDDLE[len(step["taken"]) :] for step in steps[:-1]], (
+        explain
+    )
+    # The rest of the suggestion stayed on screen without a new engine request.
+    assert {step["engineRequests"] for step in steps[:-1]} == {report["engineRequestsShown"]}, explain
+    assert source.read_text() == MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX, explain
 
 
 SINGLE_LINE_SCENARIO = {

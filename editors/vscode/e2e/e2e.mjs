@@ -13,6 +13,9 @@
 //   for the editor to show cfg.expected, save and read the file back, then undo once (Ctrl+Z), save, and read the
 //   file back again.
 // - "menu": Ctrl+Space until the suggest widget lists cfg.label, Enter, then the editor shows cfg.expected; save.
+// - "partial": as "inline" until the ghost text shows, then cfg.presses (the keys of VS Code's acceptNextWord and
+//   acceptNextLine) until all of cfg.middle is in, each taking a piece while the ghost text shows the rest; the
+//   engine's requests are counted from its log (cfg.engineLog) after each; then Escape and save.
 // - "next-edit": rename a parameter (cfg.renameAt, cfg.newName), wait for the next edit drawn (a line struck through,
 //   ghost text after it), Tab, save and read back, then one undo, save and read back.
 // - "next-edit-chain": rename a name (cfg.renameAt, cfg.newName), then for each of cfg.steps (the text after each Tab):
@@ -333,12 +336,12 @@ async function nextEditSteps() {
   report.savedAfterUndo = await saveAndRead('undo', cfg.renamed);
 }
 
-/** The engine's next-edit requests (rewrites) so far, as its log (cfg.engineLog) holds them. */
+/** The engine's requests so far, as its log (cfg.engineLog) holds them: one line each. */
 function engineRequests() {
   if (!existsSync(cfg.engineLog)) return [];
   return readFileSync(cfg.engineLog, 'utf8')
     .split('\n')
-    .filter((line) => line.includes('a rewrite at strength'));
+    .filter((line) => /request \S+.*, \d+ steps/.test(line));
 }
 
 /** A rename chain (issue 45, next edits that jump): rename, then one Tab per place of cfg.steps, each drawn away from
@@ -348,7 +351,8 @@ async function nextEditChainSteps() {
   report.tabs = [];
   for (const [index, expected] of cfg.steps.entries()) {
     const drawing = await untilDrawn(`place ${index + 1} drawn`, 60000);
-    const tab = { drawing, cursor: await cursorText(), requests: engineRequests() };
+    const rewrites = engineRequests().filter((line) => line.includes('a rewrite at strength')); // next edits
+    const tab = { drawing, cursor: await cursorText(), requests: rewrites };
     log(`place ${index + 1}: ${JSON.stringify(drawing)}, cursor ${tab.cursor}`);
     await shot(`${index + 2}-place-${index + 1}`);
     report.phase = `Tab ${index + 1}`;
@@ -364,6 +368,72 @@ async function nextEditChainSteps() {
   }
   report.drawingAfter = await nextEditDrawing();
   report.saved = await saveAndRead('chain', cfg.steps[cfg.steps.length - 1]);
+}
+
+/** Triggers until ghost text shows (the first request may come back empty while the engine warms up), then waits
+ * for all of cfg.middle to render. */
+async function showGhost() {
+  // Trigger until ghost text shows (the first request may come back empty while the engine warms up).
+  let triggers = 0;
+  report.ghost = await poll('ghost text', 60000, async () => {
+    const ghost = await ghostText();
+    if (ghost.trim()) return ghost;
+    if (triggers === 0 || (Date.now() - report.lastTrigger > 5000 && triggers < 8)) {
+      triggers += 1;
+      report.lastTrigger = Date.now();
+      await runCommand('Trigger Inline Suggestion');
+    }
+    return false;
+  }, 200);
+  report.triggers = triggers;
+  // Let the rest of a multi-line suggestion render, then read it again.
+  await poll('whole ghost text', 5000, async () => {
+    report.ghost = await ghostText();
+    return report.ghost === cfg.middle;
+  });
+  report.ghostDom = await ghostDom();
+  log(`ghost text: ${JSON.stringify(report.ghost)} after ${triggers} trigger(s)`);
+  await shot('2-ghost');
+}
+
+/** What of cfg.middle is in the editor, read from the cursor (the status bar's "Ln L, Col C"): the suggestion is
+ * taken from cfg.line, column 1, to the cursor. (The rendered lines are no help: the ghost text's first line is drawn
+ * inside the cursor's line.) */
+async function takenOfMiddle() {
+  const match = /Ln (\d+), Col (\d+)/.exec(await cursorText());
+  if (!match) return null;
+  const lines = cfg.middle.split('\n');
+  const row = Number(match[1]) - cfg.line;
+  if (row < 0 || row >= lines.length) return null;
+  return [...lines.slice(0, row), lines[row].slice(0, Number(match[2]) - 1)].join('\n');
+}
+
+/** Partial accept: each of cfg.presses (the keys of VS Code's acceptNextWord and acceptNextLine) until all of
+ * cfg.middle is in: after each, the editor holds more of it and the ghost text shows the rest (anything once all is
+ * taken: a new suggestion may show); the engine's request count each time. */
+async function partialSteps() {
+  report.phase = 'partial accept';
+  report.engineRequestsShown = engineRequests().length;
+  report.steps = [];
+  let before = '';
+  for (const key of cfg.presses) {
+    if (before === cfg.middle) break;
+    await page.keyboard.press(key);
+    const step = await poll(`more of the suggestion after ${key}`, 10000, async () => {
+      const taken = await takenOfMiddle();
+      const ghost = await ghostText();
+      const rest = taken === null ? null : cfg.middle.slice(taken.length);
+      report.lastSeen = { taken, ghost, cursor: await cursorText() };
+      return taken !== null && taken.length > before.length && (rest === '' || ghost === rest) ? { taken, ghost } : false;
+    });
+    await page.waitForTimeout(500); // a request the edit set off would be in the engine's log by now
+    report.steps.push({ key, ...step, piece: step.taken.slice(before.length), engineRequests: engineRequests().length });
+    log(`${key} took ${JSON.stringify(step.taken.slice(before.length))}; ghost text ${JSON.stringify(step.ghost)}`);
+    await shot(`3-partial-${report.steps.length}`);
+    before = step.taken;
+  }
+  await page.keyboard.press('Escape');
+  report.saved = await saveAndRead('partial', cfg.prefix + cfg.middle + cfg.suffix);
 }
 
 /** The user's steps; throws StepFailed (or Playwright's errors) when one does not happen in time. */
@@ -426,32 +496,16 @@ async function steps(browser) {
     await menuSteps();
     return;
   }
-  if (cfg.scenario && cfg.scenario !== 'inline') {
+  if (cfg.scenario?.startsWith('rewrite')) {
     await rewriteSteps();
     return;
   }
 
-  // Trigger until ghost text shows (the first request may come back empty while the engine warms up).
-  let triggers = 0;
-  report.ghost = await poll('ghost text', 60000, async () => {
-    const ghost = await ghostText();
-    if (ghost.trim()) return ghost;
-    if (triggers === 0 || (Date.now() - report.lastTrigger > 5000 && triggers < 8)) {
-      triggers += 1;
-      report.lastTrigger = Date.now();
-      await runCommand('Trigger Inline Suggestion');
-    }
-    return false;
-  }, 200);
-  report.triggers = triggers;
-  // Let the rest of a multi-line suggestion render, then read it again.
-  await poll('whole ghost text', 5000, async () => {
-    report.ghost = await ghostText();
-    return report.ghost === cfg.middle;
-  });
-  report.ghostDom = await ghostDom();
-  log(`ghost text: ${JSON.stringify(report.ghost)} after ${triggers} trigger(s)`);
-  await shot('2-ghost');
+  await showGhost();
+  if (cfg.scenario === 'partial') {
+    await partialSteps();
+    return;
+  }
 
   // Tab, as a user does. When the suggestion starts with at least a tab's worth of indentation, VS Code's first
   // Tab indents the line (the ghost text stays, less that indentation) and the next Tab accepts.
