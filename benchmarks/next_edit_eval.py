@@ -46,9 +46,9 @@ import torch
 
 from benchmarks.keystroke_replay import percentile
 from benchmarks.machine import machine_report
-from benchmarks.report import RESULTS, write_report
+from benchmarks.report import RESULTS, add_commit_walk_arguments, write_report
 from diffgemma_engine.errors import EngineError
-from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR, LoadedModel, load_model
+from diffgemma_engine.loading.model import LoadedModel, load_model
 from diffgemma_engine.request.batch import Row, run_batch
 from diffgemma_engine.request.infill import Answer, run_infill
 from diffgemma_engine.runtimes.seam import distinct_alternatives
@@ -224,12 +224,8 @@ def summarize(results: list[dict[str, object]]) -> dict[str, object]:
 def options(description: str) -> argparse.ArgumentParser:
     """The command line of this benchmark (and of ``next_edit_chains``, which replays the same commits)."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--repo", type=Path, default=ROOT, help="a git checkout (default: this one)")
+    add_commit_walk_arguments(parser, ROOT, commits=400)
     parser.add_argument("--n", type=int, default=40, help="cases")
-    parser.add_argument("--commits", type=int, default=400, help="the newest commits read")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR)
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--draws", type=int, default=Settings().next_edit_draws, help="nextEditDraws (1: eager)")
     parser.add_argument("--json", type=Path, default=RESULTS / "next_edit_eval.json")
     parser.add_argument("--plot", type=Path, default=None, help="default: the --json path with .png")

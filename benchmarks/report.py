@@ -1,5 +1,6 @@
 """How a benchmark writes its figures: the JSON file (with the machine report beside the figures), the figures
-printed, the plot; and the ``--step`` argument of the scripts that drive the engine."""
+printed, the plot; the ``--step`` argument of the scripts that drive the engine, and the arguments of those that
+replay a repository's commits."""
 
 from __future__ import annotations
 
@@ -21,6 +22,21 @@ def add_step_argument(
     """``--step`` (the engine's ``serve --step`` choices, or those of them given; default eager): how the engine's
     step runs for the measurement."""
     parser.add_argument("--step", choices=choices, default=StepMode.EAGER.value, help=help_text)
+
+
+def add_commit_walk_arguments(parser: argparse.ArgumentParser, repo: Path | None, commits: int) -> None:
+    """The arguments of a benchmark that replays the last commits of a repository on a model: ``--repo`` (``repo``
+    by default; None: required), ``--commits`` (``commits`` by default), ``--seed``, ``--model``, ``--device``."""
+    from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR
+
+    if repo is None:
+        parser.add_argument("--repo", type=Path, required=True, help="a git checkout or bare repository")
+    else:
+        parser.add_argument("--repo", type=Path, default=repo, help="a git checkout (default: %(default)s)")
+    parser.add_argument("--commits", type=int, default=commits, help="the newest commits read")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR)
+    parser.add_argument("--device", default="cpu")
 
 
 def write_json(path: Path, figures: dict[str, object]) -> None:

@@ -46,9 +46,9 @@ import attrs
 from benchmarks.keystroke_replay import percentile
 from benchmarks.machine import machine_report
 from benchmarks.next_edit_eval import changed_python_files, git
-from benchmarks.report import RESULTS, write_report
+from benchmarks.report import RESULTS, add_commit_walk_arguments, write_report
 from diffgemma_engine.errors import EngineError
-from diffgemma_engine.loading.model import DEFAULT_MODEL_DIR, LoadedModel, load_model
+from diffgemma_engine.loading.model import LoadedModel, load_model
 from diffgemma_engine.request.infill import Answer, run_infill
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.postprocess import postprocess
@@ -268,12 +268,8 @@ def run_policies(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--repo", type=Path, required=True, help="a git checkout or bare repository")
+    add_commit_walk_arguments(parser, None, commits=300)
     parser.add_argument("--lines", type=int, default=20, help="added lines typed")
-    parser.add_argument("--commits", type=int, default=300, help="the newest commits read")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR)
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--refine-steps", default="1,2,4", help="the refine step counts compared with discard")
     parser.add_argument("--step-ms", type=float, default=None, help="a step's time (default: this run's median)")
     parser.add_argument("--json", type=Path, default=RESULTS / "typing_replay.json")

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 from diffgemma_lsp.edit_history import BURST_GAP_S
 from diffgemma_lsp.features.next_edit import APPLY_KIND, APPLY_TITLE
 from diffgemma_lsp.next_edit_notice import UNSURE_NOTICE_AFTER, unsure_notice
-from tests.support.fake_engine import Rewrites, serving
-from tests.support.lsp import Editor, capabilities, complete, rewrite, server_command, span
+from tests.support.fake_engine import Rewrites
+from tests.support.lsp import Editor, complete, on_fake_engine, rewrite, span
 from tests.support.next_edits import AREA, FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
@@ -37,27 +36,12 @@ async def session(
 ) -> AsyncIterator[tuple[LanguageClient, Editor]]:
     """The real server on a fake engine that rewrites, the engine connected, ``AREA`` open and the rename typed
     (``RENAMED``, version 2)."""
-    socket_dir = isolated_env / "run"
-    socket_dir.mkdir(mode=0o700, exist_ok=True)
-    async with serving(socket_dir / "engine.sock", engine.handler()):
-        client = await ClientServerConfig(
-            server_command=server_command(socket_dir / "engine.sock", None), server_env=dict(os.environ)
-        ).start()
-        assert isinstance(client, LanguageClient)
+    async with on_fake_engine(isolated_env, engine.handler(), **settings) as (client, _):
         editor = Editor(client)
-        try:
-            await client.initialize_session(
-                types.InitializeParams(
-                    capabilities=capabilities(),
-                    initialization_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, **settings}},
-                )
-            )
-            editor.open(URI, AREA)
-            editor.change(URI, RENAME)
-            assert editor.text(URI) == RENAMED
-            yield client, editor
-        finally:
-            await client.shutdown_session()
+        editor.open(URI, AREA)
+        editor.change(URI, RENAME)
+        assert editor.text(URI) == RENAMED
+        yield client, editor
 
 
 async def next_edit(client: LanguageClient, line: int, character: int, version: int = 2) -> object:

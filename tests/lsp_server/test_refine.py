@@ -10,17 +10,14 @@ itself on a real engine: tests/e2e/test_refine_engine.py.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from lsprotocol import types
-from pytest_lsp import LanguageClient
 
 from diffgemma_engine.shared import protocol
-from tests.support.fake_engine import Rewrites, serving
-from tests.support.lsp import Editor, attached_client, complete, span
+from tests.support.fake_engine import Rewrites
+from tests.support.lsp import Editor, complete, on_fake_engine, span
 
 pytestmark = pytest.mark.e2e
 URI = "file:///work/add.py"
@@ -30,21 +27,11 @@ SUFFIX = "\n\nprint(add(1, 2))\n"
 TYPED = "    total = a -"
 
 
-@contextlib.asynccontextmanager
-async def on_fake_engine(isolated_env: Path, engine: Rewrites, **settings: object) -> AsyncIterator[LanguageClient]:
-    """The real server attached to the fake engine ``engine`` (its socket under ``isolated_env``)."""
-    socket_dir = isolated_env / "run"
-    socket_dir.mkdir(mode=0o700)
-    async with serving(socket_dir / "engine.sock", engine.handler()):
-        async with attached_client(socket_dir / "engine.sock", **settings) as client:
-            yield client
-
-
 async def test_the_next_keystroke_supersedes_the_refine_in_flight(isolated_env: Path) -> None:
     engine = Rewrites("    total = a - b\n    return total")
     engine.completion_answer = SHOWN
     engine.release.set()  # the first completion is answered at once
-    async with on_fake_engine(isolated_env, engine, refineSteps=2) as client:
+    async with on_fake_engine(isolated_env, engine.handler(), refineSteps=2) as (client, _):
         editor = Editor(client)
         editor.open(URI, PREFIX + SUFFIX)
         shown = await complete(client, URI, 1, 0)
@@ -85,7 +72,7 @@ async def test_a_refine_that_keeps_nothing_after_the_typed_text_is_followed_by_a
     engine = Rewrites(SHOWN)  # the refine comes back as the shown text: nothing of it follows the typed text
     engine.completion_answer = SHOWN
     engine.release.set()
-    async with on_fake_engine(isolated_env, engine, refineSteps=2) as client:
+    async with on_fake_engine(isolated_env, engine.handler(), refineSteps=2) as (client, _):
         editor = Editor(client)
         editor.open(URI, PREFIX + SUFFIX)
         await complete(client, URI, 1, 0)

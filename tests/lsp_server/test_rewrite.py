@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,13 +18,13 @@ import attrs
 import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.base import OLD_ENGINE
 from diffgemma_lsp.features.completion import REWRITE_IN_FLIGHT
-from tests.support.fake_engine import Rewrites, serving
-from tests.support.lsp import Editor, capabilities, complete, rewrite, server_command, span
+from tests.support.fake_engine import Rewrites
+from tests.support.lsp import Editor, complete, on_fake_engine, rewrite, span
 
 pytestmark = pytest.mark.e2e
 URI = "file:///work/add.py"
@@ -50,30 +49,14 @@ async def session(
     isolated_env: Path, engine: Rewrites, options: dict[str, object] | None = None
 ) -> AsyncIterator[Session]:
     """The real server on a fake engine that rewrites, with ``SOURCE`` open and the engine connected."""
-    socket_dir = isolated_env / "run"
-    socket_dir.mkdir(mode=0o700)
-    socket_path = socket_dir / "engine.sock"
-    async with serving(socket_path, engine.handler()):
-        client = await ClientServerConfig(
-            server_command=server_command(socket_path, None), server_env=dict(os.environ)
-        ).start()
-        assert isinstance(client, LanguageClient)
+    async with on_fake_engine(isolated_env, engine.handler(), **(options or {})) as (client, initialized):
         editor = Editor(client)
-        try:
-            initialized = await client.initialize_session(
-                types.InitializeParams(
-                    capabilities=capabilities(),
-                    initialization_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, **(options or {})}},
-                )
-            )
-            editor.open(URI, PREFIX + WRONG + SUFFIX)
-            deadline = asyncio.get_running_loop().time() + 30
-            while (await status(client))["engine"] != "ready":
-                assert asyncio.get_running_loop().time() < deadline, "the server never connected to the engine"
-                await asyncio.sleep(0.05)
-            yield Session(client, editor, engine, initialized)
-        finally:
-            await client.shutdown_session()
+        editor.open(URI, PREFIX + WRONG + SUFFIX)
+        deadline = asyncio.get_running_loop().time() + 30
+        while (await status(client))["engine"] != "ready":
+            assert asyncio.get_running_loop().time() < deadline, "the server never connected to the engine"
+            await asyncio.sleep(0.05)
+        yield Session(client, editor, engine, initialized)
 
 
 async def status(client: LanguageClient) -> dict[str, object]:

@@ -17,6 +17,7 @@ from pygls.workspace import TextDocument
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from diffgemma_lsp.context import clamp_position
+from tests.support.fake_engine import Handler, serving
 
 READY_TIMEOUT_S = 120
 
@@ -39,38 +40,73 @@ def capabilities(preset: str = "visual-studio-code", inline: bool = True) -> typ
     return caps
 
 
-async def start_client(
+async def start_session(
     command: list[str],
     init_options: object = None,
     preset: str = "visual-studio-code",
     root: Path | None = None,
-) -> LanguageClient:
-    """Start the server and finish the initialize handshake."""
+) -> tuple[LanguageClient, types.InitializeResult]:
+    """Start the server and finish the initialize handshake: the client and the server's answer to ``initialize``."""
     client = await ClientServerConfig(server_command=command, server_env=dict(os.environ)).start()
     assert isinstance(client, LanguageClient)
-    await client.initialize_session(
+    initialized = await client.initialize_session(
         types.InitializeParams(
             capabilities=capabilities(preset),
             root_uri=root.as_uri() if root else None,
             initialization_options=init_options,
         )
     )
+    return client, initialized
+
+
+async def start_client(
+    command: list[str],
+    init_options: object = None,
+    preset: str = "visual-studio-code",
+    root: Path | None = None,
+) -> LanguageClient:
+    """Start the server and finish the initialize handshake (``start_session``'s client)."""
+    client, _ = await start_session(command, init_options, preset, root)
     return client
 
 
 @contextlib.asynccontextmanager
-async def attached_client(socket_path: Path, **settings: object) -> AsyncIterator[LanguageClient]:
+async def attached_session(
+    socket_path: Path, **settings: object
+) -> AsyncIterator[tuple[LanguageClient, types.InitializeResult]]:
     """A language server of its own on the engine that serves ``socket_path`` (``--engine-socket`` and no model: it
     finds the engine serving and starts none), no debounce and no other files; other ``settings`` as the client
-    sends them. The engine is left serving (a module's shared engine: ``memorized_engine``)."""
-    client = await start_client(
+    sends them; with the server's answer to ``initialize``. The engine is left serving (a module's shared engine:
+    ``memorized_engine``)."""
+    client, initialized = await start_session(
         server_command(socket_path, None),
         init_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, **settings}},
     )
     try:
-        yield client
+        yield client, initialized
     finally:
         await client.shutdown_session()
+
+
+@contextlib.asynccontextmanager
+async def attached_client(socket_path: Path, **settings: object) -> AsyncIterator[LanguageClient]:
+    """``attached_session``'s client."""
+    async with attached_session(socket_path, **settings) as (client, _):
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def on_fake_engine(
+    root: Path, handler: Handler, **settings: object
+) -> AsyncIterator[tuple[LanguageClient, types.InitializeResult]]:
+    """The real language server on a fake engine (tests/support/fake_engine.py) that runs ``handler`` on a socket
+    in ``root``/run, for what a real engine cannot be made to do (hold an answer, rewrite with a fixed text): an
+    ``attached_session`` with ``settings``."""
+    socket_dir = root / "run"
+    socket_dir.mkdir(mode=0o700, exist_ok=True)
+    socket_path = socket_dir / "engine.sock"
+    async with serving(socket_path, handler), attached_session(socket_path, **settings) as session:
+        yield session
 
 
 def open_document(client: LanguageClient, uri: str, text: str, version: int = 1) -> None:
