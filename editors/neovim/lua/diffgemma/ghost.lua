@@ -1,8 +1,8 @@
 -- Ghost text and partial accept.
 --
--- Accepting part of a suggestion (the next word, the next line) works on both Neovim versions: on 0.12+ through
--- Neovim's own ghost text (`vim.lsp.inline_completion.get()` with `on_accept`), on 0.11, which has none, through the
--- plugin's own ghost text below (`setup({ ghost_text = true })`). Either way only the piece is inserted; the
+-- Accepting part of a suggestion (the next word, the next line) works on both Neovim versions: through Neovim 0.12's
+-- own ghost text (`vim.lsp.inline_completion.get()` with `on_accept`), or through the plugin's own ghost text below
+-- (`setup({ ghost_text = true })`, the only one on 0.11, which has none). Either way only the piece is inserted; the
 -- editor's next request (the typing) is answered by the server from the suggestion it showed (no new model call),
 -- and the plugin's own ghost text shows the rest at once, without waiting for that answer.
 --
@@ -81,7 +81,7 @@ local function insert(bufnr, row, col, text)
   end
 end
 
---- The plugin's own ghost text (Neovim 0.11) -----------------------------------------------------------------------
+--- The plugin's own ghost text (setup's ghost_text) ---------------------------------------------------------------
 
 --- Per buffer, the suggestion shown: { row, col (where its text goes), text, runs, replace_col (nil, or the byte
 --- column its whole accept replaces up to) }.

@@ -8,9 +8,9 @@
 -- opts.accept_word_key, opts.accept_line_key
 --                   insert-mode keys that accept the ghost text's next word / next line (defaults: "<M-Right>",
 --                   "<M-C-Right>", copilot.vim's; false: no mapping). The rest stays shown.
--- opts.ghost_text   Neovim 0.11, which has no ghost text of its own: show suggestions as ghost text (the plugin's,
---                   diffgemma/ghost.lua) as you type; the menu then opens only when asked (<C-Space>) unless
---                   opts.autotrigger is true (default: false; 0.12+ always shows Neovim's own)
+-- opts.ghost_text   show suggestions as the plugin's own ghost text (diffgemma/ghost.lua) as you type, the part the
+--                   model is unsure of dimmer; the menu then opens only when asked (<C-Space>) unless opts.autotrigger
+--                   is true (default: false: Neovim 0.12+ shows its own ghost text, 0.11 the menu only)
 -- opts.unsure_below the plugin's ghost text shows characters the model was less sure of than this (0 to 1) in
 --                   DiffgemmaGhostUnsure (default: 0.5)
 -- opts.next_edit    next edits: ask after each insert (InsertLeave) and normal-mode change, debounced (default: true)
@@ -331,7 +331,7 @@ function M.setup(opts)
   end, { range = true, nargs = "*", desc = "diffgemma: rewrite the selection (with an instruction)" })
 
   local accept_key = opts.accept_key or "<Tab>"
-  local own_ghost = opts.ghost_text == true and not vim.lsp.inline_completion
+  local own_ghost = opts.ghost_text == true
   local autotrigger = opts.autotrigger
   if autotrigger == nil then
     autotrigger = not own_ghost -- ghost text as you type, the menu when asked
@@ -357,16 +357,16 @@ function M.setup(opts)
       if opts.next_edit ~= false then
         watch_next_edits(bufnr, accept_key)
       end
-      if vim.lsp.inline_completion then -- Neovim 0.12+: ghost text
+      if own_ghost then
+        ghost.attach(bufnr)
+        accept_mapping(bufnr, accept_key, "all")
+      elseif vim.lsp.inline_completion then -- Neovim 0.12+: its own ghost text
         vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
         vim.keymap.set("i", accept_key, function()
           if not vim.lsp.inline_completion.get() then
             return accept_key
           end
         end, { buffer = bufnr, expr = true, desc = "diffgemma: accept the suggestion" })
-      elseif own_ghost then
-        ghost.attach(bufnr)
-        accept_mapping(bufnr, accept_key, "all")
       end
       if vim.lsp.inline_completion or own_ghost then
         accept_mapping(bufnr, opts.accept_word_key == nil and "<M-Right>" or opts.accept_word_key, "word")
