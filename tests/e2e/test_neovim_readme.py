@@ -23,8 +23,9 @@ import pytest
 
 from diffgemma_engine.shared.socket_paths import default_socket_path
 from tests.e2e.test_lsp_engine import _kill_engine
-from tests.e2e.test_neovim import NVIMS, PLUGIN, ROOT
+from tests.e2e.test_neovim import NVIMS, ROOT
 from tests.support.lsp import READY_TIMEOUT_S
+from tests.support.neovim import PLUGIN
 
 pytestmark = pytest.mark.e2e
 README = PLUGIN / "README.md"
