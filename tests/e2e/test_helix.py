@@ -90,8 +90,10 @@ def _wait_for(session: str, text: str, timeout: float, keys: tuple[str, ...] = (
             return screen
         if time.monotonic() > deadline:
             raise AssertionError(f"{text!r} never appeared on screen:\n{screen}")
-        if keys:
-            _tmux("send-keys", "-t", session, *keys)
+        for key in keys:
+            _tmux("send-keys", "-t", session, key)
+            if key == "Escape":
+                time.sleep(0.3)  # apart, or the terminal reads Escape and the next key as Alt-<key>
         time.sleep(0.5)
 
 
