@@ -129,6 +129,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: (*_layer_rank(item), waits[Path(item.path)]))
 
 
+ONE_WORKER = {"tests/e2e/test_real_vllm.py": "vllm", "tests/e2e/test_real_vllm_lifecycle.py": "vllm"}
+"""Files that pytest-xdist hands to one worker together (``make test TEST_WORKERS=2``), one after the other, by a
+name of their group: the files that serve models with vLLM's CPU build (two servers for one, three starts for the
+other), which would otherwise start up to five ``vllm serve`` at once on two workers, each with its gigabyte of KV
+cache and a minute of start on a shared core."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """For pytest-xdist's ``--dist loadfile`` (whole files to a worker), the files of a ``ONE_WORKER`` group taken
+    as one file; they are handed out in the order of ``pytest_collection_modifyitems`` (``make test`` passes
+    ``--no-loadscope-reorder``: xdist would otherwise start the files with the most tests first). Another ``--dist``
+    is xdist's own (None)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return ONE_WORKER.get(path, path)
+
+    return Scheduling(config, log)
+
+
 TRAINED = {
     "memorized_model_dir": ("memorized", "tests.support.models", "build_memorized"),
     "release_memorized_dir": ("release-memorized", "tests.support.release_format", "build_release_memorized"),
