@@ -16,9 +16,8 @@ from lsprotocol import types
 
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.features.selection import CHARS_PER_CANVAS_TOKEN
-from tests.lsp_server.test_refine import on_fake_engine
 from tests.support.fake_engine import Rewrites
-from tests.support.lsp import Editor, span
+from tests.support.lsp import Editor, on_fake_engine, span
 from tests.support.next_edit_chain import CHAIN, FOLLOWED_LINES, RENAMED
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +33,7 @@ async def chain_session(isolated_env: Path, engine: Rewrites, **settings: object
     at the definition holds none of the uses) and the user's ``privateFiles`` pattern ``customer_*``."""
     engine.release.set()
     options = {"nextEditLines": 1, "privateFiles": ["customer_*"], **settings}
-    async with on_fake_engine(isolated_env, engine, **options) as client:
+    async with on_fake_engine(isolated_env, engine.handler(), **options) as (client, _):
         yield Editor(client)
 
 
