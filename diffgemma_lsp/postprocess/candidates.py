@@ -17,19 +17,25 @@ def infill_edits(
 ) -> list[Edit | None]:
     """What each candidate of ``result`` (the answer to ``request`` from a backend of prompt ``layout``) puts at the
     cursor, best first: its post-processed edit cut to the part the model is sure of (``pipeline.gated``), or None
-    where nothing is left or its start is unsure."""
-    edits = candidate_edits(layout, request, result, language_id)
+    where nothing is left or its start is unsure. At ``min_confidence`` 0 nothing reads the confidences: they are not
+    carried (``confidence.carry`` costs about 40% of post-processing: benchmarks/README.md, "Which confidence")."""
+    edits = candidate_edits(layout, request, result, language_id, scored=min_confidence > 0)
     return [None if edit is None else gated(edit, min_confidence) for edit in edits]
 
 
 def candidate_edits(
-    layout: protocol.Layout, request: protocol.Infill, result: protocol.Result, language_id: str
+    layout: protocol.Layout,
+    request: protocol.Infill,
+    result: protocol.Result,
+    language_id: str,
+    *,
+    scored: bool = True,
 ) -> list[Edit | None]:
-    """Each candidate post-processed, with the model's confidence in each character carried to it, ungated."""
+    """Each candidate post-processed, ungated, with (``scored``) the model's confidence in each character carried."""
     instruct = layout is protocol.Layout.CHAT  # an instruction model's answers are unwrapped first
     texts = [result.text, *result.alternatives]
     runs = result.alternative_confidence if len(result.alternative_confidence) == len(result.alternatives) else []
-    confidences = [result.confidence, *(runs or [[] for _ in result.alternatives])]
+    confidences = [result.confidence, *(runs or [[] for _ in result.alternatives])] if scored else [[] for _ in texts]
     return [
         postprocess(
             request.prefix,

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from diffgemma_engine.shared import protocol
-from diffgemma_lsp.postprocess import Edit, postprocess
+from diffgemma_lsp.postprocess import Edit, infill_edits, postprocess
 from diffgemma_lsp.postprocess.confidence import (
     Scored,
     carry,
@@ -175,3 +175,19 @@ def test_an_unsure_rewrite_says_why_it_was_not_applied() -> None:
         " the code is left as it was"
     )
     assert why_refused(noise, 0.2) is None
+
+
+def test_the_confidences_are_carried_only_when_the_gate_reads_them() -> None:
+    prefix, suffix = "def f(x):\n", "\n"
+    raw = "    return x + 1\n\n\n"
+    result = protocol.Result(
+        id="a", text=raw, stop=protocol.StopReason.EOS, confidence=[protocol.Confident(chars=len(raw), p=0.9)]
+    )
+    off, on = (infill_edits(protocol.Layout.FIM, _request(prefix, suffix), result, "python", m) for m in (0.0, 0.5))
+    assert off[0] is not None and on[0] is not None and off[0].text == on[0].text == "    return x + 1"
+    assert off[0].confidence is None  # minConfidence 0: nothing reads them, so no step carries them
+    assert on[0].confidence == (0.9,) * len(on[0].text)
+
+
+def _request(prefix: str, suffix: str) -> protocol.Infill:
+    return protocol.Infill(id="a", uri="file:///a.py", prefix=prefix, suffix=suffix)
