@@ -14,7 +14,8 @@ was trained to answer (its memorized prompt, several seeds), where it is right.
   keeps. A calibrated model's share of survivors in a bin is about the bin's confidence.
 * **The suggestion gate** (``minConfidence``, ``postprocess.confidence.confident_part``), swept over thresholds:
   the share of suggestions withheld, how many of them were *right* (the whole suggestion the canonical line, blank
-  space aside) and withheld anyway, and the share of the characters still shown that survive.
+  space aside) and withheld anyway, how many wrong ones are still shown (what is left of them, cut or not, is not
+  a prefix of the canonical text), and the share of the characters still shown that survive.
 * **The rewrite gate** (``unsure_replacement``): each task's canonical line selected and rewritten at the
   ``rewriteStrength`` default (0.6), as "Rewrite selection" sends it; a rewrite is *right* when it gives back the
   working line (blank space aside), else it replaced working code with something else (the ``total_:`` report).
@@ -130,13 +131,14 @@ def suggestion_gate(shown: list[tuple[Scored, str]]) -> list[dict[str, float]]:
     right = [(scored, truth) for scored, truth in shown if _same(scored.text, truth)]
     rows = []
     for minimum in THRESHOLDS:
-        kept_chars = surviving = withheld = withheld_right = cut_right = 0
+        kept_chars = surviving = withheld = withheld_right = cut_right = kept_wrong = 0
         for scored, truth in shown:
             part = confident_part(scored, minimum)
             if part is None:
                 withheld += 1
                 withheld_right += _same(scored.text, truth)
                 continue
+            kept_wrong += not all(survivors(part.text, truth))
             cut_right += _same(scored.text, truth) and not _same(part.text, truth)
             kept = [
                 alive for char, alive in zip(part.text, survivors(part.text, truth), strict=True) if not char.isspace()
@@ -150,6 +152,8 @@ def suggestion_gate(shown: list[tuple[Scored, str]]) -> list[dict[str, float]]:
                 "withheld_right": withheld_right,
                 "right": len(right),
                 "right_cut_short": cut_right,
+                "kept_wrong": kept_wrong,
+                "wrong": len(shown) - len(right),
                 "shown_chars_survive": round(surviving / max(kept_chars, 1), 3),
                 "chars_shown": kept_chars,
             }

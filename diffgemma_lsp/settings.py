@@ -125,9 +125,11 @@ class Settings:
     min_confidence: float = attrs.field(default=0.0, validator=_probability)
     """How sure the model must be of what it suggests (0 to 1; 0: show everything): a suggestion is cut before its
     first character under it and withheld when its start is under it; a rewrite whose replacement is under it on
-    average is not applied, and the user is told why. The model's confidence is each canvas position's probability of
-    its token at its last denoising step (``Result.confidence``); an answer without one is never gated. Off by default
-    until ``benchmarks/confidence_calibration.py`` has measured where it helps (benchmarks/README.md)."""
+    average is not applied, and the user is told why. The model's confidence (``Result.confidence``) is, per canvas
+    position, the share of the denoising steps its token has been the model's choice (through vLLM: its probability
+    at the last step); an answer without one is never gated. Off by default, from the measurement: on the shipped model
+    0.5 refuses wrong rewrites and no right one, but any threshold withholds right suggestions with the wrong ones
+    (benchmarks/README.md, "Which confidence")."""
     backend: str = attrs.field(default="engine", validator=attrs.validators.in_(("engine", "openai")))
     """engine: the local engine (started when none runs); openai: an OpenAI-compatible server at openaiUrl."""
     openai_url: str = attrs.field(default="", validator=lambda _, __, value: _check_url(value))

@@ -1,13 +1,13 @@
 """The model's confidence in each character of its answer, kept aligned with the text through post-processing, and
 the rule that uses it.
 
-The engine sends runs of characters with a confidence each (``protocol.Result.confidence``: each canvas position's
-probability of its token at its last denoising step). :class:`Scored` is a text with one confidence per character;
-every step that cuts or rewrites the text hands it on with :meth:`Scored.then`, which carries the confidences to the
-new text by :func:`carry` (the one statement of that): a character kept keeps its own, a character the step wrote in
-place of others (indentation fitted) takes the lowest of those it replaced, one it added takes that of the character
-it was added before (a line break's ``\r``, a line's indentation; at the end, the last one's), and a character
-dropped drops its own.
+The engine sends runs of characters with a confidence each (``protocol.Result.confidence``: for each canvas position,
+the share of its denoising steps its token has been the model's choice; through vLLM, its probability at the last step).
+:class:`Scored` is a text with one confidence per character; every step that cuts or rewrites the text hands it on with
+:meth:`Scored.then`, which carries the confidences to the new text by :func:`carry` (the one statement of that): a
+character kept keeps its own, a character the step wrote in place of others (indentation fitted) takes the lowest of
+those it replaced, one it added takes that of the character it was added before (a line break's ``\r``, a line's
+indentation; at the end, the last one's), and a character dropped drops its own.
 
 :func:`confident_part` is the rule: a suggestion is cut before its first unsure character (at the start of that
 word), and withheld when nothing sure is left at its start; :func:`unsure_replacement` the same for a rewrite, which

@@ -25,7 +25,7 @@ class Denoised:
     finished: torch.Tensor  # (B,) rows that settled (or were stopped by their row check)
     row_steps: list[int]  # steps each row took part in
     row_stops: list[str | None]  # each row's stop reason from its row check
-    confidence: torch.Tensor | None = None  # (B, C) float32: each position's probability of its token at its last step
+    confidence: torch.Tensor | None = None  # (B, C) float32: the share of its row's steps each token was the argmax
 
 
 def run_steps(
@@ -76,5 +76,8 @@ def _denoised(
 ) -> Denoised:
     """What the loop hands back from ``state``: copies, since a captured graph's outputs are overwritten by its next
     replay (the next request's first step)."""
-    confidence = None if state.confidence is None else state.confidence.clone()
+    confidence = None
+    if state.stable is not None:  # a new tensor: the share of each row's steps its tokens stayed the argmax
+        ran = torch.tensor(row_steps, dtype=torch.float32, device=state.stable.device).clamp(min=1.0)
+        confidence = (state.stable / ran[:, None]).clamp(max=1.0)
     return Denoised(state.best.clone(), steps, stopped_by, state.finished.clone(), row_steps, row_stops, confidence)

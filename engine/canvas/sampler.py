@@ -10,8 +10,9 @@ and when a row stops. transformers states its sampler and stopper as small named
   :meth:`StepNoise.draw`, so the step has no host in it) or :class:`AcceptedOnlySampler` (a draw only where a
   token is accepted: less work on a CPU, another random stream);
 * stopping: :func:`settled`, stable and confident;
-* confidence: :func:`answer_confidence`, each position's probability of its answer token, what the engine reports
-  with the answer (``Result.confidence``).
+* confidence: :func:`stable_steps`, how many steps in a row each position's argmax has been its answer token; as
+  a share of the steps the row ran, what the engine reports with the answer (``Result.confidence``).
+  :func:`answer_confidence` is a token's probability at one step (what vLLM reports, at the last step).
 
 Torch only.
 """
@@ -212,3 +213,17 @@ def accept_mask(entropy: torch.Tensor, bound: float) -> torch.Tensor:
     sorted_entropy, order = torch.sort(entropy, dim=-1)
     keep_sorted = torch.cumsum(sorted_entropy, dim=-1) - sorted_entropy <= bound
     return torch.scatter(torch.zeros_like(keep_sorted), dim=-1, index=order, src=keep_sorted)
+
+
+def stable_steps(best: torch.Tensor, previous: torch.Tensor, stable: torch.Tensor | None) -> torch.Tensor:
+    """(B, C) float32: how many steps in a row, this one included, each position's argmax has been ``best``;
+    ``previous`` is the last step's argmax (before the first step, the canvas it starts from) and ``stable`` the last
+    step's count (None or 0 before the first step). A held position's argmax is its token at every step.
+
+    Divided by the steps the row ran, it is the answer's confidence: the share of the denoising the model has kept
+    each token. The probability of a token at the last step is about 1 wherever a canvas settled, wrong tokens
+    included (the stopper wants a mean entropy under ``confidence_threshold``), and its probability when it was
+    chosen ranks right tokens no better than chance; how long it has been kept ranks them best of what the loop can
+    keep without a vocabulary-sized tensor across steps (benchmarks/README.md, "Which confidence")."""
+    ones = torch.ones(best.shape, dtype=torch.float32, device=best.device)
+    return ones if stable is None else torch.where(best == previous, stable + 1.0, ones)

@@ -13,8 +13,9 @@ history, finished rows, the schedule's counter) to the next one, against the enc
     6. rows already finished keep their canvas and answer (their logits are the next step's self-conditioning,
        which only they read, and what they compute is not kept)
     7. finished |= stable over the last S steps and confident (``sampler.settled``)
-    8. confidence <- each position's probability of its answer token at this step (held positions: 1); finished
-       rows keep theirs (``sampler.answer_confidence``)
+    8. stable <- the steps in a row, this one included, each position's argmax has been its answer token;
+       finished rows keep theirs (``sampler.stable_steps``; the loop reports it as a share of the row's steps, the
+       answer's confidence)
 
 What varies is passed in (:class:`StepParts`): how the logits are computed and scored (the model's forward, eager,
 or ``diffgemma_engine.canvas.compiled.DecoderStep`` once compiled), and the sampler (``sampler.ExactSampler``, whose
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 from transformers import DynamicCache
 
-from .sampler import Sampler, SamplerSettings, Scores, StepNoise, accept_mask, answer_confidence, settled
+from .sampler import Sampler, SamplerSettings, Scores, StepNoise, accept_mask, settled, stable_steps
 from .start import StartCanvas, first_canvas, first_step
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class StepState:
     total: torch.Tensor  # () int32: the schedule's length N (a tensor: one graph serves every step count)
     held: torch.Tensor | None = None  # (B, C) bool: positions held at ``held_tokens`` (a rewrite's kept segments)
     held_tokens: torch.Tensor | None = None  # (B, C) long; both None when nothing is held
-    confidence: torch.Tensor | None = None  # (B, C) float32: the probability of ``best`` at its last step
+    stable: torch.Tensor | None = None  # (B, C) float32: the steps in a row ``best`` has been the argmax
 
     def take_self_conditioning(self) -> torch.Tensor | None:
         """The last step's logits, for the decoder. The eager loop's state (``conditioned`` None) gives them up
@@ -190,9 +191,9 @@ def denoise_step(parts: StepParts, inputs: DecoderInputs, state: StepState, nois
     canvas = torch.where(done, state.canvas, canvas)
     history = torch.cat([state.history[1:], best[None]])
     finished = state.finished | settled(state.history, best, scores.entropy, settings)  # 7
-    confidence = answer_confidence(scores, state.held)  # 8
-    if state.confidence is not None:
-        confidence = torch.where(done, state.confidence, confidence)
+    stable = stable_steps(scores.best, state.best, state.stable)  # 8
+    if state.stable is not None:
+        stable = torch.where(done, state.stable, stable)
     return StepState(
         canvas=canvas,
         best=best,
@@ -204,7 +205,7 @@ def denoise_step(parts: StepParts, inputs: DecoderInputs, state: StepState, nois
         total=state.total,
         held=state.held,
         held_tokens=state.held_tokens,
-        confidence=confidence,
+        stable=stable,
     )
 
 
@@ -255,5 +256,5 @@ def initial_state(
         total=torch.tensor(settings.max_steps, dtype=torch.int32, device=device),
         held=held,
         held_tokens=held_tokens,
-        confidence=torch.zeros(shape, dtype=torch.float32, device=device),
+        stable=torch.zeros(shape, dtype=torch.float32, device=device),
     )

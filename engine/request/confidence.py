@@ -1,9 +1,9 @@
 """Token confidences as runs of characters (``protocol.Confident``): what the wire carries with an answer.
 
-The canvas gives one confidence per position (``diffgemma_engine.canvas.sampler.answer_confidence``, or vLLM's logprob
-of each token it emits); the language server cuts and rewrites characters. Each token's characters are found by
-decoding: one token at a time where the pieces join up to the whole text (most tokenizers), else by decoding each
-prefix and keeping the part it shares with the whole. A character that several tokens make together (a byte-level
+The canvas gives one confidence per position (``diffgemma_engine.canvas.loop.Denoised.confidence``, or vLLM's logprob of
+each token it emits, at the last step); the language server cuts and rewrites characters. Each token's characters are
+found by decoding: one token at a time where the pieces join up to the whole text (most tokenizers), else by decoding
+each prefix and keeping the part it shares with the whole. A character that several tokens make together (a byte-level
 piece of one character) takes the lowest of their confidences.
 """
 

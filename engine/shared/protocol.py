@@ -320,9 +320,12 @@ class WindowResult:
 
 @attrs.frozen(kw_only=True)
 class Confident:
-    """A run of an answer's characters and how sure the model was of them: the probability each of the canvas
-    positions that wrote them had of its token at its last denoising step (the lowest, for characters made by several
-    tokens). Conditioned on the text on both sides of the cursor, unlike a left-to-right model's probabilities."""
+    """A run of an answer's characters and how sure the model was of them: for each canvas position that wrote them,
+    the share of its denoising steps, counted back from the last, that its token has been the model's choice (the
+    argmax; ``canvas.sampler.stable_steps``; 1 for a held token; the lowest, for characters made by several
+    tokens). Conditioned on the text on both sides of the cursor, unlike a left-to-right model's probabilities.
+    Through vLLM it is the token's probability at the last step instead (the one vLLM's reply gives: about 1
+    wherever a canvas settled, right or wrong). benchmarks/README.md, "Which confidence", measures both."""
 
     chars: int
     """How many characters of the text, after the runs before it."""

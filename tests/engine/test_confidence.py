@@ -1,19 +1,26 @@
-"""Each canvas position's confidence, carried to the answer's characters (``Result.confidence``).
+"""Each canvas position's confidence, carried to the answer's characters (``Result.confidence``): the share of the
+denoising steps its token has been the argmax, counted back from the last (``sampler.stable_steps``).
 
-Real checkpoints: the memorized one is sure of ``MEMORIZED_MIDDLE`` between its prefix and suffix; the random-weight
-one is sure of nothing. Real tokenizers for the runs of characters, and a rewrite whose held tokens are certain.
+Real checkpoints: the memorized one is sure of ``MEMORIZED_MIDDLE`` between its prefix and suffix; the random-weight one
+is sure of nothing; the shipped one, on code nobody here wrote, keeps some tokens longer than others. Real tokenizers
+for the runs of characters, and a rewrite whose held tokens are certain.
 """
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 
-from diffgemma_engine.canvas.sampler import answer_confidence, score_logits
-from diffgemma_engine.loading.model import LoadedModel
+from benchmarks.confidence_signals import signals, traced
+from diffgemma_engine.canvas.sampler import answer_confidence, score_logits, stable_steps
+from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
+from diffgemma_engine.loading.model import LoadedModel, load_model
 from diffgemma_engine.request.batch import Row, run_batch
 from diffgemma_engine.request.confidence import confidence_runs, token_boundaries
-from diffgemma_engine.request.infill import run_infill
+from diffgemma_engine.request.infill import finish_row, run_infill
 from diffgemma_engine.shared import frames, protocol
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
@@ -36,6 +43,38 @@ def test_the_confidence_is_the_probability_of_the_answer_token_and_held_position
     held = torch.tensor([[False, True, False]])
     assert answer_confidence(scores, held).tolist()[0][1] == 1.0
     assert answer_confidence(scores, held)[0, 0] == pytest.approx(float(expected[0, 0]))
+
+
+def test_a_token_counts_the_steps_in_a_row_it_has_been_the_argmax() -> None:
+    start = torch.tensor([[5, 6, 7]])  # the canvas before the first step: a position may agree with it by chance
+    first = stable_steps(torch.tensor([[5, 1, 2]]), start, torch.zeros(1, 3))
+    assert first.tolist() == [[1.0, 1.0, 1.0]]  # the first step counts once, agreeing or not
+    second = stable_steps(torch.tensor([[5, 1, 3]]), torch.tensor([[5, 1, 2]]), first)
+    assert second.tolist() == [[2.0, 2.0, 1.0]]  # kept: one more; changed its mind: counted from this step
+    assert stable_steps(torch.tensor([[5]]), torch.tensor([[4]]), None).tolist() == [[1.0]]
+
+
+@pytest.fixture(scope="module")
+def shipped() -> LoadedModel:
+    return load_model(DEFAULT_MODEL_DIR)
+
+
+def test_the_engine_reports_the_share_of_the_steps_each_token_was_kept(shipped: LoadedModel) -> None:
+    """The shipped model on a line of the standard library's ``textwrap`` (code nobody here wrote), traced step by
+    step: what the engine reports is, per position, the share of the steps its final token has been the argmax
+    (counted back from the last), not its probability at the last step (the two differ here)."""
+    source = Path(textwrap.__file__).read_text(encoding="utf-8")
+    at = source.index("        if self.break_on_hyphens")
+    prefix, suffix = source[:at], source[source.index("\n", at) + 1 :]
+    request = _insertion(prefix=prefix, suffix=suffix, seed=5, scope=protocol.cursor_scope(prefix))
+    with traced() as trace:
+        answer = run_infill(shipped, request)
+    canvas = trace[-1][0].tolist()
+    per_position = signals(trace)
+    kept, last = (finish_row(shipped, canvas, None, confidence=per_position[name]) for name in ("age", "last"))
+    assert answer.text and kept.text == answer.text
+    assert kept.confidence != last.confidence, "the two agree here: the test would check nothing"
+    assert answer.confidence == kept.confidence
 
 
 def test_a_memorized_answer_is_confident_and_a_random_one_is_not(
