@@ -40,8 +40,9 @@ serve: setup  ## set up, then start the engine on the shipped default model (Ctr
 # TEST_WORKERS: pytest-xdist workers (0: the tests run in pytest's own process; auto: one per core), each taking
 # whole test files (their module fixtures, such as a shared engine, stay in one process) in the order
 # tests/conftest.py gives them, light layers first (--no-loadscope-reorder: xdist would start the files with the
-# most tests first); the files of a ONE_WORKER group there go to one worker, one after the other.
-TEST_WORKERS ?= 0
+# most tests first); the files of a ONE_WORKER group there go to one worker, one after the other. Two by default, not
+# one per core: each worker starts its own engines (and vLLM servers), so memory grows with the workers.
+TEST_WORKERS ?= 2
 test: setup  ## run the whole test suite (unit, protocol, engine, end-to-end); prints the 40 slowest tests
 	@$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --durations=40; rc=$$?; \
