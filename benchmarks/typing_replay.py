@@ -190,9 +190,9 @@ def keystroke(
     replay: Replay, shown: ShownCompletions, source: str, cursor: int, refine_steps: int, seed: int, tally: Tally
 ) -> tuple[int, str | None]:
     """(steps spent, the suggestion after the cursor) after one keystroke."""
-    if (rest := shown.lookup(URI, source, cursor)) is not None:
+    if (kept := shown.lookup(URI, source, cursor)) is not None:
         tally.reused += 1
-        return 0, rest
+        return 0, kept.text
     prefix, suffix = source[:cursor], source[cursor:]
     last = shown.last(URI)
     spent = 0

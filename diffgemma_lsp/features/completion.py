@@ -64,7 +64,9 @@ class Completions:
         candidates = 1 if automatic else settings.candidates
         if not automatic and not await self._backend_ready(settings):
             return types.InlineCompletionList(items=[])
-        found = await self.complete(settings, params.text_document.uri, params.position, automatic, candidates)
+        found = await self.complete(
+            settings, params.text_document.uri, params.position, automatic, candidates, scored=True
+        )
         return types.InlineCompletionList(items=[inline_item(context, text) for context, text in found])
 
     async def _backend_ready(self, settings: Settings) -> bool:
@@ -94,7 +96,14 @@ class Completions:
             raise JsonRpcInvalidParams(str(exc)) from None
 
     async def complete(
-        self, settings: Settings, uri: str, position: types.Position, automatic: bool, candidates: int = 1
+        self,
+        settings: Settings,
+        uri: str,
+        position: types.Position,
+        automatic: bool,
+        candidates: int = 1,
+        *,
+        scored: bool = False,
     ) -> list[tuple[InfillContext, Scored]]:
         """The distinct completions at ``position`` from ``candidates`` canvases, best first, each with the model's
         confidence in its characters where known; empty when there is none (backend down, superseded, stale or
@@ -123,7 +132,7 @@ class Completions:
             if divergence is not None:
                 request = refine_request(request, divergence, settings.refine_steps)
             answer = await self._ask(
-                request, document.language_id or "", not automatic, marker, settings.min_confidence
+                request, document.language_id or "", not automatic, marker, settings.min_confidence, scored
             )
         finally:
             marker.cancel()  # nothing sent, or the call owns the document now: the marker leaves
@@ -139,7 +148,8 @@ class Completions:
             found.append((attrs.evolve(context, replace_end=end), edit.scored if divergence is None else Scored(text)))
         if divergence is not None and not found:  # the refine left nothing after the typed text: ask anew at once
             logger.info("the refine in %s kept nothing after the typed text: asking a new completion", uri)
-            return await self.complete(attrs.evolve(settings, refine_steps=0, debounce_ms=0), uri, position, automatic)
+            anew = attrs.evolve(settings, refine_steps=0, debounce_ms=0)
+            return await self.complete(anew, uri, position, automatic, scored=scored)
         if found:
             session.shown.remember(uri, source, context.offset, found[0][1].text, found[0][1].confidence)
         return found
@@ -195,6 +205,7 @@ class Completions:
         explicit: bool,
         marker: asyncio.Future[object],
         min_confidence: float = 0.0,
+        scored: bool = False,
     ) -> list[Edit | None] | None:
         """``request`` under the backend's next id, in the place of ``marker`` (the request's hold on its document):
         a newer request for its ``uri`` cancels this one in the backend too. Its candidates post-processed
@@ -211,7 +222,7 @@ class Completions:
         self.last_latency_ms, self.last_timings = reply.latency_ms, reply.result.timings
         if reply.engine_stopped or not reply.result.text:
             return None
-        edits = infill_edits(backend.layout, request, reply.result, language_id, min_confidence)
+        edits = infill_edits(backend.layout, request, reply.result, language_id, min_confidence, scored=scored)
         if explicit and not any(edits):
             why = withheld_reason(backend.layout, request, reply.result, language_id, min_confidence)
             if why is not None:

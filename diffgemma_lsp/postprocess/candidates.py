@@ -14,12 +14,15 @@ def infill_edits(
     result: protocol.Result,
     language_id: str,
     min_confidence: float = 0.0,
+    *,
+    scored: bool = False,
 ) -> list[Edit | None]:
     """What each candidate of ``result`` (the answer to ``request`` from a backend of prompt ``layout``) puts at the
     cursor, best first: its post-processed edit cut to the part the model is sure of (``pipeline.gated``), or None
-    where nothing is left or its start is unsure. At ``min_confidence`` 0 nothing reads the confidences: they are not
-    carried (``confidence.carry`` costs about 40% of post-processing: benchmarks/README.md, "Which confidence")."""
-    edits = candidate_edits(layout, request, result, language_id, scored=min_confidence > 0)
+    where nothing is left or its start is unsure. The confidences are carried where something reads them: the gate
+    (``min_confidence`` above 0) or the editor (``scored``: ghost text, whose unsure part the Neovim plugin dims);
+    else not (``confidence.carry`` costs about 40% of post-processing: benchmarks/README.md, "Which confidence")."""
+    edits = candidate_edits(layout, request, result, language_id, scored=scored or min_confidence > 0)
     return [None if edit is None else gated(edit, min_confidence) for edit in edits]
 
 

@@ -177,7 +177,7 @@ def test_an_unsure_rewrite_says_why_it_was_not_applied() -> None:
     assert why_refused(noise, 0.2) is None
 
 
-def test_the_confidences_are_carried_only_when_the_gate_reads_them() -> None:
+def test_the_confidences_are_carried_only_when_the_gate_or_the_ghost_text_reads_them() -> None:
     prefix, suffix = "def f(x):\n", "\n"
     raw = "    return x + 1\n\n\n"
     result = protocol.Result(
@@ -187,6 +187,8 @@ def test_the_confidences_are_carried_only_when_the_gate_reads_them() -> None:
     assert off[0] is not None and on[0] is not None and off[0].text == on[0].text == "    return x + 1"
     assert off[0].confidence is None  # minConfidence 0: nothing reads them, so no step carries them
     assert on[0].confidence == (0.9,) * len(on[0].text)
+    [shown] = infill_edits(protocol.Layout.FIM, _request(prefix, suffix), result, "python", 0.0, scored=True)
+    assert shown is not None and shown.confidence == (0.9,) * len(shown.text)  # ghost text: the editor reads them
 
 
 def _request(prefix: str, suffix: str) -> protocol.Infill:
