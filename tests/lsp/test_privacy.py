@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -111,3 +112,26 @@ def test_the_context_command_says_what_it_left_out_and_why(workspace: Path) -> N
     done = subprocess.run([*secret, str(workspace)], capture_output=True, text=True, timeout=120, check=True)
     assert f"nothing is sent for {workspace / 'keys.py'}: {privacy.SECRET_TEXT}" in done.stdout
     assert "b3BlbnNzaC1rZXktdjEAAAAA" not in done.stdout
+
+
+ONE_PATTERN = re.compile(
+    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+    r"|(?i:aws_secret_access_key|aws_session_token)\s*[=:]"
+    r"|\bAKIA[0-9A-Z]{16}\b"
+    r"|\bgh[pousr]_[A-Za-z0-9]{36,}\b"
+    r"|\bxox[abpr]-[A-Za-z0-9-]{10,}"
+)
+"""The secrets by content as one pattern, as ``privacy.SECRET_CONTENT`` was written before it was split for speed:
+what ``secret_text`` must still find, and only that."""
+
+
+def test_a_secret_in_the_text_is_found_where_it_starts_a_word_and_only_there() -> None:
+    key, github, slack = "AKIAIOSFODNN7EXAMPLE", "ghp_" + "a1" * 18, "xoxb-1234567890-abc"
+    texts = [KEY_BLOCK, "AWS_Session_Token: x", "aws_secret_access_key  = y", key, github, slack, SHARED]
+    texts += [f"{before}{secret}{after}" for secret in (key, github, slack) for before in ("", "x", "_", " ", "-", "é")
+              for after in ("", "x", "Z", " ", "\n")]  # fmt: skip
+    texts += ["xoxb-xoxb-1234567890", "AKIA" * 9, "ghp_" + "x" * 35, "aws_secret_access_key_id = 1"]
+    texts += ["x" * 200 + slack + "y", "gh" * 500 + github]
+    found = [text for text in texts if privacy.secret_text(text)]
+    assert found == [text for text in texts if ONE_PATTERN.search(text)]
+    assert KEY_BLOCK in found and f"x{key}" not in found and f"-{key}" in found and "xoxb-xoxb-1234567890" in found
