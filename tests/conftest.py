@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING
 import pytest
 from filelock import FileLock
 
+from tests.support.cache import CACHE_ENV, TEST_CACHE
+
 if TYPE_CHECKING:
     from tests.support.engine import EngineProcess
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL_CACHE = ROOT / ".cache" / "test-models"
+MODEL_CACHE = TEST_CACHE / "test-models"
 
 
 SESSION_MARK = "DIFFGEMMA_TEST_SESSION"
@@ -35,6 +37,7 @@ its socket's folder being removed, or of its last client) before it calls them l
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ[CACHE_ENV] = str(TEST_CACHE)  # for what the session starts, whatever XDG_CACHE_HOME it is given
     if _is_worker(config) and os.environ.get(SESSION_MARK):
         return  # a pytest-xdist worker keeps the mark of the run that started it
     os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
@@ -271,6 +274,7 @@ REQUESTS = {"next-edit": _next_edit_requests, "next-edit-chain": _chain_requests
 
 def _checkpoint_path(name: str) -> Path:
     """Where the checkpoint ``name`` is cached for this version of what it is built from (``CHECKPOINT_SOURCES``)."""
+    import torch
     import transformers
 
     digest = hashlib.sha1()
@@ -279,6 +283,7 @@ def _checkpoint_path(name: str) -> Path:
     if name in REQUESTS:
         digest.update(REQUESTS[name]())
     digest.update(transformers.__version__.encode())
+    digest.update(torch.__version__.encode())  # the cache is the machine's: clones may have other builds
     return MODEL_CACHE / f"{name}-{digest.hexdigest()[:12]}"
 
 

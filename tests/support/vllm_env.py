@@ -4,8 +4,9 @@ protocol modules import. Enough to parse and validate a request as ``vllm serve`
 (``CompletionRequest``, ``to_sampling_params``, ``validate_diffusion_sampling_params``); nothing here runs a model.
 
 vLLM pins ``torch==2.14.0`` and ``transformers<5.21``; its request code imports and runs with this project's
-2.13.0 and 5.24 (pip warns of the pins). Built once per version under .cache/ (about two minutes: the wheel is
-336 MB), in the background while the light layers run (tests/conftest.py)."""
+2.13.0 and 5.24 (pip warns of the pins). Built once per version and clone under .cache/ (its ``.pth`` names this
+clone's packages; about two minutes), in the background while the light layers run (tests/conftest.py); the wheel
+(336 MB) is downloaded once per machine, into the test cache (tests/support/cache.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from typing import Any
 
 from filelock import FileLock
 
+from tests.support.cache import TEST_CACHE
+
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_VERSION = "0.33.0"
 VENV = ROOT / ".cache" / f"vllm-{VLLM_VERSION}"
-WHEELS = ROOT / ".cache" / "wheels"
+WHEELS = TEST_CACHE / "wheels"
 PURE_PACKAGES = (
     "pydantic",
     "msgspec",
