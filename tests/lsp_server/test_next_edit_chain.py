@@ -12,29 +12,43 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from lsprotocol import types
 
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.features.selection import CHARS_PER_CANVAS_TOKEN
+from tests.conftest import xdg_environment
 from tests.support.fake_engine import Rewrites
-from tests.support.lsp import Editor, on_fake_engine, span
+from tests.support.lsp import Editor, on_fake_engine, reconfigured, span
 from tests.support.next_edit_chain import CHAIN, FOLLOWED_LINES, RENAMED
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 URI = "file:///work/totals.py"
 PRIVATE_MARKER = "customer_ledger_balance"
 SHARED_MARKER = "shared_helper_total"
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
 
 
-@contextlib.asynccontextmanager
-async def chain_session(isolated_env: Path, engine: Rewrites, **settings: object) -> AsyncIterator[Editor]:
-    """The real server on a fake engine that rewrites, connected, with ``settings`` (``nextEditLines`` 1: the window
-    at the definition holds none of the uses) and the user's ``privateFiles`` pattern ``customer_*``."""
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(module_tmp: Path) -> AsyncIterator[tuple[Rewrites, Editor]]:
+    """One real server on a fake engine that rewrites (every rewrite answered at once), for the module's tests:
+    none needs a server of its own (``chain_session`` closes what the test before left open)."""
+    engine = Rewrites(answer=FOLLOWED_LINES[0])
     engine.release.set()
-    options = {"nextEditLines": 1, "privateFiles": ["customer_*"], **settings}
-    async with on_fake_engine(isolated_env, engine.handler(), **options) as (client, _):
-        yield Editor(client)
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in xdg_environment(module_tmp).items():
+            patch.setenv(name, value)
+        async with on_fake_engine(module_tmp, engine.handler()) as (client, _):
+            yield engine, Editor(client)
+
+
+@contextlib.asynccontextmanager
+async def chain_session(shared: tuple[Rewrites, Editor], **settings: object) -> AsyncIterator[Editor]:
+    """The shared server with ``settings``, ``nextEditLines`` 1 (the window at the definition holds none of the uses)
+    and the user's ``privateFiles`` pattern ``customer_*``; the engine's record of what it was sent starts empty."""
+    engine, editor = shared
+    engine.received.clear()
+    yield reconfigured(editor, nextEditLines=1, privateFiles=["customer_*"], **settings)
 
 
 async def renamed_and_asked(editor: Editor, uri: str, text: str) -> object:
@@ -54,11 +68,11 @@ def prompt_texts(request: protocol.Infill) -> list[str]:
     return own + windows + [chunk.text for chunk in request.extra]
 
 
-async def test_no_text_of_a_private_file_reaches_a_chain_windows_prompt(isolated_env: Path) -> None:
+async def test_no_text_of_a_private_file_reaches_a_chain_windows_prompt(shared: tuple[Rewrites, Editor]) -> None:
     """A file the user keeps private (named by ``privateFiles``) open and edited beside a shared one: the chain's
     request (three places) carries the shared file's text and the rename, and nothing of the private file."""
-    engine = Rewrites(answer=FOLLOWED_LINES[0])
-    async with chain_session(isolated_env, engine, extraContextTokens=512) as editor:
+    engine, _ = shared
+    async with chain_session(shared, extraContextTokens=512) as editor:
         for name, marker in (("customer_ledger.py", PRIVATE_MARKER), ("helpers.py", SHARED_MARKER)):
             uri = f"file:///work/{name}"
             editor.open(uri, f"def {marker}():\n    return 0\n")
@@ -71,10 +85,12 @@ async def test_no_text_of_a_private_file_reaches_a_chain_windows_prompt(isolated
     assert PRIVATE_MARKER not in texts
 
 
-async def test_a_chain_in_a_secret_document_or_with_a_secret_at_a_place_is_never_sent(isolated_env: Path) -> None:
-    engine = Rewrites(answer=FOLLOWED_LINES[0])
+async def test_a_chain_in_a_secret_document_or_with_a_secret_at_a_place_is_never_sent(
+    shared: tuple[Rewrites, Editor],
+) -> None:
+    engine, _ = shared
     with_key = CHAIN.replace("third = total([5, 6])", f"third = total([5, 6])  # {AWS_KEY}")
-    async with chain_session(isolated_env, engine) as editor:
+    async with chain_session(shared) as editor:
         assert await renamed_and_asked(editor, "file:///work/customer_totals.py", CHAIN) is None  # by the setting
         assert await renamed_and_asked(editor, URI, with_key) is None  # a key at the third place
         assert engine.rewrites() == []
@@ -84,14 +100,16 @@ async def test_a_chain_in_a_secret_document_or_with_a_secret_at_a_place_is_never
     assert len(sent.windows) == 2 and not any(AWS_KEY in text for text in prompt_texts(sent))
 
 
-async def test_a_place_longer_than_a_canvas_is_left_out_and_the_others_still_go(isolated_env: Path) -> None:
+async def test_a_place_longer_than_a_canvas_is_left_out_and_the_others_still_go(
+    shared: tuple[Rewrites, Editor],
+) -> None:
     """A canvas of 32 tokens holds about 80 characters of a window: the second use's line is longer, so the chain
     is the first and the third place (before: all three went, and the engine refused the whole request)."""
     long_line = "second = total([3, 4]) + " + " + ".join(f"value_{n}" for n in range(12)) + "\n"
     assert len(long_line) > 32 * CHARS_PER_CANVAS_TOKEN
     text = CHAIN.replace("second = total([3, 4])\n", long_line)
-    engine = Rewrites(answer=FOLLOWED_LINES[0])
-    async with chain_session(isolated_env, engine, canvasLength=32) as editor:
+    engine, _ = shared
+    async with chain_session(shared, canvasLength=32) as editor:
         answer = await renamed_and_asked(editor, URI, text)
     assert answer is not None  # the first place, suggested
     (sent,) = engine.rewrites()

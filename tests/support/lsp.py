@@ -70,6 +70,12 @@ async def start_client(
     return client
 
 
+def server_settings(**settings: object) -> dict[str, object]:
+    """The settings a test's server is sent, as the client's payload: no debounce and no other files, then
+    ``settings``."""
+    return {"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, **settings}}
+
+
 @contextlib.asynccontextmanager
 async def attached_session(
     socket_path: Path, **settings: object
@@ -79,8 +85,7 @@ async def attached_session(
     sends them; with the server's answer to ``initialize``. The engine is left serving (a module's shared engine:
     ``memorized_engine``)."""
     client, initialized = await start_session(
-        server_command(socket_path, None),
-        init_options={"diffgemma": {"debounceMs": 0, "extraContextTokens": 0, **settings}},
+        server_command(socket_path, None), init_options=server_settings(**settings)
     )
     try:
         yield client, initialized
@@ -107,6 +112,22 @@ async def on_fake_engine(
     socket_path = socket_dir / "engine.sock"
     async with serving(socket_path, handler), attached_session(socket_path, **settings) as session:
         yield session
+
+
+def reconfigured(editor: Editor, **settings: object) -> Editor:
+    """``editor`` for one test's turn on a server that a module's tests share: every document it still holds from
+    the test before is closed (the server forgets their text, edits, next edits and extra context), its record of
+    edits emptied (and it applies them again), and ``settings`` sent with ``workspace/didChangeConfiguration`` as
+    ``attached_session`` sends them at the start (a setting not named takes its default again). The server handles
+    these notifications before any request sent after them."""
+    for uri in list(editor.documents):
+        editor.close(uri)
+    editor.edits.clear()
+    editor.refuse = False
+    editor.client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings=server_settings(**settings))
+    )
+    return editor
 
 
 def open_document(client: LanguageClient, uri: str, text: str, version: int = 1) -> None:
