@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -30,66 +29,17 @@ from tests.support.models import (
     SINGLE_LINE_PREFIX,
     SINGLE_LINE_SUFFIX,
 )
-from tests.support.neovim import headless_command
+from tests.support.neovim import headless_command, lua_prelude
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 NVIM012_ENV = "DIFFGEMMA_NVIM012"
 
-DRIVER = r"""
-local cfg = vim.json.decode(vim.env.DIFFGEMMA_TEST)
-local report = { nvim = tostring(vim.version()), log = {} }
-local phase = "setup"
-local done = false
-
-local function log(fmt, ...)
-  local t = vim.uv.hrtime() / 1e9 - cfg.t0
-  table.insert(report.log, string.format("%6.2f s  %s", t, string.format(fmt, ...)))
-end
-
-local function finish(ok, why)
-  if done then return end
-  done = true
-  report.ok, report.why, report.phase = ok, why, phase
-  report.buffer = vim.api.nvim_buf_get_lines(0, 0, -1, false)
-  report.mode = vim.api.nvim_get_mode().mode
-  vim.fn.writefile({ vim.json.encode(report) }, cfg.report)
-  vim.cmd("qa!")
-end
-
-local function fail(why)
-  log("FAIL (%s): %s", phase, why)
-  finish(false, why)
-end
-
-vim.defer_fn(function() fail("timed out") end, cfg.timeout_ms)
-
--- Call check() every 50 ms until it returns a true value, then on_done(value); fail after ms.
-local function poll(name, ms, check, on_done)
-  phase = name
-  local deadline = vim.uv.now() + ms
-  local function tick()
-    if done then return end
-    local ok, value = pcall(check)
-    if not ok then return fail(tostring(value)) end
-    if value then return on_done(value) end
-    if vim.uv.now() > deadline then return fail("gave up after " .. ms .. " ms") end
-    vim.defer_fn(tick, 50)
-  end
-  tick()
-end
-
-local function feed(keys)
-  log("feed %s", keys)
-  vim.api.nvim_feedkeys(vim.keycode(keys), "m", false) -- "m": mappings apply, as when a user types
-end
-
-local function buffer_text()
-  return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n") .. "\n"
-end
-
+DRIVER = (
+    lua_prelude()
+    + r"""
 local function check_landed()
-  poll("accepted", 5000, function() return buffer_text() == cfg.expected end, function()
+  poll("accepted", 5000, function() return text() == cfg.expected end, function()
     log("completion landed")
     finish(true)
   end)
@@ -154,7 +104,7 @@ local function drive_rewrite(client)
       for _, item in ipairs(items) do
         if item.action.title == "Rewrite selection" then return on_choice(item) end
       end
-      fail("no \"Rewrite selection\" among the code actions")
+      finish(false, "no \"Rewrite selection\" among the code actions")
     end
     vim.keymap.set("x", "<F4>", vim.lsp.buf.code_action)
   elseif cfg.mode == "rewrite_mapping" then
@@ -170,14 +120,14 @@ local function drive_rewrite(client)
   end
   vim.api.nvim_win_set_cursor(0, { 2, 0 })
   feed(cfg.keys)
-  poll("rewritten", 60000, function() return buffer_text() == cfg.expected end, function()
-    report.after_rewrite = buffer_text()
+  poll("rewritten", 60000, function() return text() == cfg.expected end, function()
+    report.after_rewrite = text()
     report.mode_after_rewrite = vim.api.nvim_get_mode().mode
     log("rewrite landed (mode %s)", report.mode_after_rewrite)
     -- nvim's code action leaves visual mode on (where "u" lowercases): a user presses <Esc> first.
     feed(report.mode_after_rewrite == "n" and "u" or "<Esc>u")
-    poll("undone", 5000, function() return buffer_text() == cfg.original end, function()
-      report.after_undo = buffer_text()
+    poll("undone", 5000, function() return text() == cfg.original end, function()
+      report.after_undo = text()
       log("one undo restored the selection")
       finish(true)
     end)
@@ -192,7 +142,7 @@ local function wait_for_engine(client)
     attempts = attempts + 1
     client:request("workspace/executeCommand", { command = "diffgemma.status", arguments = {} }, function(err, result)
       if done then return end
-      if err then return fail("diffgemma.status error: " .. vim.inspect(err)) end
+      if err then return finish(false, "diffgemma.status error: " .. vim.inspect(err)) end
       if not (result and result.engine == "ready") then return vim.defer_fn(ask, 250) end
       log("engine ready after %d status request(s)", attempts)
       drive_rewrite(client)
@@ -214,7 +164,7 @@ local function wait_until_ready(client)
     attempts = attempts + 1
     client:request("textDocument/completion", params, function(err, result)
       if done then return end
-      if err then return fail("textDocument/completion error: " .. vim.inspect(err)) end
+      if err then return finish(false, "textDocument/completion error: " .. vim.inspect(err)) end
       local items = result and (result.items or result) or {}
       if #items == 0 then return vim.defer_fn(ask, 250) end
       report.request_items = items
@@ -244,6 +194,7 @@ end, function(client)
   if cfg.mode:find("^rewrite") then wait_for_engine(client) else wait_until_ready(client) end
 end)
 """
+)
 
 
 def _run_nvim(
@@ -266,7 +217,6 @@ def _run_nvim(
     source.write_text(original)
     report_path = tmp / "report.json"
     cfg = {
-        "t0": time.monotonic(),
         "mode": mode,
         "file": str(source),
         "report": str(report_path),
@@ -328,8 +278,7 @@ def _explain(report: dict) -> str:
 
 def _assert_landed(report: dict) -> None:
     assert report["ok"], f"completion did not land: {report.get('why')}\n{_explain(report)}"
-    text = "\n".join(report["buffer"]) + "\n"
-    assert text == MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX, _explain(report)
+    assert report["buffer"] == MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX, _explain(report)
 
 
 def _nvim011() -> str:
@@ -392,8 +341,8 @@ SINGLE_LINE_AT = {"line": SINGLE_LINE_PREFIX.count("\n"), "col": len(SINGLE_LINE
 
 def _single_line_landed(report: dict) -> None:
     assert report["ok"], f"completion did not land: {report.get('why')}\n{_explain(report)}"
-    assert report["buffer"][SINGLE_LINE_AT["line"]] == SINGLE_LINE_AFTER, _explain(report)
-    assert "\n".join(report["buffer"]) + "\n" == SINGLE_LINE_WHOLE, _explain(report)
+    assert report["buffer"].split("\n")[SINGLE_LINE_AT["line"]] == SINGLE_LINE_AFTER, _explain(report)
+    assert report["buffer"] == SINGLE_LINE_WHOLE, _explain(report)
 
 
 def test_completion_menu_inserts_a_single_line_completion_whole(

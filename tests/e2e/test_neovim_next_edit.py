@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,50 +21,26 @@ import pytest
 from tests.e2e.test_lsp_engine import _kill_engine
 from tests.e2e.test_neovim import _nvim011
 from tests.support.lsp import server_command
-from tests.support.neovim import headless_command
+from tests.support.neovim import headless_command, lua_prelude
 from tests.support.next_edits import AREA, AREA_NAME, FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e
 
-PRELUDE = r"""
-local cfg = vim.json.decode(vim.env.DIFFGEMMA_TEST)
-local report = { log = {} }
-local done = false
-local function log(fmt, ...) table.insert(report.log, string.format(fmt, ...)) end
-local function text() return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n") .. "\n" end
-local function finish(ok, why)
-  if done then return end
-  done = true
-  report.ok, report.why, report.buffer = ok, why, text()
-  vim.fn.writefile({ vim.json.encode(report) }, cfg.report)
-  vim.cmd("qa!")
-end
-vim.defer_fn(function() finish(false, "timed out") end, cfg.timeout_ms)
-local function poll(ms, check, on_done, what)
-  local deadline = vim.uv.now() + ms
-  local function tick()
-    if done then return end
-    local ok, value = pcall(check)
-    if not ok then return finish(false, tostring(value)) end
-    if value then return on_done(value) end
-    if vim.uv.now() > deadline then return finish(false, "gave up waiting for " .. what) end
-    vim.defer_fn(tick, 50)
-  end
-  tick()
-end
-local function feed(keys) log("feed %s", keys); vim.api.nvim_feedkeys(vim.keycode(keys), "m", false) end
+PRELUDE = (
+    lua_prelude()
+    + r"""
 local ns = vim.api.nvim_create_namespace("diffgemma.next_edit")
 local function marks() return vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true }) end
 
 -- Until the engine the server started has loaded its model (diffgemma.status).
 local function when_ready(client, then_)
   local engine = nil
-  poll(60000, function()
+  poll("the engine", 60000, function()
     client:request("workspace/executeCommand", { command = "diffgemma.status", arguments = {} }, function(_, result)
       engine = result and result.engine
     end, 0)
     return engine == "ready"
-  end, then_, "the engine")
+  end, then_)
 end
 
 
@@ -74,14 +49,15 @@ local function start(settings, then_)
   require("diffgemma").setup({ cmd = cfg.cmd, settings = settings, next_edit = true })
   vim.cmd.edit(vim.fn.fnameescape(cfg.file))
   vim.bo.filetype = "python"
-  poll(20000, function()
+  poll("the client", 20000, function()
     local client = vim.lsp.get_clients({ bufnr = 0, name = "diffgemma" })[1]
     return client and client.initialized and client
-  end, function(client) when_ready(client, then_) end, "the client")
+  end, function(client) when_ready(client, then_) end)
 end
 """
-"""The drivers' helpers (Lua): the report written when the driver finishes, ``poll``, ``feed``, the next-edit
-extmarks, ``when_ready`` and ``start``."""
+)
+"""The drivers' helpers (Lua): ``lua_prelude``'s (the report, ``poll``, ``feed``), the next-edit extmarks,
+``when_ready`` and ``start``."""
 
 DRIVER = (
     PRELUDE
@@ -90,35 +66,35 @@ local function ask(then_)
   vim.api.nvim_win_set_cursor(0, { 1, 10 })
   local answered = nil
   require("diffgemma").next_edit({ on_done = function(result) answered = { result = result } end })
-  poll(30000, function() return answered end, function() then_(answered.result) end, "the next edit")
+  poll("the next edit", 30000, function() return answered end, function() then_(answered.result) end)
 end
 
 start({ debounceMs = 0, extraContextTokens = 0 }, function()
   vim.api.nvim_buf_set_text(0, 0, 9, 0, 14, { "size" })
   log("renamed: %s", vim.api.nvim_buf_get_lines(0, 0, 1, false)[1])
   -- The plugin asks by itself after the edit, and draws the answer.
-  poll(30000, function() return #marks() > 0 end, function()
+  poll("the suggestion after the edit", 30000, function() return #marks() > 0 end, function()
     report.marks = vim.tbl_map(function(mark)
       local details = mark[4]
       return { row = mark[2], hl_group = details.hl_group, virt_lines = details.virt_lines }
     end, marks())
     log("shown: %d extmark(s)", #report.marks)
     feed("<Esc>")
-    poll(5000, function() return #marks() == 0 end, function()
+    poll("the dismissal", 5000, function() return #marks() == 0 end, function()
       report.dismissed = text()
       ask(function(again)
         if not again then return finish(false, "no next edit when asked") end
         report.edits = vim.deepcopy(again.edits)  -- before <Tab>: applying them marks them
         feed("<Tab>")
-        poll(5000, function() return text() == cfg.expected end, function()
+        poll("the edit applied", 5000, function() return text() == cfg.expected end, function()
           report.applied = text()
           report.marks_after = #marks()
           feed("u")
-          poll(5000, function() return text() == cfg.original end, function() finish(true) end, "one undo")
-        end, "the edit applied")
+          poll("one undo", 5000, function() return text() == cfg.original end, function() finish(true) end)
+        end)
       end)
-    end, "the dismissal")
-  end, "the suggestion after the edit")
+    end)
+  end)
 end)
 """
 )
@@ -178,7 +154,6 @@ async def test_neovim_shows_a_next_edit_applies_it_with_tab_in_one_undo_and_dism
         "expected": FOLLOWED,
         "cmd": server_command(socket_path, next_edit_model_dir),
         "timeout_ms": 90_000,
-        "t0": time.monotonic(),
     }
     report, output = await run_driver(nvim, short_tmp, DRIVER, cfg, source.parent, socket_path, 180)
     explained = json.dumps(report, indent=2) + "\n" + output[-2000:]

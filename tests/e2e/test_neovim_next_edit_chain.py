@@ -11,7 +11,6 @@ other."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -37,7 +36,7 @@ end
 -- Each step: the plugin has asked by itself (after the last change) and shows the next place; record it, <Tab>.
 local function step(index)
   if index > #cfg.steps then return finish(true) end
-  poll(30000, function()
+  poll("place " .. index, 30000, function()
     local shown = require("diffgemma").shown[vim.api.nvim_get_current_buf()]
     return #marks() > 0 and shown and shown
   end, function(shown)
@@ -50,11 +49,11 @@ local function step(index)
       cursor = vim.api.nvim_win_get_cursor(0)[1] - 1, requests = requests(),
     })
     feed("<Tab>")
-    poll(5000, function() return text() == cfg.steps[index] end, function()
+    poll("edit " .. index .. " applied", 5000, function() return text() == cfg.steps[index] end, function()
       report.tabs[index].cursor_after = vim.api.nvim_win_get_cursor(0)[1] - 1
       step(index + 1)
-    end, "edit " .. index .. " applied")
-  end, "place " .. index)
+    end)
+  end)
 end
 
 -- nextEditLines 1: the window at the cursor (the definition) holds none of the uses, which are the chain's places.
@@ -85,7 +84,6 @@ async def test_neovim_applies_a_rename_chain_of_three_places_with_three_tabs_com
         "engine_log": str(state / "diffgemma" / "engine.log"),
         "cmd": server_command(socket_path, next_edit_chain_model_dir),
         "timeout_ms": 120_000,
-        "t0": time.monotonic(),
     }
     report, output = await run_driver(nvim, short_tmp, DRIVER, cfg, source.parent, socket_path, 240)
     logs = [state / "nvim" / "lsp.log", state / "diffgemma" / "lsp.log"]

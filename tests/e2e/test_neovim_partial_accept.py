@@ -19,38 +19,14 @@ import pytest
 
 from tests.e2e.test_neovim import NVIMS, _explain, _run_nvim
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
-from tests.support.neovim import headless_command
+from tests.support.neovim import headless_command, lua_prelude
 
 pytestmark = pytest.mark.e2e
 
-DRIVER = r"""
-local cfg = vim.json.decode(vim.env.DIFFGEMMA_TEST)
-local report = { nvim = tostring(vim.version()), log = {}, steps = {} }
-local done = false
-local function log(fmt, ...)
-  table.insert(report.log, string.format("%6.2f s  ", vim.uv.hrtime() / 1e9 - cfg.t0) .. string.format(fmt, ...))
-end
-local function text() return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n") .. "\n" end
-local function finish(ok, why)
-  if done then return end
-  done = true
-  report.ok, report.why, report.buffer = ok, why, vim.api.nvim_buf_get_lines(0, 0, -1, false)
-  vim.fn.writefile({ vim.json.encode(report) }, cfg.report)
-  vim.cmd("qa!")
-end
-vim.defer_fn(function() finish(false, "timed out") end, cfg.timeout_ms)
-local function poll(what, ms, check, on_done)
-  local deadline = vim.uv.now() + ms
-  local function tick()
-    if done then return end
-    local ok, value = pcall(check)
-    if not ok then return finish(false, tostring(value)) end
-    if value then return on_done(value) end
-    if vim.uv.now() > deadline then return finish(false, "gave up waiting for " .. what) end
-    vim.defer_fn(tick, 30)
-  end
-  tick()
-end
+DRIVER = (
+    lua_prelude(poll_ms=30)
+    + r"""
+report.steps = {}
 
 local ns_name = cfg.ghost_text and "diffgemma.ghost" or "nvim.lsp.inline_completion"
 local ns = vim.api.nvim_create_namespace(ns_name)
@@ -98,8 +74,7 @@ local function press(client, i)
       finish(true)
     end)
   end
-  log("press %s", cfg.presses[i])
-  vim.api.nvim_feedkeys(vim.keycode(cfg.presses[i]), "m", false)
+  feed(cfg.presses[i])
   local since = vim.uv.now()
   poll("the piece and the rest after " .. cfg.presses[i], 10000, function()
     return vim.uv.now() - since > 300 and not pending(client) and text() == cfg.after[i]
@@ -156,6 +131,7 @@ poll("client initialized", 20000, function()
   return client and client.initialized and client
 end, wait_until_ready)
 """
+)
 
 PIECES = ["    total", " = a + b", "\n    return total"]
 """The memorized middle as the keys take it: the next word (its indentation and ``total``), the rest of that line,

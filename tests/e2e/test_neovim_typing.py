@@ -16,43 +16,17 @@ import pytest
 
 from tests.e2e.test_neovim import NVIMS, _explain, _nvim011, _run_nvim
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
+from tests.support.neovim import lua_prelude
 
 pytestmark = pytest.mark.e2e
 SETTINGS = {"debounceMs": 0, "extraContextTokens": 0, "editHistoryTokens": 0}
 """No debounce: a menu as soon as the model answers, the harshest timing for what the user types. No edit history
 in the prompt: the checkpoint answers its memorized middle to the document alone."""
 
-DRIVER = r"""
-local cfg = vim.json.decode(vim.env.DIFFGEMMA_TEST)
-local report = { nvim = tostring(vim.version()), log = {}, menus = {}, next_edits = {}, modes = {} }
-local done = false
-local t0 = vim.uv.hrtime()
-local function now_ms() return (vim.uv.hrtime() - t0) / 1e6 end
-local function log(fmt, ...)
-  table.insert(report.log, string.format("%8.0f ms  ", now_ms()) .. string.format(fmt, ...))
-end
-local function text() return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n") .. "\n" end
-local function finish(ok, why)
-  if done then return end
-  done = true
-  report.ok, report.why, report.buffer, report.mode = ok, why, text(), vim.api.nvim_get_mode().mode
-  vim.fn.writefile({ vim.json.encode(report) }, cfg.report)
-  vim.cmd("qa!")
-end
-vim.defer_fn(function() finish(false, "timed out") end, cfg.timeout_ms)
--- Call check() every 20 ms until it returns a true value, then on_done(value); fail after ms.
-local function poll(what, ms, check, on_done)
-  local deadline = vim.uv.now() + ms
-  local function tick()
-    if done then return end
-    local ok, value = pcall(check)
-    if not ok then return finish(false, tostring(value)) end
-    if value then return on_done(value) end
-    if vim.uv.now() > deadline then return finish(false, "gave up waiting for " .. what) end
-    vim.defer_fn(tick, 20)
-  end
-  tick()
-end
+DRIVER = (
+    lua_prelude(poll_ms=20)
+    + r"""
+report.menus, report.next_edits, report.modes = {}, {}, {}
 local function mode() return vim.api.nvim_get_mode().mode end
 
 -- What the user would see change: each menu that opens or changes, and each next edit the plugin asks for.
@@ -229,6 +203,7 @@ end, function(client)
   else escape_then_append() end
 end)
 """
+)
 
 WHOLE = MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX
 TYPED = "\n".join(line.lstrip(" ") if number else line for number, line in enumerate(MEMORIZED_MIDDLE.split("\n")))
