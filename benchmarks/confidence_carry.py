@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.confidence_calibration import tasks
+from benchmarks.confidence_signals import tasks
 from benchmarks.machine import machine_report
 from benchmarks.report import RESULTS, write_report
 from diffgemma_lsp.postprocess import postprocess

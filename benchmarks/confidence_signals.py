@@ -22,8 +22,10 @@ of its tokens') and through the language server's post-processing (``postprocess
 what a user sees: a character *survives* when the suggestion is right up to and including it (the canonical text
 starts with it). Per candidate: the AUROC of its confidence for the characters that survive against those that do
 not (0.5: no better than chance), the same per suggestion (its lowest confidence against it being right whole), per
-rewrite (its mean against giving back the working line), and the ``minConfidence`` sweep
-(``benchmarks.confidence_calibration``'s tables).
+rewrite (its mean against giving back the working line), the reliability table (per tenth of confidence, the
+share of characters that survive) and the ``minConfidence`` sweeps of the suggestion gate (``confident_part``: withheld,
+right ones withheld or cut short, wrong ones still shown) and of the rewrite gate (``unsure_replacement``: right and
+wrong rewrites refused).
 
 Cases: HumanEval-infilling single-line tasks and their mid-line variants (``--limit``; evaluation only), and lines of
 a repository nobody here wrote (``--repo``: each a whole line and a mid-line cut, from the Python files at HEAD).
@@ -40,16 +42,7 @@ from unittest import mock
 
 import torch
 
-from benchmarks.confidence_calibration import (
-    OWN_PROMPT,
-    REWRITE_STRENGTH,
-    reliability,
-    rewrite_gate,
-    suggestion_gate,
-    survivors,
-    tasks,
-)
-from benchmarks.humaneval import mid_line_task
+from benchmarks.humaneval import DEFAULT_DATA, SPLITS, load_tasks, mid_line_task
 from benchmarks.machine import machine_report
 from benchmarks.next_edit_eval import git
 from benchmarks.plots import pyplot, save
@@ -62,7 +55,7 @@ from diffgemma_engine.loading.model import LoadedModel, load_model
 from diffgemma_engine.request.infill import finish_row, run_infill
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.postprocess import postprocess
-from diffgemma_lsp.postprocess.confidence import Scored, per_character
+from diffgemma_lsp.postprocess.confidence import Scored, confident_part, per_character, unsure_replacement
 from diffgemma_lsp.postprocess.replacement import scored_replacement
 
 Case = tuple[str, str, str]
@@ -82,6 +75,25 @@ SIGNALS = (
     "min_all",
     "mean_all",
 )
+THRESHOLDS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+BINS = 10
+REWRITE_STRENGTH = 0.6
+"""The ``rewriteStrength`` setting's default."""
+OWN_PROMPT = ("def add(a, b):\n", "\n\nprint(add(1, 2))\n", "    total = a + b\n    return total")
+"""The memorized test checkpoint's document and answer (tests/support/models.py ``MEMORIZED_*``)."""
+
+
+def tasks(limit: int) -> Iterator[dict]:
+    """The first ``limit`` single-line tasks, each followed by its mid-line variant where it has one."""
+    for task in load_tasks(DEFAULT_DATA / SPLITS["single-line"])[:limit]:
+        yield task
+        mid = mid_line_task(task)
+        if mid is not None:
+            yield mid
+
+
+def _same(a: str, b: str) -> bool:
+    return a.strip() == b.strip()
 
 
 @contextlib.contextmanager
@@ -134,6 +146,87 @@ def signals(trace: Trace) -> dict[str, list[float]]:
         "mean_all": of_final.mean(dim=0),
     }
     return {name: value.tolist() for name, value in out.items()}
+
+
+def survivors(shown: str, truth: str) -> list[bool]:
+    """Per character of ``shown``: whether ``truth`` starts with ``shown`` up to and including it."""
+    out, alive = [], True
+    for index, char in enumerate(shown):
+        alive = alive and index < len(truth) and truth[index] == char
+        out.append(alive)
+    return out
+
+
+def reliability(samples: list[tuple[float, bool]]) -> list[dict[str, float]]:
+    """Per tenth of confidence: characters, their mean confidence and the share that survive."""
+    rows = []
+    for low in range(BINS):
+        inside = [
+            (p, kept) for p, kept in samples if low / BINS <= p < (low + 1) / BINS or (low == BINS - 1 and p == 1)
+        ]
+        if inside:
+            rows.append(
+                {
+                    "from": low / BINS,
+                    "to": (low + 1) / BINS,
+                    "chars": len(inside),
+                    "mean_confidence": round(sum(p for p, _ in inside) / len(inside), 3),
+                    "survive": round(sum(kept for _, kept in inside) / len(inside), 3),
+                }
+            )
+    return rows
+
+
+def suggestion_gate(shown: list[tuple[Scored, str]]) -> list[dict[str, float]]:
+    """The ``minConfidence`` sweep over the suggestions (each with its canonical text)."""
+    right = [(scored, truth) for scored, truth in shown if _same(scored.text, truth)]
+    rows = []
+    for minimum in THRESHOLDS:
+        kept_chars = surviving = withheld = withheld_right = cut_right = kept_wrong = 0
+        for scored, truth in shown:
+            part = confident_part(scored, minimum)
+            if part is None:
+                withheld += 1
+                withheld_right += _same(scored.text, truth)
+                continue
+            kept_wrong += not all(survivors(part.text, truth))
+            cut_right += _same(scored.text, truth) and not _same(part.text, truth)
+            kept = [
+                alive for char, alive in zip(part.text, survivors(part.text, truth), strict=True) if not char.isspace()
+            ]
+            kept_chars += len(kept)
+            surviving += sum(kept)
+        rows.append(
+            {
+                "min_confidence": minimum,
+                "withheld": round(withheld / max(len(shown), 1), 3),
+                "withheld_right": withheld_right,
+                "right": len(right),
+                "right_cut_short": cut_right,
+                "kept_wrong": kept_wrong,
+                "wrong": len(shown) - len(right),
+                "shown_chars_survive": round(surviving / max(kept_chars, 1), 3),
+                "chars_shown": kept_chars,
+            }
+        )
+    return rows
+
+
+def rewrite_gate(rewrites: list[tuple[Scored, str]]) -> list[dict[str, float]]:
+    """The ``minConfidence`` sweep over the rewrites (each with the working line it replaced)."""
+    rows = []
+    for minimum in THRESHOLDS:
+        refused = [(scored, truth) for scored, truth in rewrites if unsure_replacement(scored, minimum) is not None]
+        rows.append(
+            {
+                "min_confidence": minimum,
+                "refused_right": sum(_same(scored.text, truth) for scored, truth in refused),
+                "right": sum(_same(scored.text, truth) for scored, truth in rewrites),
+                "refused_wrong": sum(not _same(scored.text, truth) for scored, truth in refused),
+                "wrong": sum(not _same(scored.text, truth) for scored, truth in rewrites),
+            }
+        )
+    return rows
 
 
 def auroc(samples: Sequence[tuple[float, bool]]) -> float | None:
