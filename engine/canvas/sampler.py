@@ -12,7 +12,6 @@ and when a row stops. transformers states its sampler and stopper as small named
 * stopping: :func:`settled`, stable and confident;
 * confidence: :func:`stable_steps`, how many steps in a row each position's argmax has been its answer token; as
   a share of the steps the row ran, what the engine reports with the answer (``Result.confidence``).
-  :func:`answer_confidence` is a token's probability at one step (what vLLM reports, at the last step).
 
 Torch only.
 """
@@ -159,14 +158,6 @@ def settled(
     else:
         stable = (history == best[None]).all(dim=-1).all(dim=0)
     return stable & (entropy.mean(dim=-1) < settings.confidence_threshold)
-
-
-def answer_confidence(scores: Scores, held: torch.Tensor | None) -> torch.Tensor:
-    """(B, C) float32: each position's probability of its argmax (``scores.best``) at this step's temperature, what
-    vLLM reports as the converging step's logprob of the token it emits; 1 where a position is ``held`` (a kept
-    segment's token is certain)."""
-    confidence = scores.probs.gather(-1, scores.best[..., None]).squeeze(-1).float()
-    return confidence if held is None else confidence.masked_fill(held, 1.0)
 
 
 def sample_accepted(

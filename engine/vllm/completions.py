@@ -12,12 +12,13 @@ per-request options travel in ``vllm_xargs``, which ``CompletionRequest.to_sampl
 * ``n`` for candidates, ``max_tokens`` one canvas;
 * ``logprobs: 0``: each emitted token's logprob, which vLLM's DiffusionGemma runner (``diffusion_gemma.py``, its
   "stash" of the converging denoise step) takes from that step's temperature-scaled logits for the position's argmax:
-  ``canvas.sampler.answer_confidence`` at the last step, as vLLM computes it. Not the own loop's confidence (the share
-  of the steps each token has stayed the argmax, ``canvas.sampler.stable_steps``): vLLM's runner keeps no per-position
+  ``exp`` of it (``token_confidence``) is the token's probability at the last step, ``softmax(logits / T)`` at its
+  argmax (the ``last`` signal of benchmarks/confidence_signals.py). Not the own loop's confidence (the share of the
+  steps each token has stayed the argmax, ``canvas.sampler.stable_steps``): vLLM's runner keeps no per-position
   record of earlier steps (its compiled sample step holds the canvas, argmax, the stopper's history and
   self-conditioning) and its reply says nothing of them, so through vLLM a settled canvas reports about 1, wrong tokens
   included (benchmarks/README.md, "Which confidence"). Held positions report the model's argmax there, not the held
-  token; the engine sets them to 1, as its own loop does.
+  token; the engine sets them to 1, as its own loop does (``request.on_vllm``).
 
 Never ``seed``: vLLM refuses it for a diffusion model (HTTP 400 from ``SamplingParams._validate_diffusion``, run
 with the served model's config at admission, with temperature, min_p, min_tokens, logit_bias, bad_words and

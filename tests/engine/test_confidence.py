@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from benchmarks.confidence_signals import signals, traced
-from diffgemma_engine.canvas.sampler import answer_confidence, score_logits, stable_steps
+from diffgemma_engine.canvas.sampler import stable_steps
 from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
 from diffgemma_engine.loading.model import LoadedModel, load_model
 from diffgemma_engine.request.batch import Row, run_batch
@@ -33,16 +33,6 @@ def _insertion(**fields: object) -> protocol.Infill:
 
 def _per_char(runs: list[protocol.Confident]) -> list[float]:
     return [run.p for run in runs for _ in range(run.chars)]
-
-
-def test_the_confidence_is_the_probability_of_the_answer_token_and_held_positions_are_certain() -> None:
-    logits = torch.tensor([[[4.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 9.0, 0.0]]])
-    scores = score_logits(logits, 0.5)
-    expected = torch.softmax(logits / 0.5, dim=-1).amax(dim=-1)
-    assert torch.allclose(answer_confidence(scores, None), expected)
-    held = torch.tensor([[False, True, False]])
-    assert answer_confidence(scores, held).tolist()[0][1] == 1.0
-    assert answer_confidence(scores, held)[0, 0] == pytest.approx(float(expected[0, 0]))
 
 
 def test_a_token_counts_the_steps_in_a_row_it_has_been_the_argmax() -> None:
