@@ -23,7 +23,6 @@ from diffgemma_lsp.backends.base import RewriteUnsupported
 from diffgemma_lsp.context import InfillContext, PositionError, build_context, position_after
 from diffgemma_lsp.owners import Kind
 from diffgemma_lsp.postprocess import Edit, infill_edits
-from diffgemma_lsp.postprocess.candidates import withheld_reason
 from diffgemma_lsp.postprocess.confidence import Scored
 from diffgemma_lsp.refine import Divergence, diverged, refine_request, refined
 from diffgemma_lsp.results import completion_item, inline_item
@@ -223,8 +222,6 @@ class Completions:
         if reply.engine_stopped or not reply.result.text:
             return None
         edits = infill_edits(backend.layout, request, reply.result, language_id, min_confidence, scored=scored)
-        if explicit and not any(edits):
-            why = withheld_reason(backend.layout, request, reply.result, language_id, min_confidence)
-            if why is not None:
-                session.show_info(f"diffgemma: no completion: {why}")
+        if explicit and not any(edits) and edits.withheld is not None:
+            session.show_info(f"diffgemma: no completion: {edits.withheld}")
         return edits

@@ -3,9 +3,20 @@ completions and the HTTP endpoint's choices), each cut to what the model is sure
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.postprocess.confidence import per_character, why_withheld
 from diffgemma_lsp.postprocess.pipeline import Edit, gated, postprocess
+
+
+class Candidates(list[Edit | None]):
+    """What each candidate puts at the cursor, best first (None: nothing), and why the best one is withheld."""
+
+    def __init__(self, edits: Iterable[Edit | None], withheld: str | None) -> None:
+        super().__init__(edits)
+        self.withheld = withheld
+        """Why ``minConfidence`` withholds the best candidate, for a user who asked (None: it does not)."""
 
 
 def infill_edits(
@@ -16,14 +27,16 @@ def infill_edits(
     min_confidence: float = 0.0,
     *,
     scored: bool = False,
-) -> list[Edit | None]:
+) -> Candidates:
     """What each candidate of ``result`` (the answer to ``request`` from a backend of prompt ``layout``) puts at the
     cursor, best first: its post-processed edit cut to the part the model is sure of (``pipeline.gated``), or None
-    where nothing is left or its start is unsure. The confidences are carried where something reads them: the gate
-    (``min_confidence`` above 0) or the editor (``scored``: ghost text, whose unsure part the Neovim plugin dims);
-    else not (``confidence.carry`` costs about 40% of post-processing: benchmarks/README.md, "Which confidence")."""
+    where nothing is left or its start is unsure; and why the best is withheld (``confidence.why_withheld``). The
+    confidences are carried where something reads them: the gate (``min_confidence`` above 0) or the editor
+    (``scored``: ghost text, whose unsure part the Neovim plugin dims); else not (``confidence.carry`` costs about
+    40% of post-processing: benchmarks/README.md, "Which confidence")."""
     edits = candidate_edits(layout, request, result, language_id, scored=scored or min_confidence > 0)
-    return [None if edit is None else gated(edit, min_confidence) for edit in edits]
+    withheld = None if edits[0] is None else why_withheld(edits[0].scored, min_confidence)
+    return Candidates((None if edit is None else gated(edit, min_confidence) for edit in edits), withheld)
 
 
 def candidate_edits(
@@ -50,11 +63,3 @@ def candidate_edits(
         )
         for raw, confident in zip(texts, confidences, strict=True)
     ]
-
-
-def withheld_reason(
-    layout: protocol.Layout, request: protocol.Infill, result: protocol.Result, language_id: str, min_confidence: float
-) -> str | None:
-    """Why the best candidate is withheld by ``min_confidence`` (for a user who asked), or None when it is not."""
-    best = candidate_edits(layout, request, result, language_id)[0]
-    return None if best is None else why_withheld(best.scored, min_confidence)
