@@ -12,7 +12,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import attrs
 import pytest
+import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pytest_lsp import LanguageClient
@@ -21,27 +23,42 @@ from diffgemma_lsp.edit_history import BURST_GAP_S
 from diffgemma_lsp.features.next_edit import APPLY_KIND, APPLY_TITLE
 from diffgemma_lsp.next_edit_notice import UNSURE_NOTICE_AFTER, unsure_notice
 from tests.support.fake_engine import Rewrites
-from tests.support.lsp import Editor, complete, on_fake_engine, rewrite, span
+from tests.support.lsp import Editor, complete, on_fake_engine, reconfigured, rewrite, shared_on_fake_engine, span
 from tests.support.next_edits import AREA, FOLLOWED, RENAMED
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 URI = "file:///work/area.py"
 RENAME = types.TextDocumentContentChangePartial(range=span(0, 9, 0, 14), text="size")
 """The user's edit: ``width`` renamed ``size`` in the signature."""
 
 
+@attrs.define
+class Shared:
+    """One real server on a fake engine that rewrites, for the module's tests: the engine's connection answers
+    with what ``engine`` (each test's own) says and records in it."""
+
+    engine: Rewrites
+    editor: Editor = attrs.field(init=False)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(module_tmp: Path) -> AsyncIterator[Shared]:
+    shared = Shared(Rewrites(answer=""))
+    async with shared_on_fake_engine(module_tmp, shared.engine.handler(lambda: shared.engine)) as editor:
+        shared.editor = editor
+        yield shared
+
+
 @contextlib.asynccontextmanager
-async def session(
-    isolated_env: Path, engine: Rewrites, **settings: object
-) -> AsyncIterator[tuple[LanguageClient, Editor]]:
-    """The real server on a fake engine that rewrites, the engine connected, ``AREA`` open and the rename typed
-    (``RENAMED``, version 2)."""
-    async with on_fake_engine(isolated_env, engine.handler(), **settings) as (client, _):
-        editor = Editor(client)
-        editor.open(URI, AREA)
-        editor.change(URI, RENAME)
-        assert editor.text(URI) == RENAMED
-        yield client, editor
+async def session(shared: Shared, engine: Rewrites, **settings: object) -> AsyncIterator[tuple[LanguageClient, Editor]]:
+    """The shared server with ``settings`` on ``engine``, ``AREA`` open and the rename typed (``RENAMED``, version
+    2); what the test before left open closed (``reconfigured``)."""
+    shared.engine = engine
+    editor = reconfigured(shared.editor, **settings)
+    editor.open(URI, AREA)
+    editor.change(URI, RENAME)
+    assert editor.text(URI) == RENAMED
+    yield editor.client, editor
 
 
 async def next_edit(client: LanguageClient, line: int, character: int, version: int = 2) -> object:
@@ -71,10 +88,10 @@ async def actions_at(client: LanguageClient, line: int) -> list[types.CodeAction
     return [action for action in result or [] if isinstance(action, types.CodeAction)]
 
 
-async def test_the_next_edit_is_the_renamed_parameters_use_and_its_action_applies_it(isolated_env: Path) -> None:
+async def test_the_next_edit_is_the_renamed_parameters_use_and_its_action_applies_it(shared: Shared) -> None:
     engine = Rewrites(answer=FOLLOWED)
     engine.release.set()
-    async with session(isolated_env, engine) as (client, editor):
+    async with session(shared, engine) as (client, editor):
         suggestion = plain(await next_edit(client, 0, 13))
         assert suggestion == {
             "uri": URI,
@@ -99,21 +116,21 @@ async def test_the_next_edit_is_the_renamed_parameters_use_and_its_action_applie
 
 
 async def test_a_document_not_edited_since_it_was_opened_has_no_next_edit_and_the_engine_is_not_asked(
-    isolated_env: Path,
+    shared: Shared,
 ) -> None:
     engine = Rewrites(answer=FOLLOWED)
     engine.release.set()
-    async with session(isolated_env, engine) as (client, editor):
+    async with session(shared, engine) as (client, editor):
         editor.close(URI)
         editor.open(URI, RENAMED)  # opened afresh: its edits went with the close
         assert await next_edit(client, 0, 13, version=1) is None
         assert engine.rewrites() == []
 
 
-async def test_a_window_that_comes_back_unchanged_is_no_edit(isolated_env: Path) -> None:
+async def test_a_window_that_comes_back_unchanged_is_no_edit(shared: Shared) -> None:
     engine = Rewrites(answer=RENAMED)
     engine.release.set()
-    async with session(isolated_env, engine) as (client, _):
+    async with session(shared, engine) as (client, _):
         assert await next_edit(client, 1, 4) is None
         assert len(engine.rewrites()) == 1  # the engine was asked, and left the window as it was
         assert not [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]
@@ -123,13 +140,13 @@ async def test_a_window_that_comes_back_unchanged_is_no_edit(isolated_env: Path)
             )
 
 
-async def test_draws_that_write_different_edits_are_no_edit_unless_one_draw_is_enough(isolated_env: Path) -> None:
+async def test_draws_that_write_different_edits_are_no_edit_unless_one_draw_is_enough(shared: Shared) -> None:
     """``nextEditDraws`` (2 by default): the engine is asked for that many draws of the window, and an edit is
     suggested only when they all write it; with 1, whatever the one draw writes."""
     engine = Rewrites(answer=FOLLOWED)
     engine.alternatives = [FOLLOWED.replace("return size * height", "return size * size")]
     engine.release.set()
-    async with session(isolated_env, engine) as (client, _):
+    async with session(shared, engine) as (client, _):
         assert await next_edit(client, 0, 13) is None
         (sent,) = engine.rewrites()
         assert sent.candidates == 2
@@ -137,7 +154,7 @@ async def test_draws_that_write_different_edits_are_no_edit_unless_one_draw_is_e
     engine = Rewrites(answer=FOLLOWED)
     engine.alternatives = [FOLLOWED.replace("return size * height", "return size * size")]
     engine.release.set()
-    async with session(isolated_env, engine, nextEditDraws=1) as (client, _):
+    async with session(shared, engine, nextEditDraws=1) as (client, _):
         suggestion = plain(await next_edit(client, 0, 13))
         assert isinstance(suggestion, dict) and suggestion["edits"][0]["newText"] == "    return size * height\n"
         assert engine.rewrites()[0].candidates == 1
@@ -145,15 +162,18 @@ async def test_draws_that_write_different_edits_are_no_edit_unless_one_draw_is_e
 
 async def test_draws_that_keep_disagreeing_are_explained_once(isolated_env: Path) -> None:
     """The shipped model's draws never agree, so no next edit ever appears: after ``UNSURE_NOTICE_AFTER`` requests
-    the user is told why, once."""
+    the user is told why, once (a server of its own: once per server)."""
     engine = Rewrites(answer=FOLLOWED)
     engine.alternatives = [FOLLOWED.replace("return size * height", "return size * size")]
     engine.release.set()
-    async with session(isolated_env, engine) as (client, _):
-        for _ in range(UNSURE_NOTICE_AFTER * 2):
-            assert await next_edit(client, 0, 13) is None
-        shown = [message.message for message in client.messages if "no next edit" in message.message]
-        assert shown == [unsure_notice("fake", 2)] and "A real model makes next edits" in shown[0]
+    own = Shared(engine)
+    async with on_fake_engine(isolated_env, engine.handler()) as (client, _):
+        own.editor = Editor(client)
+        async with session(own, engine) as (client, _):
+            for _ in range(UNSURE_NOTICE_AFTER * 2):
+                assert await next_edit(client, 0, 13) is None
+            shown = [message.message for message in client.messages if "no next edit" in message.message]
+            assert shown == [unsure_notice("fake", 2)] and "A real model makes next edits" in shown[0]
     assert "the shipped model is a small test model" in unsure_notice("default", 2)  # its handshake's model id
 
 
@@ -164,12 +184,12 @@ async def _rewrites_reach(engine: Rewrites, count: int) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_an_accepted_suggestion_has_the_next_one_computed_before_it_is_asked(isolated_env: Path) -> None:
+async def test_an_accepted_suggestion_has_the_next_one_computed_before_it_is_asked(shared: Shared) -> None:
     """Issue 29's prefetch: the change that applies the suggestion starts the next one at once; the request for
     that version near it is answered by it, with no second call to the engine."""
     engine = Rewrites(answer=FOLLOWED)
     engine.release.set()
-    async with session(isolated_env, engine) as (client, editor):
+    async with session(shared, engine) as (client, editor):
         await next_edit(client, 0, 13)
         (action,) = [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]
         assert action.edit is not None and editor.apply(action.edit).applied
@@ -185,14 +205,14 @@ async def test_an_accepted_suggestion_has_the_next_one_computed_before_it_is_ask
 
 
 async def test_a_next_edit_computed_ahead_that_the_engine_superseded_is_computed_anew_when_asked(
-    isolated_env: Path,
+    shared: Shared,
 ) -> None:
     """The engine answers a request a newer one for the document replaced as superseded: that is no answer about
     the code, so the request for the version computed ahead asks the engine again, and gets the real answer."""
     engine = Rewrites(answer=FOLLOWED)
     engine.superseded = {1}  # the one computed ahead
     engine.release.set()
-    async with session(isolated_env, engine) as (client, editor):
+    async with session(shared, engine) as (client, editor):
         await next_edit(client, 0, 13)
         (action,) = [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]
         assert action.edit is not None and editor.apply(action.edit).applied
@@ -206,19 +226,19 @@ async def test_a_next_edit_computed_ahead_that_the_engine_superseded_is_computed
         assert engine.rewrites()[2].start == engine.rewrites()[1].start
 
 
-async def test_a_suggestion_the_user_did_not_take_starts_nothing_unless_asked_on_pauses(isolated_env: Path) -> None:
+async def test_a_suggestion_the_user_did_not_take_starts_nothing_unless_asked_on_pauses(shared: Shared) -> None:
     """Another change is not the suggestion taken: nothing is computed ahead. With ``nextEditOnPause`` (Helix, Zed)
     the server asks by itself once the burst of editing ends, and offers the answer as the code action."""
     engine = Rewrites(answer=FOLLOWED)
     engine.release.set()
-    async with session(isolated_env, engine) as (client, editor):
+    async with session(shared, engine) as (client, editor):
         await next_edit(client, 0, 13)
         editor.change(URI, types.TextDocumentContentChangePartial(range=span(4, 0, 4, 0), text="# later\n"))
         await asyncio.sleep(BURST_GAP_S + 1.0)  # a burst ended: nothing asked without the setting
         assert len(engine.rewrites()) == 1
     engine = Rewrites(answer=FOLLOWED)
     engine.release.set()
-    async with session(isolated_env, engine, nextEditOnPause=True) as (client, editor):
+    async with session(shared, engine, nextEditOnPause=True) as (client, editor):
         editor.change(URI, types.TextDocumentContentChangePartial(range=span(4, 0, 4, 0), text="# later\n"))
         await _rewrites_reach(engine, 1)  # the server asked, once the burst ended
         deadline = asyncio.get_running_loop().time() + 30
@@ -229,13 +249,13 @@ async def test_a_suggestion_the_user_did_not_take_starts_nothing_unless_asked_on
         assert len(engine.rewrites()) == 1  # the request took the answer computed on the pause
 
 
-async def test_a_second_did_open_forgets_the_next_edit_computed_ahead_for_the_old_text(isolated_env: Path) -> None:
+async def test_a_second_did_open_forgets_the_next_edit_computed_ahead_for_the_old_text(shared: Shared) -> None:
     """Issue 42, finding 1: a suggestion accepted, the next one computed ahead; the editor opens the uri again (no
     ``didClose``) with other text at the same version. The request for that version got the edits computed on the
     old text, and the plugin applied them over a line of the new file."""
     engine = Rewrites(answer=FOLLOWED)
     engine.release.set()
-    async with session(isolated_env, engine) as (client, editor):
+    async with session(shared, engine) as (client, editor):
         await next_edit(client, 0, 13)
         engine.answer = FOLLOWED.replace("area(2, 3)", "area(3, 4)")  # the edit computed ahead: line 4
         (action,) = [action for action in await actions_at(client, 1) if action.title == APPLY_TITLE]
@@ -248,12 +268,12 @@ async def test_a_second_did_open_forgets_the_next_edit_computed_ahead_for_the_ol
         assert [action.title for action in await actions_at(client, 4)] == []
 
 
-async def test_a_next_edit_never_supersedes_the_users_rewrite_of_the_document(isolated_env: Path) -> None:
+async def test_a_next_edit_never_supersedes_the_users_rewrite_of_the_document(shared: Shared) -> None:
     """Issue 42, finding 4: the plugins ask for next edits on their own; one for a document whose rewrite is in
     flight superseded the rewrite in the engine (which keeps one request per document), and the user's rewrite
     ended with no edit and no message. The rewrite goes first: the next edit is "no edit" and is not sent."""
     engine = Rewrites(answer="def area(size, height):\n    return size * height")
-    async with session(isolated_env, engine) as (client, editor):
+    async with session(shared, engine) as (client, editor):
         whole = span(0, 0, 1, 25)
         pending = asyncio.ensure_future(rewrite(client, URI, whole, editor.version(URI)))
         await _rewrites_reach(engine, 1)
@@ -264,12 +284,12 @@ async def test_a_next_edit_never_supersedes_the_users_rewrite_of_the_document(is
         assert "return size * height" in editor.text(URI)
 
 
-async def test_a_next_edit_never_supersedes_a_completion_the_user_invoked(isolated_env: Path) -> None:
+async def test_a_next_edit_never_supersedes_a_completion_the_user_invoked(shared: Shared) -> None:
     """Issue 46: an invoked completion right after a change was superseded by the plugin's own next-edit request for
     the same document (Neovim sends one 300 ms after ``TextChanged``), and no menu came."""
     engine = Rewrites(answer=FOLLOWED)
     engine.completion_answer = "size * height"
-    async with session(isolated_env, engine) as (client, editor):
+    async with session(shared, engine) as (client, editor):
         editor.change(URI, types.TextDocumentContentChangePartial(range=span(1, 11, 1, 25), text=""))
         asked = asyncio.ensure_future(complete(client, URI, 1, 11))
         deadline = asyncio.get_running_loop().time() + 30

@@ -87,56 +87,59 @@ class Rewrites:
         """The rewrites received (infills with ``start``), in order."""
         return [request for request in self.received if request.start]
 
-    def handler(self) -> Handler:
+    def handler(self, current: Callable[[], Rewrites] | None = None) -> Handler:
         """A connection handler: shakes hands, answers completions at once with "", and each rewrite, once
         ``release`` is set, with ``answer``; a ``Cancel`` answers its request as cancelled, and a request for a
         document supersedes the one held for it, as the engine does (it keeps one request per document and
-        connection)."""
+        connection). ``current``: the ``Rewrites`` whose settings and records each message uses, when not this one
+        (one fake engine, one connection, shared by a module's tests: each test's own ``Rewrites``)."""
+        now = current or (lambda: self)
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await frames.read_message(reader)
-            writer.write(frames.encode(attrs.evolve(HELLO_OK, features=self.features)))
-            self.connections += 1
+            writer.write(frames.encode(attrs.evolve(HELLO_OK, features=now().features)))
+            now().connections += 1
             held: dict[str, asyncio.Task[None]] = {}
             held_for: dict[str, str] = {}
             """Per document uri, the id of the request held for it."""
 
-            def stop(request_id: str, why: protocol.StopReason) -> None:
+            def stop(engine: Rewrites, request_id: str, why: protocol.StopReason) -> None:
                 if (task := held.pop(request_id, None)) is not None and not task.done():
                     task.cancel()
-                    self.stopped.append((request_id, why))
+                    engine.stopped.append((request_id, why))
                     writer.write(frames.encode(protocol.Result(id=request_id, text="", stop=why)))
 
-            async def answer_later(request: protocol.Infill) -> None:
-                await self.release.wait()
+            async def answer_later(engine: Rewrites, request: protocol.Infill) -> None:
+                await engine.release.wait()
                 if not request.start:
-                    assert self.completion_answer is not None
-                    result = protocol.Result(id=request.id, text=self.completion_answer, stop=protocol.StopReason.EOS)
-                elif self.rewrites().index(request) in self.superseded:
+                    assert engine.completion_answer is not None
+                    result = protocol.Result(id=request.id, text=engine.completion_answer, stop=protocol.StopReason.EOS)
+                elif engine.rewrites().index(request) in engine.superseded:
                     result = protocol.Result(id=request.id, text="", stop=protocol.StopReason.SUPERSEDED)
                 else:
                     result = protocol.Result(
                         id=request.id,
-                        text=self.answer,
+                        text=engine.answer,
                         stop=protocol.StopReason.EOS,
-                        alternatives=self.alternatives[: request.candidates - 1],
+                        alternatives=engine.alternatives[: request.candidates - 1],
                     )
                 writer.write(frames.encode(result))
 
             try:
                 while True:
                     message = await frames.read_message(reader)
+                    engine = now()
                     if isinstance(message, protocol.Cancel):
-                        self.cancelled.append(message.id)
-                        stop(message.id, protocol.StopReason.CANCELLED)
+                        engine.cancelled.append(message.id)
+                        stop(engine, message.id, protocol.StopReason.CANCELLED)
                     elif isinstance(message, protocol.Infill):
-                        self.received.append(message)
+                        engine.received.append(message)
                         if (previous := held_for.get(message.uri)) is not None:
-                            stop(previous, protocol.StopReason.SUPERSEDED)
-                        if message.start or self.completion_answer is not None:
-                            held[message.id] = asyncio.ensure_future(answer_later(message))
+                            stop(engine, previous, protocol.StopReason.SUPERSEDED)
+                        if message.start or engine.completion_answer is not None:
+                            held[message.id] = asyncio.ensure_future(answer_later(engine, message))
                             held_for[message.uri] = message.id
-                            self.arrived.set()
+                            engine.arrived.set()
                         else:
                             result = protocol.Result(id=message.id, text="", stop=protocol.StopReason.EOS)
                             writer.write(frames.encode(result))

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
+import pytest
 from lsprotocol import types
 from pygls.workspace import TextDocument
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
@@ -112,6 +113,19 @@ async def on_fake_engine(
     socket_path = socket_dir / "engine.sock"
     async with serving(socket_path, handler), attached_session(socket_path, **settings) as session:
         yield session
+
+
+@contextlib.asynccontextmanager
+async def shared_on_fake_engine(root: Path, handler: Handler) -> AsyncIterator[Editor]:
+    """``on_fake_engine`` for a server that a module's tests share (``root``: ``module_tmp``), with its XDG folders in
+    ``root`` as ``isolated_env`` gives a test's: an ``Editor`` on it, for ``reconfigured``."""
+    from tests.conftest import xdg_environment
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in xdg_environment(root).items():
+            patch.setenv(name, value)
+        async with on_fake_engine(root, handler) as (client, _):
+            yield Editor(client)
 
 
 def reconfigured(editor: Editor, **settings: object) -> Editor:
