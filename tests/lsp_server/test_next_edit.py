@@ -12,7 +12,6 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import attrs
 import pytest
 import pytest_asyncio
 from lsprotocol import types
@@ -23,7 +22,7 @@ from diffgemma_lsp.edit_history import BURST_GAP_S
 from diffgemma_lsp.features.next_edit import APPLY_KIND, APPLY_TITLE
 from diffgemma_lsp.next_edit_notice import UNSURE_NOTICE_AFTER, unsure_notice
 from tests.support.fake_engine import Rewrites
-from tests.support.lsp import Editor, complete, on_fake_engine, reconfigured, rewrite, shared_on_fake_engine, span
+from tests.support.lsp import Editor, RewritesServer, complete, on_rewrites, reconfigured, rewrite, span
 from tests.support.next_edits import AREA, FOLLOWED, RENAMED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -32,25 +31,17 @@ RENAME = types.TextDocumentContentChangePartial(range=span(0, 9, 0, 14), text="s
 """The user's edit: ``width`` renamed ``size`` in the signature."""
 
 
-@attrs.define
-class Shared:
-    """One real server on a fake engine that rewrites, for the module's tests: the engine's connection answers
-    with what ``engine`` (each test's own) says and records in it."""
-
-    engine: Rewrites
-    editor: Editor = attrs.field(init=False)
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def shared(module_tmp: Path) -> AsyncIterator[Shared]:
-    shared = Shared(Rewrites(answer=""))
-    async with shared_on_fake_engine(module_tmp, shared.engine.handler(lambda: shared.engine)) as editor:
-        shared.editor = editor
-        yield shared
+async def shared(module_tmp: Path) -> AsyncIterator[RewritesServer]:
+    """One server for the module's tests."""
+    async with on_rewrites(module_tmp, Rewrites(answer="")) as server:
+        yield server
 
 
 @contextlib.asynccontextmanager
-async def session(shared: Shared, engine: Rewrites, **settings: object) -> AsyncIterator[tuple[LanguageClient, Editor]]:
+async def session(
+    shared: RewritesServer, engine: Rewrites, **settings: object
+) -> AsyncIterator[tuple[LanguageClient, Editor]]:
     """The shared server with ``settings`` on ``engine``, ``AREA`` open and the rename typed (``RENAMED``, version
     2); what the test before left open closed (``reconfigured``)."""
     shared.engine = engine
@@ -88,7 +79,7 @@ async def actions_at(client: LanguageClient, line: int) -> list[types.CodeAction
     return [action for action in result or [] if isinstance(action, types.CodeAction)]
 
 
-async def test_the_next_edit_is_the_renamed_parameters_use_and_its_action_applies_it(shared: Shared) -> None:
+async def test_the_next_edit_is_the_renamed_parameters_use_and_its_action_applies_it(shared: RewritesServer) -> None:
     engine = Rewrites(answer=FOLLOWED)
     engine.release.set()
     async with session(shared, engine) as (client, editor):
@@ -116,7 +107,7 @@ async def test_the_next_edit_is_the_renamed_parameters_use_and_its_action_applie
 
 
 async def test_a_document_not_edited_since_it_was_opened_has_no_next_edit_and_the_engine_is_not_asked(
-    shared: Shared,
+    shared: RewritesServer,
 ) -> None:
     engine = Rewrites(answer=FOLLOWED)
     engine.release.set()
@@ -127,7 +118,7 @@ async def test_a_document_not_edited_since_it_was_opened_has_no_next_edit_and_th
         assert engine.rewrites() == []
 
 
-async def test_a_window_that_comes_back_unchanged_is_no_edit(shared: Shared) -> None:
+async def test_a_window_that_comes_back_unchanged_is_no_edit(shared: RewritesServer) -> None:
     engine = Rewrites(answer=RENAMED)
     engine.release.set()
     async with session(shared, engine) as (client, _):
@@ -140,7 +131,7 @@ async def test_a_window_that_comes_back_unchanged_is_no_edit(shared: Shared) -> 
             )
 
 
-async def test_draws_that_write_different_edits_are_no_edit_unless_one_draw_is_enough(shared: Shared) -> None:
+async def test_draws_that_write_different_edits_are_no_edit_unless_one_draw_is_enough(shared: RewritesServer) -> None:
     """``nextEditDraws`` (2 by default): the engine is asked for that many draws of the window, and an edit is
     suggested only when they all write it; with 1, whatever the one draw writes."""
     engine = Rewrites(answer=FOLLOWED)
@@ -166,9 +157,7 @@ async def test_draws_that_keep_disagreeing_are_explained_once(isolated_env: Path
     engine = Rewrites(answer=FOLLOWED)
     engine.alternatives = [FOLLOWED.replace("return size * height", "return size * size")]
     engine.release.set()
-    own = Shared(engine)
-    async with on_fake_engine(isolated_env, engine.handler()) as (client, _):
-        own.editor = Editor(client)
+    async with on_rewrites(isolated_env, engine) as own:
         async with session(own, engine) as (client, _):
             for _ in range(UNSURE_NOTICE_AFTER * 2):
                 assert await next_edit(client, 0, 13) is None
@@ -184,7 +173,7 @@ async def _rewrites_reach(engine: Rewrites, count: int) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_an_accepted_suggestion_has_the_next_one_computed_before_it_is_asked(shared: Shared) -> None:
+async def test_an_accepted_suggestion_has_the_next_one_computed_before_it_is_asked(shared: RewritesServer) -> None:
     """Issue 29's prefetch: the change that applies the suggestion starts the next one at once; the request for
     that version near it is answered by it, with no second call to the engine."""
     engine = Rewrites(answer=FOLLOWED)
@@ -205,7 +194,7 @@ async def test_an_accepted_suggestion_has_the_next_one_computed_before_it_is_ask
 
 
 async def test_a_next_edit_computed_ahead_that_the_engine_superseded_is_computed_anew_when_asked(
-    shared: Shared,
+    shared: RewritesServer,
 ) -> None:
     """The engine answers a request a newer one for the document replaced as superseded: that is no answer about
     the code, so the request for the version computed ahead asks the engine again, and gets the real answer."""
@@ -226,7 +215,7 @@ async def test_a_next_edit_computed_ahead_that_the_engine_superseded_is_computed
         assert engine.rewrites()[2].start == engine.rewrites()[1].start
 
 
-async def test_a_suggestion_the_user_did_not_take_starts_nothing_unless_asked_on_pauses(shared: Shared) -> None:
+async def test_a_suggestion_the_user_did_not_take_starts_nothing_unless_asked_on_pauses(shared: RewritesServer) -> None:
     """Another change is not the suggestion taken: nothing is computed ahead. With ``nextEditOnPause`` (Helix, Zed)
     the server asks by itself once the burst of editing ends, and offers the answer as the code action."""
     engine = Rewrites(answer=FOLLOWED)
@@ -249,7 +238,7 @@ async def test_a_suggestion_the_user_did_not_take_starts_nothing_unless_asked_on
         assert len(engine.rewrites()) == 1  # the request took the answer computed on the pause
 
 
-async def test_a_second_did_open_forgets_the_next_edit_computed_ahead_for_the_old_text(shared: Shared) -> None:
+async def test_a_second_did_open_forgets_the_next_edit_computed_ahead_for_the_old_text(shared: RewritesServer) -> None:
     """Issue 42, finding 1: a suggestion accepted, the next one computed ahead; the editor opens the uri again (no
     ``didClose``) with other text at the same version. The request for that version got the edits computed on the
     old text, and the plugin applied them over a line of the new file."""
@@ -268,7 +257,7 @@ async def test_a_second_did_open_forgets_the_next_edit_computed_ahead_for_the_ol
         assert [action.title for action in await actions_at(client, 4)] == []
 
 
-async def test_a_next_edit_never_supersedes_the_users_rewrite_of_the_document(shared: Shared) -> None:
+async def test_a_next_edit_never_supersedes_the_users_rewrite_of_the_document(shared: RewritesServer) -> None:
     """Issue 42, finding 4: the plugins ask for next edits on their own; one for a document whose rewrite is in
     flight superseded the rewrite in the engine (which keeps one request per document), and the user's rewrite
     ended with no edit and no message. The rewrite goes first: the next edit is "no edit" and is not sent."""
@@ -284,7 +273,7 @@ async def test_a_next_edit_never_supersedes_the_users_rewrite_of_the_document(sh
         assert "return size * height" in editor.text(URI)
 
 
-async def test_a_next_edit_never_supersedes_a_completion_the_user_invoked(shared: Shared) -> None:
+async def test_a_next_edit_never_supersedes_a_completion_the_user_invoked(shared: RewritesServer) -> None:
     """Issue 46: an invoked completion right after a change was superseded by the plugin's own next-edit request for
     the same document (Neovim sends one 300 ms after ``TextChanged``), and no menu came."""
     engine = Rewrites(answer=FOLLOWED)

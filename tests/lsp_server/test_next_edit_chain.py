@@ -18,7 +18,7 @@ from lsprotocol import types
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.features.selection import CHARS_PER_CANVAS_TOKEN
 from tests.support.fake_engine import Rewrites
-from tests.support.lsp import Editor, reconfigured, shared_on_fake_engine, span
+from tests.support.lsp import Editor, on_rewrites, reconfigured, span
 from tests.support.next_edit_chain import CHAIN, FOLLOWED_LINES, RENAMED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -34,8 +34,8 @@ async def shared(module_tmp: Path) -> AsyncIterator[tuple[Rewrites, Editor]]:
     none needs a server of its own (``chain_session`` closes what the test before left open)."""
     engine = Rewrites(answer=FOLLOWED_LINES[0])
     engine.release.set()
-    async with shared_on_fake_engine(module_tmp, engine.handler()) as editor:
-        yield engine, editor
+    async with on_rewrites(module_tmp, engine) as server:
+        yield engine, server.editor
 
 
 @contextlib.asynccontextmanager

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
@@ -24,9 +25,9 @@ from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.base import OLD_ENGINE
 from diffgemma_lsp.features.completion import REWRITE_IN_FLIGHT
 from tests.support.fake_engine import Rewrites
-from tests.support.lsp import Editor, complete, on_fake_engine, rewrite, span
+from tests.support.lsp import Editor, RewritesServer, complete, on_rewrites, reconfigured, rewrite, span
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 URI = "file:///work/add.py"
 PREFIX = "def add(a, b):\n"
 WRONG = "    total = a - b\n    return total"
@@ -44,19 +45,39 @@ class Session:
     initialized: types.InitializeResult
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(module_tmp: Path) -> AsyncIterator[RewritesServer]:
+    """One server for the module's tests."""
+    async with on_rewrites(module_tmp, Rewrites(FIXED)) as server:
+        yield server
+
+
 @contextlib.asynccontextmanager
 async def session(
-    isolated_env: Path, engine: Rewrites, options: dict[str, object] | None = None
+    shared: RewritesServer, engine: Rewrites, options: dict[str, object] | None = None
 ) -> AsyncIterator[Session]:
-    """The real server on a fake engine that rewrites, with ``SOURCE`` open and the engine connected."""
-    async with on_fake_engine(isolated_env, engine.handler(), **(options or {})) as (client, initialized):
-        editor = Editor(client)
-        editor.open(URI, PREFIX + WRONG + SUFFIX)
-        deadline = asyncio.get_running_loop().time() + 30
-        while (await status(client))["engine"] != "ready":
-            assert asyncio.get_running_loop().time() < deadline, "the server never connected to the engine"
-            await asyncio.sleep(0.05)
-        yield Session(client, editor, engine, initialized)
+    """The shared server with ``options`` on ``engine``, ``SOURCE`` open, the engine connected; what the test before
+    left open closed (``reconfigured``)."""
+    shared.engine = engine
+    editor = reconfigured(shared.editor, **(options or {}))
+    editor.open(URI, PREFIX + WRONG + SUFFIX)
+    await ready(editor.client)
+    yield Session(editor.client, editor, engine, shared.initialized)
+
+
+@contextlib.asynccontextmanager
+async def own_session(isolated_env: Path, engine: Rewrites) -> AsyncIterator[Session]:
+    """``session`` on a server of its own, for a test that stops it or whose engine shakes hands otherwise."""
+    async with on_rewrites(isolated_env, engine) as own, session(own, engine) as s:
+        yield s
+
+
+async def ready(client: LanguageClient) -> None:
+    """Until the server is connected to the engine."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while (await status(client))["engine"] != "ready":
+        assert asyncio.get_running_loop().time() < deadline, "the server never connected to the engine"
+        await asyncio.sleep(0.05)
 
 
 async def status(client: LanguageClient) -> dict[str, object]:
@@ -110,8 +131,8 @@ def engine() -> Rewrites:
     return Rewrites(FIXED)
 
 
-async def test_the_action_is_offered_on_a_selection_only(isolated_env: Path, engine: Rewrites) -> None:
-    async with session(isolated_env, engine) as s:
+async def test_the_action_is_offered_on_a_selection_only(shared: RewritesServer, engine: Rewrites) -> None:
+    async with session(shared, engine) as s:
         commands = s.initialized.capabilities.execute_command_provider
         assert commands is not None and "diffgemma.rewriteSelection" in commands.commands
         provider = s.initialized.capabilities.code_action_provider
@@ -134,10 +155,10 @@ async def test_the_action_is_offered_on_a_selection_only(isolated_env: Path, eng
 
 
 async def test_the_actions_command_applies_one_versioned_edit_with_progress(
-    isolated_env: Path, engine: Rewrites
+    shared: RewritesServer, engine: Rewrites
 ) -> None:
     engine.release.set()
-    async with session(isolated_env, engine, {"rewriteStrength": 0.4, "rewriteSteps": 6}) as s:
+    async with session(shared, engine, {"rewriteStrength": 0.4, "rewriteSteps": 6}) as s:
         [action] = await code_actions(s.client, SELECTED)
         assert await run_action(s.client, action) == {"applied": True, "reason": ""}
         assert s.editor.text(URI) == PREFIX + FIXED + SUFFIX
@@ -156,9 +177,9 @@ async def test_the_actions_command_applies_one_versioned_edit_with_progress(
 
 
 async def test_an_edit_while_the_rewrite_is_in_flight_is_never_overwritten(
-    isolated_env: Path, engine: Rewrites
+    shared: RewritesServer, engine: Rewrites
 ) -> None:
-    async with session(isolated_env, engine) as s:
+    async with session(shared, engine) as s:
         pending = asyncio.ensure_future(rewrite(s.client, URI, SELECTED, 1))
         await in_flight(engine)
         typed = types.TextDocumentContentChangePartial(range=span(4, 0, 4, 0), text="# typed meanwhile\n")
@@ -172,9 +193,9 @@ async def test_an_edit_while_the_rewrite_is_in_flight_is_never_overwritten(
         assert any("changed" in message.message for message in s.client.messages), s.client.messages
 
 
-async def test_a_rewrite_of_an_old_version_is_not_started(isolated_env: Path, engine: Rewrites) -> None:
+async def test_a_rewrite_of_an_old_version_is_not_started(shared: RewritesServer, engine: Rewrites) -> None:
     engine.release.set()
-    async with session(isolated_env, engine) as s:
+    async with session(shared, engine) as s:
         [action] = await code_actions(s.client, SELECTED)  # offered for version 1
         s.editor.change(URI, types.TextDocumentContentChangePartial(range=span(0, 0, 0, 0), text="# new\n"))
         result = await run_action(s.client, action)
@@ -182,17 +203,17 @@ async def test_a_rewrite_of_an_old_version_is_not_started(isolated_env: Path, en
         assert engine.rewrites() == [] and s.editor.edits == []
 
 
-async def test_the_editor_refusing_the_edit_is_told(isolated_env: Path, engine: Rewrites) -> None:
+async def test_the_editor_refusing_the_edit_is_told(shared: RewritesServer, engine: Rewrites) -> None:
     engine.release.set()
-    async with session(isolated_env, engine) as s:
+    async with session(shared, engine) as s:
         s.editor.refuse = True
         result = await rewrite(s.client, URI, SELECTED, 1)
         assert result == {"applied": False, "reason": "the editor did not apply the edit: refused by the test"}
         assert len(s.editor.edits) == 1 and s.editor.text(URI) == PREFIX + WRONG + SUFFIX
 
 
-async def test_cancelling_the_progress_cancels_the_engines_work(isolated_env: Path, engine: Rewrites) -> None:
-    async with session(isolated_env, engine) as s:
+async def test_cancelling_the_progress_cancels_the_engines_work(shared: RewritesServer, engine: Rewrites) -> None:
+    async with session(shared, engine) as s:
         pending = asyncio.ensure_future(rewrite(s.client, URI, SELECTED, 1))
         await in_flight(engine)
         deadline = asyncio.get_running_loop().time() + 10
@@ -208,8 +229,8 @@ async def test_cancelling_the_progress_cancels_the_engines_work(isolated_env: Pa
         assert reports[-1].kind == "end"  # type: ignore[attr-defined]
 
 
-async def test_a_second_rewrite_of_the_document_supersedes_the_first(isolated_env: Path, engine: Rewrites) -> None:
-    async with session(isolated_env, engine) as s:
+async def test_a_second_rewrite_of_the_document_supersedes_the_first(shared: RewritesServer, engine: Rewrites) -> None:
+    async with session(shared, engine) as s:
         first = asyncio.ensure_future(rewrite(s.client, URI, SELECTED, 1))
         await in_flight(engine)
         second = asyncio.ensure_future(rewrite(s.client, URI, SELECTED, 1, instruction="use a plus"))
@@ -222,9 +243,9 @@ async def test_a_second_rewrite_of_the_document_supersedes_the_first(isolated_en
         assert s.editor.text(URI) == PREFIX + FIXED + SUFFIX and len(s.editor.edits) == 1
 
 
-async def test_completions_of_the_document_wait_for_its_rewrite(isolated_env: Path, engine: Rewrites) -> None:
+async def test_completions_of_the_document_wait_for_its_rewrite(shared: RewritesServer, engine: Rewrites) -> None:
     """The engine keeps one request per document and connection: a completion would supersede the rewrite."""
-    async with session(isolated_env, engine) as s:
+    async with session(shared, engine) as s:
         pending = asyncio.ensure_future(rewrite(s.client, URI, SELECTED, 1))
         await in_flight(engine)
         assert list((await complete(s.client, URI, 1, 4)).items) == []
@@ -240,7 +261,7 @@ async def test_completions_of_the_document_wait_for_its_rewrite(isolated_env: Pa
 async def test_shutdown_while_a_rewrite_is_in_flight_is_answered(isolated_env: Path, engine: Rewrites) -> None:
     """pygls cancelled the in-flight command while iterating the dict it took it out of: the shutdown request got
     "dictionary changed size during iteration" (the session's exit raised it)."""
-    async with session(isolated_env, engine) as s:
+    async with own_session(isolated_env, engine) as s:  # a server of its own: it stops it
         pending = asyncio.ensure_future(rewrite(s.client, URI, SELECTED, 1))
         await in_flight(engine)
     with contextlib.suppress(JsonRpcException, asyncio.CancelledError):
@@ -283,10 +304,10 @@ async def test_shutdown_while_a_rewrite_is_in_flight_is_answered(isolated_env: P
     ids=["no argument", "no uri", "no range", "not open", "empty", "past the end", "no version"],
 )
 async def test_bad_arguments_are_invalid_params_and_the_server_keeps_serving(
-    isolated_env: Path, engine: Rewrites, argument: object, says: str
+    shared: RewritesServer, engine: Rewrites, argument: object, says: str
 ) -> None:
     engine.release.set()
-    async with session(isolated_env, engine) as s:
+    async with session(shared, engine) as s:
         arguments = [] if argument is None else [argument]
         with pytest.raises(JsonRpcException, match=says) as caught:
             await s.client.workspace_execute_command_async(
@@ -300,7 +321,7 @@ async def test_bad_arguments_are_invalid_params_and_the_server_keeps_serving(
 async def test_an_engine_that_predates_rewrites_is_not_asked(isolated_env: Path) -> None:
     engine = Rewrites(FIXED, features=())
     engine.release.set()
-    async with session(isolated_env, engine) as s:
+    async with own_session(isolated_env, engine) as s:  # its engine's handshake lists no rewrites
         assert await rewrite(s.client, URI, SELECTED, 1) == {"applied": False, "reason": OLD_ENGINE}
         assert engine.received == [] and s.editor.edits == []
         assert [message.message for message in s.client.messages] == [f"diffgemma: {OLD_ENGINE}"]

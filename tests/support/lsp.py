@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
+import attrs
 import pytest
 from lsprotocol import types
 from pygls.workspace import TextDocument
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from diffgemma_lsp.context import clamp_position
-from tests.support.fake_engine import Handler, serving
+from tests.support.fake_engine import Handler, Rewrites, serving
 
 READY_TIMEOUT_S = 120
 
@@ -115,29 +116,45 @@ async def on_fake_engine(
         yield session
 
 
+@attrs.define
+class RewritesServer:
+    """A real language server on a fake engine that rewrites (``on_rewrites``), the ``Editor`` on it and its answer to
+    ``initialize``. Its connection answers with what ``engine`` says and records in it: the tests of a module that
+    share one each set their own ``Rewrites`` there for their turn (with ``reconfigured``)."""
+
+    engine: Rewrites
+    editor: Editor = attrs.field(init=False)
+    initialized: types.InitializeResult = attrs.field(init=False)
+
+
 @contextlib.asynccontextmanager
-async def shared_on_fake_engine(root: Path, handler: Handler) -> AsyncIterator[Editor]:
-    """``on_fake_engine`` for a server that a module's tests share (``root``: ``module_tmp``), with its XDG folders in
-    ``root`` as ``isolated_env`` gives a test's: an ``Editor`` on it, for ``reconfigured``."""
+async def on_rewrites(root: Path, engine: Rewrites) -> AsyncIterator[RewritesServer]:
+    """``on_fake_engine`` with ``engine`` (then whatever ``RewritesServer.engine`` is) in ``root``, the server's XDG
+    folders there as ``isolated_env`` gives a test's (``root``: ``module_tmp`` for a server a module's tests share)."""
     from tests.conftest import xdg_environment
 
+    server = RewritesServer(engine)
     with pytest.MonkeyPatch.context() as patch:
         for name, value in xdg_environment(root).items():
             patch.setenv(name, value)
-        async with on_fake_engine(root, handler) as (client, _):
-            yield Editor(client)
+        async with on_fake_engine(root, engine.handler(lambda: server.engine)) as (client, initialized):
+            server.editor, server.initialized = Editor(client), initialized
+            yield server
 
 
 def reconfigured(editor: Editor, **settings: object) -> Editor:
     """``editor`` for one test's turn on a server that a module's tests share: every document it still holds from
     the test before is closed (the server forgets their text, edits, next edits and extra context), its record of
-    edits emptied (and it applies them again), and ``settings`` sent with ``workspace/didChangeConfiguration`` as
-    ``attached_session`` sends them at the start (a setting not named takes its default again). The server handles
-    these notifications before any request sent after them."""
+    edits emptied (and it applies them again), the client's record of messages and progress emptied, and
+    ``settings`` sent with ``workspace/didChangeConfiguration`` as ``attached_session`` sends them at the start (a
+    setting not named takes its default again). The server handles these notifications before any request sent
+    after them."""
     for uri in list(editor.documents):
         editor.close(uri)
     editor.edits.clear()
     editor.refuse = False
+    editor.client.messages.clear()
+    editor.client.progress_reports.clear()
     editor.client.workspace_did_change_configuration(
         types.DidChangeConfigurationParams(settings=server_settings(**settings))
     )
