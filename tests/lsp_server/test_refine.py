@@ -10,16 +10,20 @@ itself on a real engine: tests/e2e/test_refine_engine.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from lsprotocol import types
+from pytest_lsp import LanguageClient
 
 from diffgemma_engine.shared import protocol
 from tests.support.fake_engine import Rewrites
-from tests.support.lsp import Editor, complete, on_fake_engine, span
+from tests.support.lsp import Editor, RewritesServer, complete, on_rewrites, reconfigured, span
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 URI = "file:///work/add.py"
 PREFIX = "def add(a, b):\n"
 SHOWN = "    total = a + b\n    return total"
@@ -27,12 +31,26 @@ SUFFIX = "\n\nprint(add(1, 2))\n"
 TYPED = "    total = a -"
 
 
-async def test_the_next_keystroke_supersedes_the_refine_in_flight(isolated_env: Path) -> None:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(module_tmp: Path) -> AsyncIterator[RewritesServer]:
+    """One server for the module's tests."""
+    async with on_rewrites(module_tmp, Rewrites(SHOWN)) as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def refining(shared: RewritesServer, engine: Rewrites) -> AsyncIterator[tuple[LanguageClient, Editor]]:
+    """The shared server on ``engine`` with ``refineSteps`` 2, what the test before left open closed."""
+    shared.engine = engine
+    editor = reconfigured(shared.editor, refineSteps=2)
+    yield editor.client, editor
+
+
+async def test_the_next_keystroke_supersedes_the_refine_in_flight(shared: RewritesServer) -> None:
     engine = Rewrites("    total = a - b\n    return total")
     engine.completion_answer = SHOWN
     engine.release.set()  # the first completion is answered at once
-    async with on_fake_engine(isolated_env, engine.handler(), refineSteps=2) as (client, _):
-        editor = Editor(client)
+    async with refining(shared, engine) as (client, editor):
         editor.open(URI, PREFIX + SUFFIX)
         shown = await complete(client, URI, 1, 0)
         assert [item.text_edit.new_text for item in shown.items if item.text_edit] == [SHOWN]
@@ -65,15 +83,14 @@ async def test_the_next_keystroke_supersedes_the_refine_in_flight(isolated_env: 
 
 
 async def test_a_refine_that_keeps_nothing_after_the_typed_text_is_followed_by_a_new_completion(
-    isolated_env: Path,
+    shared: RewritesServer,
 ) -> None:
     """The refine answers the shown text unchanged (it does not start with what was typed): the same keystroke
     asks a plain completion at the cursor, and its answer is shown, rather than nothing until the next keystroke."""
     engine = Rewrites(SHOWN)  # the refine comes back as the shown text: nothing of it follows the typed text
     engine.completion_answer = SHOWN
     engine.release.set()
-    async with on_fake_engine(isolated_env, engine.handler(), refineSteps=2) as (client, _):
-        editor = Editor(client)
+    async with refining(shared, engine) as (client, editor):
         editor.open(URI, PREFIX + SUFFIX)
         await complete(client, URI, 1, 0)
         engine.completion_answer = " b\n    return total"
