@@ -22,7 +22,7 @@ from diffgemma_lsp.edit_history import BURST_GAP_S
 from diffgemma_lsp.features.next_edit import APPLY_KIND, APPLY_TITLE
 from diffgemma_lsp.next_edit_notice import UNSURE_NOTICE_AFTER, unsure_notice
 from tests.support.fake_engine import Rewrites
-from tests.support.lsp import Editor, RewritesServer, complete, on_rewrites, reconfigured, rewrite, span
+from tests.support.lsp import Editor, RewritesServer, complete, on_rewrites, rewrite, span
 from tests.support.next_edits import AREA, FOLLOWED, RENAMED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -44,8 +44,7 @@ async def session(
 ) -> AsyncIterator[tuple[LanguageClient, Editor]]:
     """The shared server with ``settings`` on ``engine``, ``AREA`` open and the rename typed (``RENAMED``, version
     2); what the test before left open closed (``reconfigured``)."""
-    shared.engine = engine
-    editor = reconfigured(shared.editor, **settings)
+    editor = shared.turn(engine, **settings)
     editor.open(URI, AREA)
     editor.change(URI, RENAME)
     assert editor.text(URI) == RENAMED

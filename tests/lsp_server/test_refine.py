@@ -21,7 +21,7 @@ from pytest_lsp import LanguageClient
 
 from diffgemma_engine.shared import protocol
 from tests.support.fake_engine import Rewrites
-from tests.support.lsp import Editor, RewritesServer, complete, on_rewrites, reconfigured, span
+from tests.support.lsp import Editor, RewritesServer, complete, on_rewrites, span
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 URI = "file:///work/add.py"
@@ -41,8 +41,7 @@ async def shared(module_tmp: Path) -> AsyncIterator[RewritesServer]:
 @contextlib.asynccontextmanager
 async def refining(shared: RewritesServer, engine: Rewrites) -> AsyncIterator[tuple[LanguageClient, Editor]]:
     """The shared server on ``engine`` with ``refineSteps`` 2, what the test before left open closed."""
-    shared.engine = engine
-    editor = reconfigured(shared.editor, refineSteps=2)
+    editor = shared.turn(engine, refineSteps=2)
     yield editor.client, editor
 
 

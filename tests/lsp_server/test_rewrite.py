@@ -25,7 +25,7 @@ from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.base import OLD_ENGINE
 from diffgemma_lsp.features.completion import REWRITE_IN_FLIGHT
 from tests.support.fake_engine import Rewrites
-from tests.support.lsp import Editor, RewritesServer, complete, on_rewrites, reconfigured, rewrite, span
+from tests.support.lsp import Editor, RewritesServer, complete, on_rewrites, rewrite, span
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 URI = "file:///work/add.py"
@@ -58,8 +58,7 @@ async def session(
 ) -> AsyncIterator[Session]:
     """The shared server with ``options`` on ``engine``, ``SOURCE`` open, the engine connected; what the test before
     left open closed (``reconfigured``)."""
-    shared.engine = engine
-    editor = reconfigured(shared.editor, **(options or {}))
+    editor = shared.turn(engine, **(options or {}))
     editor.open(URI, PREFIX + WRONG + SUFFIX)
     await ready(editor.client)
     yield Session(editor.client, editor, engine, shared.initialized)

@@ -126,6 +126,12 @@ class RewritesServer:
     editor: Editor = attrs.field(init=False)
     initialized: types.InitializeResult = attrs.field(init=False)
 
+    def turn(self, engine: Rewrites, **settings: object) -> Editor:
+        """The editor for a test's turn on this server, with ``engine`` answering and ``settings`` sent
+        (``reconfigured``)."""
+        self.engine = engine
+        return reconfigured(self.editor, **settings)
+
 
 @contextlib.asynccontextmanager
 async def on_rewrites(root: Path, engine: Rewrites) -> AsyncIterator[RewritesServer]:
