@@ -1,16 +1,18 @@
 """vLLM's own request code, installed for the tests: the vLLM wheel without its dependencies, in a venv of its own
-that sees this project's packages (torch, transformers) through a ``.pth`` file and adds the pure packages its
+that sees this project's packages (torch, transformers) through a ``.pth`` file (the folder ``PROJECT_SITE_ENV``
+names: the venv is the machine's, each clone's packages are its own) and adds the pure packages its
 protocol modules import. Enough to parse and validate a request as ``vllm serve`` would
 (``CompletionRequest``, ``to_sampling_params``, ``validate_diffusion_sampling_params``); nothing here runs a model.
 
 vLLM pins ``torch==2.14.0`` and ``transformers<5.21``; its request code imports and runs with this project's
-2.13.0 and 5.24 (pip warns of the pins). Built once per version and clone under .cache/ (its ``.pth`` names this
-clone's packages; about two minutes), in the background while the light layers run (tests/conftest.py); the wheel
-(336 MB) is downloaded once per machine, into the test cache (tests/support/cache.py)."""
+2.13.0 and 5.24 (pip warns of the pins). Built once per version and machine in the test cache
+(tests/support/cache.py; about two minutes: the wheel is 336 MB), in the background while the light layers run
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import sysconfig
@@ -21,9 +23,13 @@ from filelock import FileLock
 
 from tests.support.cache import TEST_CACHE
 
-ROOT = Path(__file__).resolve().parents[2]
 VLLM_VERSION = "0.33.0"
-VENV = ROOT / ".cache" / f"vllm-{VLLM_VERSION}"
+VENV = TEST_CACHE / f"vllm-{VLLM_VERSION}-py{sys.version_info.major}{sys.version_info.minor}"
+PROJECT_SITE_ENV = "DIFFGEMMA_PROJECT_SITE"
+"""The folder of this project's packages, for the venv's ``.pth`` (``vllm_python`` sets it for the processes the
+tests start)."""
+SEE_PROJECT = f"import os, sys; site = os.environ.get({PROJECT_SITE_ENV!r}); site and sys.path.append(site)\n"
+"""The venv's ``.pth``: a line that starts with ``import`` is run at start-up."""
 WHEELS = TEST_CACHE / "wheels"
 PURE_PACKAGES = (
     "pydantic",
@@ -56,7 +62,7 @@ bind) and the served model's ``ModelConfig`` (its architecture inspected) import
 WITHOUT_DEPENDENCIES = ("xgrammar==0.2.8", "apache-tvm-ffi==0.1.11")
 """Imported by the argument parser, pinned by vLLM; without its dependencies (triton, 1 GB, is not needed to
 import it)."""
-RECIPE = f"{VLLM_VERSION}+serve-args+model-config"
+RECIPE = f"{VLLM_VERSION}+serve-args+model-config+project-site-env"
 """What a finished venv holds (``.complete``): a venv of another recipe is built again."""
 
 
@@ -65,7 +71,9 @@ def _pip(python: Path, *args: str) -> None:
 
 
 def vllm_python() -> Path:
-    """The Python of the venv holding vLLM's request code, built when missing."""
+    """The Python of the venv holding vLLM's request code, built when missing; what this process starts from now on
+    runs it with this project's packages (``PROJECT_SITE_ENV``)."""
+    os.environ[PROJECT_SITE_ENV] = sysconfig.get_paths()["purelib"]
     python = VENV / "bin" / "python"
     done = VENV / ".complete"
     VENV.parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +87,7 @@ def vllm_python() -> Path:
             text=True,
             check=True,
         ).stdout.strip()
-        (Path(purelib) / "diffgemma-project.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        (Path(purelib) / "diffgemma-project.pth").write_text(SEE_PROJECT)
         _pip(python, *PURE_PACKAGES)
         _pip(python, "--no-deps", *WITHOUT_DEPENDENCIES)
         WHEELS.mkdir(parents=True, exist_ok=True)
