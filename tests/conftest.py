@@ -36,8 +36,16 @@ LEFTOVER_GRACE_S = 30.0
 its socket's folder being removed, or of its last client) before it calls them left behind."""
 
 
+ONE_THREAD = "OMP_NUM_THREADS"
+"""One torch thread in every process of the session unless the caller sets another count: the tests run many torch
+processes at once (pytest-xdist's workers, their engines, language servers and builds), and two threads each on two
+cores spent most of their time spinning for each other (five engine-heavy files on two workers: 282 CPU-s and 191 s
+with torch's default of one thread per core, 111 CPU-s and 101 s with one)."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     os.environ[CACHE_ENV] = str(TEST_CACHE)  # for what the session starts, whatever XDG_CACHE_HOME it is given
+    os.environ.setdefault(ONE_THREAD, "1")  # before any test module imports torch
     if _is_worker(config) and os.environ.get(SESSION_MARK):
         return  # a pytest-xdist worker keeps the mark of the run that started it
     os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
