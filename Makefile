@@ -40,7 +40,8 @@ serve: setup  ## set up, then start the engine on the shipped default model (Ctr
 # TEST_WORKERS: pytest-xdist workers (0: the tests run in pytest's own process; auto: one per core), each taking
 # whole test files (their module fixtures, such as a shared engine, stay in one process) in the order
 # tests/conftest.py gives them, light layers first (--no-loadscope-reorder: xdist would start the files with the
-# most tests first); the files of a ONE_WORKER group there go to one worker, one after the other. Two by default, not
+# most tests first); the files of a ONE_WORKER group there go to one worker, one after the other, after the light
+# layers (before the engine's: a long chain of its own, not a tail on one worker at the end). Two by default, not
 # one per core: each worker starts its own engines (and vLLM servers), so memory grows with the workers.
 TEST_WORKERS ?= 2
 test: setup  ## run the whole test suite (unit, protocol, engine, end-to-end); prints the 40 slowest tests
