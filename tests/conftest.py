@@ -19,6 +19,7 @@ import pytest
 from filelock import FileLock
 
 from tests.support.cache import CACHE_ENV, TEST_CACHE
+from tests.support.xdg import xdg_environment
 
 if TYPE_CHECKING:
     from tests.support.engine import EngineProcess
@@ -397,16 +398,6 @@ def short_tmp() -> Iterator[Path]:
     os.chmod(path, 0o700)
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def xdg_environment(root: Path) -> dict[str, str]:
-    """XDG directories made inside ``root``, as environment variables."""
-    env = {}
-    for name in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):
-        path = root / name.lower()
-        path.mkdir(mode=0o700, exist_ok=True)
-        env[name] = str(path)
-    return env
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from lsprotocol import types
 
-from tests.conftest import xdg_environment
 from tests.support.lsp import RawLsp, server_command
+from tests.support.xdg import xdg_environment
 
 
 async def _messages(lsp: RawLsp, wanted: int, timeout: float = 60) -> list[dict[str, object]]:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import xdg_environment
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 from tests.support.openai_endpoint import API_KEY, EXACT, Endpoint, post, running_endpoint
+from tests.support.xdg import xdg_environment
 
 READ_TIMEOUT_S = 1.5
 IDLE_TIMEOUT_S = 4.0

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import xdg_environment
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 from tests.support.openai_endpoint import EXACT, Endpoint, post, running_endpoint
+from tests.support.xdg import xdg_environment
 
 FUZZED_REQUESTS = 400
 GOOD = {"prompt": MEMORIZED_PREFIX, "suffix": MEMORIZED_SUFFIX}

@@ -15,7 +15,7 @@ from pathlib import Path
 CACHE_ENV = "DIFFGEMMA_TEST_CACHE"
 
 
-def test_cache() -> Path:
+def cache_folder() -> Path:
     """The folder (``CACHE_ENV``, else under the user's cache folder), not created here."""
     named = os.environ.get(CACHE_ENV)
     if named:
@@ -23,4 +23,4 @@ def test_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "diffgemma-lsp-tests"
 
 
-TEST_CACHE = test_cache()
+TEST_CACHE = cache_folder()

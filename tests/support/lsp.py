@@ -20,6 +20,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from diffgemma_lsp.context import clamp_position
 from tests.support.fake_engine import Handler, Rewrites, serving
+from tests.support.xdg import xdg_environment
 
 READY_TIMEOUT_S = 120
 
@@ -137,8 +138,6 @@ class RewritesServer:
 async def on_rewrites(root: Path, engine: Rewrites) -> AsyncIterator[RewritesServer]:
     """``on_fake_engine`` with ``engine`` (then whatever ``RewritesServer.engine`` is) in ``root``, the server's XDG
     folders there as ``isolated_env`` gives a test's (``root``: ``module_tmp`` for a server a module's tests share)."""
-    from tests.conftest import xdg_environment
-
     server = RewritesServer(engine)
     with pytest.MonkeyPatch.context() as patch:
         for name, value in xdg_environment(root).items():
