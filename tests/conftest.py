@@ -44,9 +44,26 @@ cores spent most of their time spinning for each other (five engine-heavy files 
 with torch's default of one thread per core, 111 CPU-s and 101 s with one)."""
 
 
+ONE_HASH_SEED = "PYTHONHASHSEED"
+"""One string hash seed for the processes the session starts (pytest-xdist's workers and the engines among them)
+unless the caller sets one: the graphs torch.compile makes of the denoising step name their nodes in an order that
+follows the seed, and inductor's FX graph cache keys on those names, so a fresh process missed a warm cache about
+every other time (``test_static_step`` on one worker: 24 CPU-s with four cache hits, 42 with two misses and the
+C++ builds they cost). The session's own process keeps the seed it started with."""
+
+
+VLLM_CACHE = "VLLM_CACHE_ROOT"
+"""vLLM's cache in the machine's test cache unless the caller sets one: each test gives its processes XDG folders
+of their own, which put vLLM's cache there too, and vLLM then inspected the model's class in a process of its own
+at every start (``python -m vllm.model_executor.models.registry``: 6 to 9 CPU-s, four times a session), where a
+cached inspection, keyed by a hash of the model's module, is read in milliseconds."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     os.environ[CACHE_ENV] = str(TEST_CACHE)  # for what the session starts, whatever XDG_CACHE_HOME it is given
     os.environ.setdefault(ONE_THREAD, "1")  # before any test module imports torch
+    os.environ.setdefault(ONE_HASH_SEED, "0")  # before pytest-xdist starts its workers
+    os.environ.setdefault(VLLM_CACHE, str(TEST_CACHE / "vllm-cache"))
     if _is_worker(config) and os.environ.get(SESSION_MARK):
         return  # a pytest-xdist worker keeps the mark of the run that started it
     os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"

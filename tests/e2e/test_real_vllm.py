@@ -31,7 +31,17 @@ from diffgemma_engine.shared import protocol
 from diffgemma_lsp.features.rewrite import REFILLED
 from diffgemma_lsp.settings import Settings
 from tests.support.engine import EngineProcess, RawClient
-from tests.support.lsp import Editor, RawLsp, complete, inline_complete, rewrite, server_command, span, start_client
+from tests.support.lsp import (
+    Editor,
+    RawLsp,
+    complete,
+    inline_complete,
+    rewrite,
+    server_command,
+    span,
+    start_client,
+    until_ready,
+)
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 from tests.support.openai_endpoint import free_port
 from tests.support.vllm_cpu import Served, descendants, launched, serving, wait_healthy
@@ -110,20 +120,6 @@ def received(served: Served) -> list[dict[str, object]]:
 def aborted(served: Served) -> int:
     """How many requests vLLM logged as aborted."""
     return sum(1 for line in served.output().splitlines() if "Aborted request" in line)
-
-
-async def _status(client: LanguageClient) -> dict[str, object]:
-    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
-    assert isinstance(result, dict)
-    return result
-
-
-async def until_ready(client: LanguageClient, timeout_s: float = 120) -> None:
-    """Until the language server's engine is ready (one that starts vLLM: once vLLM answers ``/health``)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while (await _status(client))["engine"] != "ready":
-        assert asyncio.get_running_loop().time() < deadline, "the engine never became ready"
-        await asyncio.sleep(0.25)
 
 
 async def test_completion_and_candidates_come_from_vllm_with_the_memorized_answer(

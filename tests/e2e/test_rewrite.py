@@ -19,7 +19,16 @@ from diffgemma_lsp.features.rewrite import REFILLED
 from tests.e2e.test_lsp_engine import _kill_engine
 from tests.e2e.test_remote_backend import KEY_ENV, endpoint, remote_settings
 from tests.support.engine import EngineProcess
-from tests.support.lsp import READY_TIMEOUT_S, Editor, attached_client, rewrite, server_command, span, start_client
+from tests.support.lsp import (
+    Editor,
+    attached_client,
+    rewrite,
+    server_command,
+    span,
+    start_client,
+    status,
+    until_ready,
+)
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 from tests.support.openai_endpoint import API_KEY, Endpoint
 
@@ -45,20 +54,6 @@ async def lsp(
         editor.open(URI, MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX)
         await until_ready(client)
         yield client, editor, socket_path
-
-
-async def status(client: LanguageClient) -> dict[str, object]:
-    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
-    assert isinstance(result, dict)
-    return result
-
-
-async def until_ready(client: LanguageClient) -> None:
-    """Until the engine the server started has loaded its model."""
-    deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_S
-    while (await status(client))["engine"] != "ready":
-        assert asyncio.get_running_loop().time() < deadline, "the engine never became ready"
-        await asyncio.sleep(0.25)
 
 
 async def rewrite_action(client: LanguageClient) -> types.CodeAction:

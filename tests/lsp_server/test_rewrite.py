@@ -25,7 +25,7 @@ from diffgemma_engine.shared import protocol
 from diffgemma_lsp.backends.base import OLD_ENGINE
 from diffgemma_lsp.features.completion import REWRITE_IN_FLIGHT
 from tests.support.fake_engine import Rewrites
-from tests.support.lsp import Editor, RewritesServer, complete, on_rewrites, rewrite, span
+from tests.support.lsp import Editor, RewritesServer, complete, on_rewrites, rewrite, span, status, until_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 URI = "file:///work/add.py"
@@ -60,7 +60,7 @@ async def session(
     left open closed (``reconfigured``)."""
     editor = shared.turn(engine, **(options or {}))
     editor.open(URI, PREFIX + WRONG + SUFFIX)
-    await ready(editor.client)
+    await until_ready(editor.client)
     yield Session(editor.client, editor, engine, shared.initialized)
 
 
@@ -69,21 +69,6 @@ async def own_session(isolated_env: Path, engine: Rewrites) -> AsyncIterator[Ses
     """``session`` on a server of its own, for a test that stops it or whose engine shakes hands otherwise."""
     async with on_rewrites(isolated_env, engine) as own, session(own, engine) as s:
         yield s
-
-
-async def ready(client: LanguageClient) -> None:
-    """Until the server is connected to the engine."""
-    deadline = asyncio.get_running_loop().time() + 30
-    while (await status(client))["engine"] != "ready":
-        assert asyncio.get_running_loop().time() < deadline, "the server never connected to the engine"
-        await asyncio.sleep(0.05)
-
-
-async def status(client: LanguageClient) -> dict[str, object]:
-    """The server's diffgemma.status; its answer also says every message sent before it was handled."""
-    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
-    assert isinstance(result, dict)
-    return result
 
 
 async def code_actions(client: LanguageClient, selected: types.Range) -> list[types.CodeAction]:

@@ -217,10 +217,28 @@ async def inline_complete(
     return result
 
 
+async def status(client: LanguageClient) -> dict[str, object]:
+    """The server's ``diffgemma.status``; its answer also says every message sent before it was handled."""
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
+    assert isinstance(result, dict)
+    return result
+
+
+async def until_ready(client: LanguageClient, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Until the server's engine is ready (the engine it started has loaded its model; one that starts vLLM: once
+    vLLM answers ``/health``)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while (await status(client))["engine"] != "ready":
+        assert asyncio.get_running_loop().time() < deadline, "the engine never became ready"
+        await asyncio.sleep(0.05)
+
+
 async def complete_when_ready(
     client: LanguageClient, uri: str, line: int, character: int, timeout: float = READY_TIMEOUT_S
 ) -> types.CompletionList:
-    """Ask until the engine (started by the server) has loaded and answers with an item."""
+    """Ask until the engine (started by the server) has loaded and answers with an item: for a document the model
+    answers. Where the answer may be empty (a model that does not know the document), ``until_ready`` then
+    ``complete``."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         result = await complete(client, uri, line, character)
