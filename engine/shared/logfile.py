@@ -37,13 +37,29 @@ LOG_BACKUPS = 2
 
 
 def private_file_handler(path: Path | str, max_bytes: int = MAX_LOG_BYTES) -> logging.FileHandler:
-    """A handler appending to ``path`` (``~`` expanded, its folder made private), the file created 0600 if it is
-    new and rotated past ``max_bytes`` (:data:`LOG_BACKUPS` kept); ``OSError`` where it cannot be written (a folder
-    of that name, no permission)."""
+    """A handler appending to ``path`` (``~`` expanded), the file created 0600 if it is new and rotated past
+    ``max_bytes`` (:data:`LOG_BACKUPS` kept); ``OSError`` where it cannot be written (a folder of that name, no
+    permission). A missing folder is made 0700; one that is there is left as it is: a folder the user named
+    (``--log-file /tmp/engine.log``, a project's) is theirs, and ``/tmp`` made 0700 shut every other user out of
+    it. The project's own state folder is made private by whoever logs there (``private_folder``)."""
     path = Path(path).expanduser()
-    private_folder(path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _create_private(str(path))
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes, backupCount=LOG_BACKUPS)
+    handler.rotator = _rotate_private
+    return handler
+
+
+def _create_private(path: str) -> None:
+    """``path`` created 0600 if it is not there (the handler then opens it as it is)."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-    return logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes, backupCount=LOG_BACKUPS)
+
+
+def _rotate_private(source: str, dest: str) -> None:
+    """The rotation's rename, then the new current file made 0600 before the handler opens it (it would make it
+    with the process's umask, readable by others in a folder they can enter)."""
+    os.replace(source, dest)
+    _create_private(source)
 
 
 def setup_logging(

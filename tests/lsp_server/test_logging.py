@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from pathlib import Path
 
 from lsprotocol import types
@@ -53,3 +54,26 @@ async def test_info_and_warnings_go_to_the_log_window_and_file_and_only_errors_t
     assert "workspace index" not in errors and "candidatez" not in errors
     assert " INFO " not in errors and " WARNING " not in errors
     assert " ERROR pygls.protocol.json_rpc: Unable to deserialize message" in errors  # what the editor should show
+
+
+async def test_its_own_state_folder_is_made_private_and_a_folder_the_user_named_is_left_as_it_is(
+    short_tmp: Path,
+) -> None:
+    """The default log's folder (``$XDG_STATE_HOME/diffgemma``) is the project's: made 0700 when others could read
+    it. A folder named by ``--log-file`` is the user's (``/tmp``, a project): only the file is made private."""
+    env = dict(os.environ, **xdg_environment(short_tmp))
+    state = short_tmp / "xdg_state_home" / "diffgemma"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    shared = short_tmp / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    for extra in ([], ["--log-file", str(shared / "lsp.log")]):
+        lsp = await RawLsp.start([*server_command(short_tmp / "unused.sock", None), *extra], env=env)
+        try:
+            await lsp.initialize({"enable": False})
+        finally:
+            await lsp.stop()
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    assert stat.S_IMODE((shared / "lsp.log").stat().st_mode) == 0o600
