@@ -41,9 +41,11 @@ serve: setup  ## set up, then start the engine on the shipped default model (Ctr
 # whole test files (their module fixtures, such as a shared engine, stay in one process) in the order
 # tests/conftest.py gives them, light layers first (--no-loadscope-reorder: xdist would start the files with the
 # most tests first); the files of a ONE_WORKER group there go to one worker, one after the other, after the light
-# layers (before the engine's: a long chain of its own, not a tail on one worker at the end). Two by default, not
-# one per core: each worker starts its own engines (and vLLM servers), so memory grows with the workers.
-TEST_WORKERS ?= 2
+# layers (before the engine's: a long chain of its own, not a tail on one worker at the end). Three by default, on
+# two cores as on more: many tests wait on the processes they drive (an editor typing at a person's pace, an engine
+# starting), and with two workers the machine stood idle 15% of the run (7% with three); more would add memory
+# (each worker starts its own engines and vLLM servers: at least 18 GB of 24 stayed free with three).
+TEST_WORKERS ?= 3
 test: setup  ## run the whole test suite (unit, protocol, engine, end-to-end); prints the 40 slowest tests
 	@$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --durations=40; rc=$$?; \

@@ -147,7 +147,7 @@ def _layer_rank(item: pytest.Item) -> tuple[int, bool]:
     clone, its last 100 s so)."""
     path = Path(item.path)
     relative = path.relative_to(ROOT / "tests") if path.is_relative_to(ROOT / "tests") else None
-    if relative is not None and f"tests/{relative.as_posix()}" in ONE_WORKER:
+    if _file_of(item.nodeid) in ONE_WORKER:
         return 2 * LAYER_ORDER.index("engine") - 1, False
     folder = relative.parts[0] if relative is not None else ""
     rank = 2 * LAYER_ORDER.index(folder) if folder in LAYER_ORDER else 2 * LAYER_ORDER.index("engine") + 1
@@ -165,10 +165,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: (*_layer_rank(item), waits[Path(item.path)]))
 
 
+def _file_of(nodeid: str) -> str:
+    """The file part of a test's node id (``tests/e2e/test_real_vllm.py``): the key of ``ONE_WORKER``, as
+    pytest-xdist's ``--dist loadfile`` names the file it hands out (its ``_split_scope``)."""
+    return nodeid.split("::", 1)[0]
+
+
 ONE_WORKER = {"tests/e2e/test_real_vllm.py": "vllm", "tests/e2e/test_real_vllm_lifecycle.py": "vllm"}
-"""Files that pytest-xdist hands to one worker together (``make test TEST_WORKERS=2``), one after the other, by a
+"""Files that pytest-xdist hands to one worker together (``make test``), one after the other, by a
 name of their group: the files that serve models with vLLM's CPU build (two servers for one, three starts for the
-other), which would otherwise start up to five ``vllm serve`` at once on two workers, each with its gigabyte of KV
+other), which would otherwise start up to five ``vllm serve`` at once on several workers, each with its gigabyte of KV
 cache and a minute of start on a shared core."""
 
 
@@ -183,8 +189,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     class Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = super()._split_scope(nodeid)
-            return ONE_WORKER.get(path, path)
+            file = super()._split_scope(nodeid)  # _file_of(nodeid)
+            return ONE_WORKER.get(file, file)
 
     return Scheduling(config, log)
 
