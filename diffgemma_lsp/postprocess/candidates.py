@@ -35,8 +35,10 @@ def infill_edits(
     (``scored``: ghost text, whose unsure part the Neovim plugin dims); else not (``confidence.carry`` costs about
     40% of post-processing: benchmarks/README.md, "Which confidence")."""
     edits = candidate_edits(layout, request, result, language_id, scored=scored or min_confidence > 0)
-    withheld = None if edits[0] is None else why_withheld(edits[0].scored, min_confidence)
-    return Candidates((None if edit is None else gated(edit, min_confidence) for edit in edits), withheld)
+    shown = [None if edit is None else gated(edit, min_confidence) for edit in edits]
+    best = edits[0]
+    withheld = why_withheld(best.scored, min_confidence) if best is not None and shown[0] is None else None
+    return Candidates(shown, withheld)
 
 
 def candidate_edits(

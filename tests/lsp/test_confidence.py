@@ -191,5 +191,17 @@ def test_the_confidences_are_carried_only_when_the_gate_or_the_ghost_text_reads_
     assert shown is not None and shown.confidence == (0.9,) * len(shown.text)  # ghost text: the editor reads them
 
 
+def test_the_answer_says_why_its_best_candidate_is_withheld_only_when_it_is() -> None:
+    prefix, suffix = "def f(x):\n", "\n"
+    raw = "    return x + 1\n"
+    unsure_start = [protocol.Confident(chars=8, p=0.1), protocol.Confident(chars=len(raw) - 8, p=0.9)]
+    for confidence, withheld in (([protocol.Confident(chars=len(raw), p=0.9)], None), (unsure_start, "unsure")):
+        result = protocol.Result(id="a", text=raw, stop=protocol.StopReason.EOS, confidence=confidence)
+        edits = infill_edits(protocol.Layout.FIM, _request(prefix, suffix), result, "python", 0.5)
+        assert (edits[0] is None) == (withheld is not None), edits
+        assert (edits.withheld is None) if withheld is None else (withheld in str(edits.withheld)), edits.withheld
+        assert infill_edits(protocol.Layout.FIM, _request(prefix, suffix), result, "python", 0.0).withheld is None
+
+
 def _request(prefix: str, suffix: str) -> protocol.Infill:
     return protocol.Infill(id="a", uri="file:///a.py", prefix=prefix, suffix=suffix)
