@@ -70,9 +70,10 @@ def setup_logging(server: LanguageServer, level: str, log_file: Path | None) -> 
     pygls_level = logging.DEBUG if level.lower() == "debug" else logging.WARNING
     problem = None
     try:
-        if log_file is None:
-            logfile.private_folder(default_log_file().parent)
-        file_handler: logging.Handler | None = logfile.private_file_handler(log_file or default_log_file())
+        if log_file is None:  # the project's own folder: private (a folder the user names is theirs)
+            log_file = default_log_file()
+            logfile.private_folder(log_file.parent)
+        file_handler: logging.Handler | None = logfile.private_file_handler(log_file)
     except OSError as exc:
         file_handler, problem = None, exc
     extra = [window] if file_handler is None else [file_handler, window]

@@ -189,7 +189,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     class Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            file = super()._split_scope(nodeid)  # _file_of(nodeid)
+            file = super()._split_scope(nodeid)
             return ONE_WORKER.get(file, file)
 
     return Scheduling(config, log)

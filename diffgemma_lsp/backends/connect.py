@@ -43,7 +43,7 @@ def _log_folder() -> Path:
         probe = folder / ".diffgemma-write-test"
         probe.touch()
         probe.unlink()
-        os.close(os.open(folder / "engine.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # not a folder
+        logfile.create_private(folder / "engine.log")  # not a folder
         return folder
     except OSError as exc:
         fallback = Path(tempfile.mkdtemp(prefix="diffgemma-logs-"))

@@ -44,14 +44,15 @@ def private_file_handler(path: Path | str, max_bytes: int = MAX_LOG_BYTES) -> lo
     it. The project's own state folder is made private by whoever logs there (``private_folder``)."""
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _create_private(str(path))
+    create_private(path)
     handler = logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes, backupCount=LOG_BACKUPS)
     handler.rotator = _rotate_private
     return handler
 
 
-def _create_private(path: str) -> None:
-    """``path`` created 0600 if it is not there (the handler then opens it as it is)."""
+def create_private(path: Path | str) -> None:
+    """``path`` created 0600 if it is not there, left as it is if it is (a log file before a handler opens it);
+    ``OSError`` where it cannot be (a folder of that name, no permission)."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
 
 
@@ -59,7 +60,7 @@ def _rotate_private(source: str, dest: str) -> None:
     """The rotation's rename, then the new current file made 0600 before the handler opens it (it would make it
     with the process's umask, readable by others in a folder they can enter)."""
     os.replace(source, dest)
-    _create_private(source)
+    create_private(source)
 
 
 def setup_logging(
