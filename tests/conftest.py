@@ -56,7 +56,8 @@ VLLM_CACHE = "VLLM_CACHE_ROOT"
 """vLLM's cache in the machine's test cache unless the caller sets one: each test gives its processes XDG folders
 of their own, which put vLLM's cache there too, and vLLM then inspected the model's class in a process of its own
 at every start (``python -m vllm.model_executor.models.registry``: 6 to 9 CPU-s, four times a session), where a
-cached inspection, keyed by a hash of the model's module, is read in milliseconds."""
+cached inspection, keyed by a hash of the model's module, is read in milliseconds. Each vLLM install the tests run
+keeps a folder of its own in it (tests/support/vllm_cpu.py, tests/support/vllm_check.py)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:

