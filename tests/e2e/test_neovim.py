@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_lsp_engine import _kill_engine
-from tests.support.lsp import READY_TIMEOUT_S
+from tests.support.engine import EngineProcess
+from tests.support.lsp import READY_TIMEOUT_S, server_command
 from tests.support.models import (
     MEMORIZED_MIDDLE,
     MEMORIZED_PREFIX,
@@ -201,7 +202,7 @@ def _run_nvim(
     nvim: str,
     mode: str,
     tmp: Path,
-    model_dir: Path,
+    model: Path | EngineProcess,
     original: str = MEMORIZED_PREFIX + MEMORIZED_SUFFIX,
     keys: str = "",
     expected: str = MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX,
@@ -210,8 +211,14 @@ def _run_nvim(
 ) -> dict:
     """Run ``driver_code`` (this module's driver unless another is given) in headless nvim on a file holding
     ``original``; return its report (with diagnostics attached). ``keys`` are what the rewrite modes type, ``extra``
-    more of the driver's configuration (``vim.env.DIFFGEMMA_TEST``)."""
-    socket_path = tmp / "run" / "engine.sock"
+    more of the driver's configuration (``vim.env.DIFFGEMMA_TEST``). ``model``: a checkpoint folder, for which the
+    language server starts an engine of its own (stopped at the end), or an engine already serving, which it finds
+    there (as a second editor window does: the module's ``memorized_engine``, for the tests that neither start nor
+    stop it); the report's ``engine_log`` is then what that engine logged during the run."""
+    shared = model if isinstance(model, EngineProcess) else None
+    model_dir = None if isinstance(model, EngineProcess) else model
+    socket_path = shared.socket_path if shared else tmp / "run" / "engine.sock"
+    log_start = len(shared.log()) if shared else 0
     source = tmp / "work" / "example.py"
     source.parent.mkdir()
     source.write_text(original)
@@ -223,16 +230,7 @@ def _run_nvim(
         "original": original,
         "keys": keys,
         "expected": expected,
-        "cmd": [
-            sys.executable,
-            "-m",
-            "diffgemma_lsp",
-            "--stdio",
-            "--engine-socket",
-            str(socket_path),
-            "--model",
-            str(model_dir),
-        ],
+        "cmd": server_command(socket_path, model_dir),
         "accept_key": "<Tab>",
         "timeout_ms": (READY_TIMEOUT_S + 30) * 1000,
         "line": 1,  # where the completion is asked (0-based line, byte column): `i` inserts before that column
@@ -258,7 +256,8 @@ def _run_nvim(
     except subprocess.TimeoutExpired as exc:
         output, rc = str(exc.stdout or "") + str(exc.stderr or ""), "timeout"
     finally:
-        _kill_engine(socket_path, signal.SIGTERM)
+        if not shared:
+            _kill_engine(socket_path, signal.SIGTERM)
     report = {"ok": False, "why": "nvim wrote no report"}
     if report_path.exists():
         report = json.loads(report_path.read_text())
@@ -269,6 +268,8 @@ def _run_nvim(
         ("engine_log", tmp / "xdg_state_home" / "diffgemma" / "engine.log"),
     ):
         report[name] = path.read_text(errors="replace")[-3000:] if path.exists() else "(none)"
+    if shared:
+        report["engine_log"] = shared.log()[log_start:][-3000:]
     return report
 
 
@@ -307,10 +308,10 @@ def _nvim012() -> str:
 
 def test_completion_menu_inserts_the_whole_multi_line_middle(
     isolated_env: Path,
-    memorized_model_dir: Path,
+    memorized_engine: EngineProcess,
 ) -> None:
     """nvim 0.11 built-in completion: <C-Space> opens the menu, <C-y> inserts both lines."""
-    report = _run_nvim(_nvim011(), "menu", isolated_env, memorized_model_dir)
+    report = _run_nvim(_nvim011(), "menu", isolated_env, memorized_engine)
     _assert_landed(report)
     assert report["capabilities"] == {"completion": True, "inline": True}, _explain(report)
     # One item, sent as a snippet: nvim inserts only the first word of a multi-line plain-text edit.
@@ -320,10 +321,10 @@ def test_completion_menu_inserts_the_whole_multi_line_middle(
 
 def test_inline_completion_ghost_text_accepted_with_tab(
     isolated_env: Path,
-    memorized_model_dir: Path,
+    memorized_engine: EngineProcess,
 ) -> None:
     """nvim 0.12 inline completion: ghost text appears on InsertEnter; the plugin's <Tab> accepts it."""
-    report = _run_nvim(_nvim012(), "inline", isolated_env, memorized_model_dir)
+    report = _run_nvim(_nvim012(), "inline", isolated_env, memorized_engine)
     _assert_landed(report)
     ghost = report["ghost"]
     shown = [chunk[0] for chunk in ghost["virt_text"]]
@@ -390,11 +391,11 @@ def any_nvim(request: pytest.FixtureRequest) -> str:
     return NVIMS[request.param]()
 
 
-def _run_rewrite(nvim: str, mode: str, keys: str, tmp: Path, model_dir: Path) -> tuple[dict, dict]:
+def _run_rewrite(nvim: str, mode: str, keys: str, tmp: Path, engine: EngineProcess) -> tuple[dict, dict]:
     """Run a rewrite mode; assert the text after the rewrite and after one undo, and the command's argument.
     Returns the report and that argument."""
     original = MEMORIZED_PREFIX + WRONG_MIDDLE + MEMORIZED_SUFFIX
-    report = _run_nvim(nvim, mode, tmp, model_dir, original=original, keys=keys)
+    report = _run_nvim(nvim, mode, tmp, engine, original=original, keys=keys)
     assert report["ok"], f"the rewrite did not land: {report.get('why')}\n{_explain(report)}"
     # The selection became exactly the memorized middle, and one undo gives the old text back.
     assert report["after_rewrite"] == MEMORIZED_PREFIX + MEMORIZED_MIDDLE + MEMORIZED_SUFFIX, _explain(report)
@@ -407,33 +408,33 @@ def _run_rewrite(nvim: str, mode: str, keys: str, tmp: Path, model_dir: Path) ->
 
 
 def test_rewrite_selection_code_action_replaces_it_in_one_undo_step(
-    any_nvim: str, isolated_env: Path, memorized_model_dir: Path
+    any_nvim: str, isolated_env: Path, memorized_engine: EngineProcess
 ) -> None:
     """vim.lsp.buf.code_action() on a linewise selection offers "Rewrite selection"; picking it replaces the
     selection with the model's answer, and one `u` brings the old text back."""
-    report, argument = _run_rewrite(any_nvim, "rewrite_action", "Vj<F4>", isolated_env, memorized_model_dir)
+    report, argument = _run_rewrite(any_nvim, "rewrite_action", "Vj<F4>", isolated_env, memorized_engine)
     assert report["menu"] == ["Rewrite selection"], _explain(report)
     assert argument.get("instruction", "") == "", _explain(report)
 
 
 def test_rewrite_function_asks_for_an_instruction_with_vim_ui_input(
-    any_nvim: str, isolated_env: Path, memorized_model_dir: Path
+    any_nvim: str, isolated_env: Path, memorized_engine: EngineProcess
 ) -> None:
     """require("diffgemma").rewrite() from a visual-mode mapping: vim.ui.input asks (the instruction is typed at
     its prompt), the command carries it, and the FIM checkpoint ignores it and re-fills the selection."""
     keys = "Vj<F5>use a plus sign<CR>"
-    report, argument = _run_rewrite(any_nvim, "rewrite_mapping", keys, isolated_env, memorized_model_dir)
+    report, argument = _run_rewrite(any_nvim, "rewrite_mapping", keys, isolated_env, memorized_engine)
     assert report["typed"] == "use a plus sign", _explain(report)
     assert argument["instruction"] == "use a plus sign", _explain(report)
     assert report["mode_after_rewrite"] == "n", _explain(report)  # the function ended visual mode
 
 
 def test_rewrite_user_command_takes_the_instruction_on_its_command_line(
-    isolated_env: Path, memorized_model_dir: Path
+    isolated_env: Path, memorized_engine: EngineProcess
 ) -> None:
     """`:'<,'>DiffgemmaRewrite use a plus sign` (":" in visual mode types the range): no prompt."""
     keys = "Vj:DiffgemmaRewrite use a plus sign<CR>"
-    report, argument = _run_rewrite(_nvim011(), "rewrite_command", keys, isolated_env, memorized_model_dir)
+    report, argument = _run_rewrite(_nvim011(), "rewrite_command", keys, isolated_env, memorized_engine)
     assert argument["instruction"] == "use a plus sign", _explain(report)
     assert "prompt" not in report, _explain(report)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_neovim import NVIMS, _explain, _nvim011, _run_nvim
+from tests.support.engine import EngineProcess
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 from tests.support.neovim import lua_prelude
 
@@ -211,9 +212,14 @@ TYPED = "\n".join(line.lstrip(" ") if number else line for number, line in enume
 
 
 def _run(
-    nvim: str, mode: str, tmp: Path, model_dir: Path, original: str = MEMORIZED_PREFIX + MEMORIZED_SUFFIX, **cfg: object
+    nvim: str,
+    mode: str,
+    tmp: Path,
+    model: Path | EngineProcess,
+    original: str = MEMORIZED_PREFIX + MEMORIZED_SUFFIX,
+    **cfg: object,
 ) -> dict:
-    return _run_nvim(nvim, mode, tmp, model_dir, original, expected=WHOLE, driver_code=DRIVER, settings=SETTINGS, **cfg)
+    return _run_nvim(nvim, mode, tmp, model, original, expected=WHOLE, driver_code=DRIVER, settings=SETTINGS, **cfg)
 
 
 @pytest.fixture(params=sorted(NVIMS))
@@ -224,12 +230,12 @@ def nvim(request: pytest.FixtureRequest) -> str:
 
 @pytest.mark.parametrize("rate", [10, 40], ids=lambda rate: f"{rate}-keys-per-s")
 def test_typing_while_menus_open_leaves_exactly_the_typed_text(
-    nvim: str, rate: int, isolated_env: Path, memorized_model_dir: Path
+    nvim: str, rate: int, isolated_env: Path, memorized_engine: EngineProcess
 ) -> None:
     """The memorized middle typed into the empty line, key by key: after each space the server suggests the rest
     of it, and a menu opens between two keys. Before: the plugin added only "menuone" to 'completeopt', so Neovim
     selected and inserted the first item of each menu, and the next key was typed after it."""
-    report = _run(nvim, "typing", isolated_env, memorized_model_dir, typed=TYPED, interval_ms=1000 // rate)
+    report = _run(nvim, "typing", isolated_env, memorized_engine, typed=TYPED, interval_ms=1000 // rate)
     assert report["ok"], f"the typing did not finish: {report.get('why')}\n{_explain(report)}"
     assert report["buffer"] == WHOLE, _explain(report)
     # It can fail: menus opened while the keys came (on today's machines, after most spaces).
@@ -242,12 +248,12 @@ def test_typing_while_menus_open_leaves_exactly_the_typed_text(
 
 
 def test_no_next_edit_is_asked_while_an_invoked_completion_is_in_insert_mode(
-    isolated_env: Path, memorized_model_dir: Path
+    isolated_env: Path, memorized_engine: EngineProcess
 ) -> None:
     """A normal-mode change (`x`), then at once `i<C-Space>`. Before: the plugin's next-edit request fired 300 ms
     after the change, with the user in insert mode waiting for the menu (the server let it supersede the completion)."""
     original = MEMORIZED_PREFIX + "x" + MEMORIZED_SUFFIX
-    report = _run(_nvim011(), "invoked", isolated_env, memorized_model_dir, original=original)
+    report = _run(_nvim011(), "invoked", isolated_env, memorized_engine, original=original)
     assert report["ok"], f"{report.get('why')}\n{_explain(report)}"
     assert report["buffer"] == WHOLE, _explain(report)
     assert [ask["mode"] for ask in report["next_edits"]] == ["n"], _explain(report)
@@ -270,7 +276,7 @@ DIVERGENT = MEMORIZED_MIDDLE.split("\n")[0].replace("total", "value")
 
 
 def test_typing_something_else_into_a_suggestion_keeps_a_refined_one_on_screen(
-    isolated_env: Path, memorized_model_dir: Path
+    isolated_env: Path, memorized_engine: EngineProcess
 ) -> None:
     """Refine as you type (issue 45): the memorized middle is shown, and the user types a line it does not start
     with from the ``v`` on, one key every 2 s (a loaded machine's refine answers in time). The suggestion is refined,
@@ -281,7 +287,7 @@ def test_typing_something_else_into_a_suggestion_keeps_a_refined_one_on_screen(
         _nvim011(),
         "typing",
         isolated_env,
-        memorized_model_dir,
+        memorized_engine,
         MEMORIZED_PREFIX + MEMORIZED_SUFFIX,
         expected=expected,
         driver_code=DRIVER,
