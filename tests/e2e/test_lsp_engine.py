@@ -25,6 +25,7 @@ from tests.support.lsp import (
     server_command,
     start_client,
 )
+from tests.support.lsp import status as status_of
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 pytestmark = pytest.mark.e2e
@@ -119,9 +120,7 @@ async def test_typing_the_suggestion_reuses_it_without_the_model(lsp: tuple[Lang
     )
     result = await complete(client, URI, 1, len(typed))
     assert result.items[0].text_edit.new_text == "to" + MEMORIZED_MIDDLE[6:]  # the word "to" is replaced too
-    status = await client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="diffgemma.status", arguments=[])
-    )
+    status = await status_of(client)
     assert status["reuseHits"] == 1
 
 
@@ -132,9 +131,7 @@ async def test_other_files_go_into_the_prompt_as_extra_context(lsp: tuple[Langua
 
     async def prompt_tokens() -> int:
         await complete(client, URI, *CURSOR)
-        status = await client.workspace_execute_command_async(
-            types.ExecuteCommandParams(command="diffgemma.status", arguments=[])
-        )
+        status = await status_of(client)
         return status["lastTimings"]["prompt_tokens"]
 
     alone = await prompt_tokens()
@@ -291,7 +288,7 @@ async def test_changing_the_model_setting_switches_engines(
             types.DidChangeConfigurationParams(settings={"diffgemma": dict(settings, model=str(random_model_dir))})
         )
         await complete_when_ready(client, URI, *CURSOR)
-        status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
+        status = await status_of(client)
         assert status["model"] == str(random_model_dir), status
         assert all(_engine_pid(path) is not None for path in sockets)  # the first still serves other windows
     finally:

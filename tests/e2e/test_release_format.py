@@ -28,6 +28,7 @@ from tests.support.lsp import (
     open_document,
     until_ready,
 )
+from tests.support.lsp import status as status_of
 from tests.support.release_format import ANSWERED_PREFIX, ANSWERED_SUFFIX, INSERTED
 
 pytestmark = pytest.mark.e2e
@@ -160,7 +161,7 @@ async def test_completion_is_the_instruction_models_answer_without_its_fence(
     # checkpoint (400 training steps, checked on single canvases) answered one batched draw `    return ``+ b` in a
     # quiet fresh-clone run. What this checks is the fence taken off an instruction model's answer.
     assert INSERTED in [item.insert_text for item in inline.items], inline.items
-    status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
+    status = await status_of(client)
     assert status["layout"] == "chat"
 
 
@@ -203,9 +204,7 @@ async def test_typing_in_a_long_document_reuses_the_prompt(few_steps: tuple[Lang
             )
         )
         await complete(client, URI, line, len(typed))
-        status = await client.workspace_execute_command_async(
-            types.ExecuteCommandParams(command="diffgemma.status", arguments=[])
-        )
+        status = await status_of(client)
         timings = status["lastTimings"]
         shares.append(timings["cached_tokens"] / timings["prompt_tokens"])
         assert timings["steps"] <= 4, timings

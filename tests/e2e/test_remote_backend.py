@@ -15,6 +15,7 @@ from pytest_lsp import LanguageClient
 from tests.conftest import xdg_environment
 from tests.e2e.test_lsp_engine import _engine_pid, _kill_engine
 from tests.support.lsp import complete, complete_when_ready, open_document, server_command, start_client
+from tests.support.lsp import status as status_of
 from tests.support.models import MEMORIZED_MIDDLE, MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 from tests.support.openai_endpoint import API_KEY, EXACT, Endpoint, free_port, running_endpoint, serving_route
 
@@ -60,7 +61,7 @@ async def test_completions_come_from_the_remote_server(
     try:
         result = await complete_when_ready(client, URI, *CURSOR, timeout=30)
         assert [item.text_edit.new_text for item in result.items] == [MEMORIZED_MIDDLE]
-        status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
+        status = await status_of(client)
         assert status["backend"] == "openai" and status["engine"] == "ready", status
         assert status["model"] == endpoint_model(endpoint)
         assert _engine_pid(socket_path) is None  # no local engine was started
