@@ -215,9 +215,10 @@ def _run_nvim(
     language server starts an engine of its own (stopped at the end), or an engine already serving, which it finds
     there (as a second editor window does: the module's ``memorized_engine``, for the tests that neither start nor
     stop it); the report's ``engine_log`` is then what that engine logged during the run."""
-    shared = model if isinstance(model, EngineProcess) else None
-    model_dir = None if isinstance(model, EngineProcess) else model
-    socket_path = shared.socket_path if shared else tmp / "run" / "engine.sock"
+    if isinstance(model, EngineProcess):
+        shared, model_dir, socket_path = model, None, model.socket_path
+    else:
+        shared, model_dir, socket_path = None, model, tmp / "run" / "engine.sock"
     log_start = len(shared.log()) if shared else 0
     source = tmp / "work" / "example.py"
     source.parent.mkdir()
@@ -263,13 +264,13 @@ def _run_nvim(
         report = json.loads(report_path.read_text())
     report["exit"] = rc
     report["output"] = output[-3000:]
-    for name, path in (
-        ("lsp_log", tmp / "xdg_state_home" / "nvim" / "lsp.log"),
-        ("engine_log", tmp / "xdg_state_home" / "diffgemma" / "engine.log"),
-    ):
-        report[name] = path.read_text(errors="replace")[-3000:] if path.exists() else "(none)"
+    logs = {"lsp_log": tmp / "xdg_state_home" / "nvim" / "lsp.log"}
     if shared:
         report["engine_log"] = shared.log()[log_start:][-3000:]
+    else:
+        logs["engine_log"] = tmp / "xdg_state_home" / "diffgemma" / "engine.log"
+    for name, path in logs.items():
+        report[name] = path.read_text(errors="replace")[-3000:] if path.exists() else "(none)"
     return report
 
 

@@ -14,8 +14,7 @@ from pytest_lsp import LanguageClient
 
 from diffgemma_lsp.features.next_edit import APPLY_TITLE
 from tests.e2e.test_lsp_engine import lsp_session
-from tests.e2e.test_rewrite import until_ready
-from tests.support.lsp import Editor, span
+from tests.support.lsp import Editor, span, until_ready
 from tests.support.next_edits import AREA, AREA_NAME, FOLLOWED, RENAMED
 
 pytestmark = pytest.mark.e2e

@@ -16,10 +16,18 @@ from transformers import AutoTokenizer
 
 from diffgemma_engine.shared import protocol
 from diffgemma_engine.shared.prompt import layout_for, parts_of
-from tests.e2e.test_rewrite import until_ready
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.fake_engine import relaying, serving
-from tests.support.lsp import complete, inline_complete, open_document, replace_text, server_command, span, start_client
+from tests.support.lsp import (
+    complete,
+    inline_complete,
+    open_document,
+    replace_text,
+    server_command,
+    span,
+    start_client,
+    until_ready,
+)
 from tests.support.private_workspace import (  # noqa: F401  (workspace: the fixture)
     MAIN,
     MARKERS,

@@ -22,8 +22,7 @@ from pytest_lsp import LanguageClient
 
 from diffgemma_engine.loading.checkpoint_files import DEFAULT_MODEL_DIR
 from diffgemma_engine.service.runtime_choice import vllm_socket_beside
-from tests.e2e.test_real_vllm import until_ready
-from tests.support.lsp import Editor, complete, start_client
+from tests.support.lsp import Editor, complete, start_client, until_ready
 from tests.support.vllm_cpu import group_members
 
 pytestmark = pytest.mark.e2e

@@ -28,7 +28,7 @@ from tests.support.lsp import (
     open_document,
     until_ready,
 )
-from tests.support.lsp import status as status_of
+from tests.support.lsp import status as status_of  # beside the tests' own `status` variables
 from tests.support.release_format import ANSWERED_PREFIX, ANSWERED_SUFFIX, INSERTED
 
 pytestmark = pytest.mark.e2e

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from diffgemma_engine.shared import protocol
-from tests.e2e.test_rewrite import until_ready
 from tests.support.engine import EngineProcess, RawClient
 from tests.support.fake_engine import relaying, serving
-from tests.support.lsp import complete, inline_complete, open_document, server_command, start_client
+from tests.support.lsp import complete, inline_complete, open_document, server_command, start_client, until_ready
 from tests.support.models import MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from lsprotocol import types
 
 from diffgemma_engine.shared import protocol
 from tests.support.fake_engine import answering_empty, serving
-from tests.support.lsp import complete, open_document, replace_text, server_command, span, start_client
+from tests.support.lsp import complete, open_document, replace_text, server_command, span, start_client, status
 from tests.support.private_workspace import (  # noqa: F401  (workspace: the fixture)
     MAIN,
     MARKERS,
@@ -74,9 +74,7 @@ async def test_no_private_file_reaches_a_prompt_opened_edited_or_watched(
             deadline = asyncio.get_running_loop().time() + 30
             while True:  # until the index is built (the status says so)
                 await complete(client, main, LAST, 12)
-                state = await client.workspace_execute_command_async(
-                    types.ExecuteCommandParams(command="diffgemma.status")
-                )
+                state = await status(client)
                 if not state["workspaceIndex"]["building"] and state["workspaceIndex"]["files"] >= 1:
                     break
                 assert asyncio.get_running_loop().time() < deadline

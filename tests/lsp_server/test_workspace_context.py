@@ -20,7 +20,7 @@ from diffgemma_engine.shared import protocol
 from diffgemma_lsp.repo import live
 from tests.lsp.test_repo_context import GEOMETRY, MAIN, write
 from tests.support.fake_engine import answering_empty, serving
-from tests.support.lsp import complete, open_document, replace_text, server_command, span, start_client
+from tests.support.lsp import complete, open_document, replace_text, server_command, span, start_client, status
 
 pytestmark = pytest.mark.e2e
 
@@ -145,6 +145,5 @@ async def test_the_index_build_shows_files_indexed_of_files_found_and_the_status
         assert reports[0].kind == "begin" and reports[-1].kind == "end" and reports[-1].message == f"{found} files"
         counts = [int(r.message.split(" of ")[0]) for r in reports[:-1] if r.message]
         assert counts == sorted(counts) and all(r.message.endswith(f" of {found} files") for r in reports[:-1])
-        status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="diffgemma.status"))
-        index = status["workspaceIndex"]
+        index = (await status(client))["workspaceIndex"]
         assert (index["indexed"], index["found"], index["files"], index["building"]) == (found, found, found, False)

@@ -18,9 +18,9 @@ from pygls.exceptions import JsonRpcRequestCancelled
 from diffgemma_engine.shared import protocol
 from diffgemma_lsp.features.rewrite import REWRITE_COMMAND
 from tests.e2e.test_lsp_engine import _kill_engine, lsp_session
-from tests.e2e.test_rewrite import SELECTED, URI, WRONG_MIDDLE, status, until_ready
+from tests.e2e.test_rewrite import SELECTED, URI, WRONG_MIDDLE
 from tests.support.engine import RawClient
-from tests.support.lsp import Editor, RawLsp, server_command
+from tests.support.lsp import Editor, RawLsp, server_command, status, until_ready
 from tests.support.models import MEMORIZED_PREFIX, MEMORIZED_SUFFIX
 
 pytestmark = pytest.mark.e2e
